@@ -1,0 +1,9 @@
+"""The attention engine: torch only, no scikit-learn imports.
+
+Estimators are thin scikit-learn shells over :func:`attention`.
+"""
+
+from ._attention import attention
+from ._device import resolve_device, resolve_dtype
+
+__all__ = ["attention", "resolve_device", "resolve_dtype"]

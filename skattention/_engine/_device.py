@@ -1,0 +1,91 @@
+"""Device and dtype resolution for the attention engine."""
+
+import numpy as np
+import torch
+
+_DTYPES = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
+
+
+def resolve_device(device="auto"):
+    """Turn a device specification into a usable :class:`torch.device`.
+
+    Parameters
+    ----------
+    device : {"auto", "cpu", "cuda", "cuda:N", "mps"} or torch.device, default="auto"
+        ``"auto"`` picks CUDA when available, else the CPU.
+
+    Returns
+    -------
+    device : torch.device
+
+    Raises
+    ------
+    ValueError
+        If the device string is malformed or names an accelerator that is not available.
+
+    Examples
+    --------
+    >>> from skattention import resolve_device
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    """
+    if device is None or (isinstance(device, str) and device == "auto"):
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(
+            f"device={device!r} is not a valid device; use 'auto', 'cpu', 'cuda' or 'cuda:N'."
+        ) from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device={device!r} was requested but CUDA is not available on this machine "
+                "(torch.cuda.is_available() is False); use device='cpu' or device='auto'."
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device={device!r} was requested but only {torch.cuda.device_count()} "
+                "CUDA device(s) are visible."
+            )
+    elif dev.type == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise ValueError(f"device={device!r} was requested but MPS is not available.")
+    elif dev.type != "cpu":
+        raise ValueError(f"device={device!r} is not supported; use 'auto', 'cpu', 'cuda' or 'cuda:N'.")
+    return dev
+
+
+def resolve_dtype(dtype, *tensors):
+    """Pick the compute dtype.
+
+    ``None`` keeps the floating dtype of torch tensor inputs (promoted across them) and uses
+    float32 for everything else (NumPy arrays, integer tensors, lists).
+    """
+    if dtype is None:
+        floats = [t.dtype for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        if not floats:
+            return torch.float32
+        out = floats[0]
+        for dt in floats[1:]:
+            out = torch.promote_types(out, dt)
+        return out
+    if isinstance(dtype, torch.dtype):
+        resolved = dtype
+    elif isinstance(dtype, str) and dtype in _DTYPES:
+        resolved = _DTYPES[dtype]
+    else:
+        try:
+            resolved = _DTYPES[np.dtype(dtype).name]
+        except (TypeError, KeyError):
+            raise ValueError(
+                f"dtype={dtype!r} is not supported; use one of {sorted(_DTYPES)} or None."
+            ) from None
+    if not resolved.is_floating_point:
+        raise ValueError(f"dtype={dtype!r} is not a floating dtype.")
+    return resolved
