@@ -5,12 +5,16 @@ neighbours and Nadaraya-Watson regression are its exact special cases.
 """
 
 from ._config import config_context, get_config, set_config
-from ._engine import attention, resolve_device
+from ._engine import attention, kneighbors, resolve_device
+from .neighbors import MetricAttentionClassifier, MetricAttentionRegressor
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "MetricAttentionClassifier",
+    "MetricAttentionRegressor",
     "attention",
+    "kneighbors",
     "resolve_device",
     "get_config",
     "set_config",

@@ -3,7 +3,7 @@
 Estimators are thin scikit-learn shells over :func:`attention`.
 """
 
-from ._attention import attention
+from ._attention import attention, kneighbors
 from ._device import resolve_device, resolve_dtype
 
-__all__ = ["attention", "resolve_device", "resolve_dtype"]
+__all__ = ["attention", "kneighbors", "resolve_device", "resolve_dtype"]

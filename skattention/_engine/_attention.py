@@ -126,60 +126,27 @@ def attention(
     (array([0.], dtype=float32), array([[0, 1]]))
     """
     as_numpy = not isinstance(queries, torch.Tensor)
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, queries, keys, values)
-    Q = _as_tensor(queries, "queries", dev, dt, ndims=(2,))
-    K = _as_tensor(keys, "keys", dev, dt, ndims=(2,))
-    V = _as_tensor(values, "values", dev, dt, ndims=(1, 2))
-    n_q, n_k = Q.shape[0], K.shape[0]
-    if n_k == 0:
-        raise ValueError("keys is empty: attention needs at least one key.")
-    if not callable(metric) and Q.shape[1] != K.shape[1]:
-        raise ValueError(
-            f"queries have {Q.shape[1]} features but keys have {K.shape[1]}; they must match."
-        )
-    if V.shape[0] != n_k:
-        raise ValueError(f"values has {V.shape[0]} rows but there are {n_k} keys; they must match.")
+    P = _Problem(
+        queries, keys, values, metric=metric, n_neighbors=n_neighbors, radius=radius,
+        log_prior=log_prior, exclude_self=exclude_self, device=device, dtype=dtype,
+        working_memory=working_memory,
+    )
+    Q, V, n_k, n_neighbors = P.Q, P.V, P.n_k, P.n_neighbors
     squeeze = V.ndim == 1
     V2 = V[:, None] if squeeze else V
-
-    if not (callable(metric) or (isinstance(metric, str) and metric in METRICS)):
-        raise ValueError(f"metric={metric!r} is not supported; use one of {METRICS} or a callable.")
-    T = _check_temperature(temperature, dev, dt)
-    if n_neighbors is not None:
-        if isinstance(n_neighbors, bool) or not isinstance(n_neighbors, Integral) or n_neighbors < 1:
-            raise ValueError(f"n_neighbors must be a positive integer or None, got {n_neighbors!r}.")
-        if n_neighbors > n_k:
-            raise ValueError(
-                f"n_neighbors={n_neighbors} is larger than the number of keys ({n_k})."
-            )
-        n_neighbors = int(n_neighbors)
-    if radius is not None:
-        if not isinstance(radius, Real) or isinstance(radius, bool) or not radius > 0:
-            raise ValueError(f"radius must be a positive number or None, got {radius!r}.")
-        if metric == "dot":
-            raise ValueError("radius needs a distance metric; metric='dot' has none.")
-        radius = None if math.isinf(radius) else float(radius)
-    prior_vec, prior_fn = _check_log_prior(log_prior, n_k, dev, dt)
-    self_index = _check_exclude_self(exclude_self, n_q, n_k, dev)
+    T = _check_temperature(temperature, P.device, P.dtype)
     if on_empty not in ("raise", "zero"):
         raise ValueError(f"on_empty must be 'raise' or 'zero', got {on_empty!r}.")
     if backend not in ("auto", "stream", "sdpa"):
         raise ValueError(f"backend must be 'auto', 'stream' or 'sdpa', got {backend!r}.")
-    if n_weights is not None and (
-        isinstance(n_weights, bool) or not isinstance(n_weights, Integral) or n_weights < 1
-    ):
-        raise ValueError(f"n_weights must be a positive integer or None, got {n_weights!r}.")
     if return_weights:
         limit = n_neighbors if n_neighbors is not None else n_k
-        if n_weights is not None and n_weights > limit:
-            raise ValueError(f"n_weights={n_weights} is larger than the {limit} keys that can get weight.")
-        n_weights = limit if n_weights is None else int(n_weights)
+        n_weights = limit if n_weights is None else _check_count(n_weights, "n_weights", limit)
     else:
         n_weights = None
-    budget = _budget_bytes(working_memory)
+    scorer, prior_vec, prior_fn, radius, self_index = P.scorer, P.prior_vec, P.prior_fn, P.radius, P.self_index
+    budget = P.budget
 
-    scorer = Scorer(K, metric)
     # A learned phi shows up as keys that require grad.
     grad = torch.is_grad_enabled() and (
         Q.requires_grad
@@ -234,6 +201,116 @@ def attention(
     return out, weights, indices
 
 
+def kneighbors(
+    queries,
+    keys,
+    n_neighbors,
+    *,
+    metric="sqeuclidean",
+    radius=None,
+    log_prior=None,
+    exclude_self=False,
+    device="auto",
+    dtype=None,
+    working_memory=None,
+):
+    """The ``n_neighbors`` nearest keys of each query under a pseudo-metric (blockwise top-k).
+
+    The selection step of k-NN attention on its own, like
+    :meth:`sklearn.neighbors.NearestNeighbors.kneighbors`. Keys masked by ``radius``,
+    ``exclude_self`` or a ``-inf`` ``log_prior`` are never returned; ``log_prior`` does not
+    otherwise change the ranking.
+
+    Parameters
+    ----------
+    queries : array-like or Tensor of shape (n_queries, n_features)
+    keys : array-like or Tensor of shape (n_keys, n_features)
+    n_neighbors : int
+    metric, radius, log_prior, exclude_self, device, dtype, working_memory
+        As in :func:`attention`.
+
+    Returns
+    -------
+    distances : ndarray or Tensor of shape (n_queries, n_neighbors)
+        Pseudo-metric values f(q, k), ascending (squared Euclidean distances for
+        ``"sqeuclidean"``, ``-q.k`` for ``"dot"``); ``inf`` where fewer keys are unmasked.
+    indices : ndarray or Tensor of int64, shape (n_queries, n_neighbors)
+        Key indices; ``-1`` for padding.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skattention import kneighbors
+    >>> keys = np.array([[0.0], [1.0], [3.0]])
+    >>> kneighbors(np.array([[0.9]]), keys, 2, dtype="float64")
+    (array([[0.01, 0.81]]), array([[1, 0]]))
+    """
+    as_numpy = not isinstance(queries, torch.Tensor)
+    P = _Problem(
+        queries, keys, None, metric=metric, n_neighbors=n_neighbors, radius=radius,
+        log_prior=log_prior, exclude_self=exclude_self, device=device, dtype=dtype,
+        working_memory=working_memory,
+    )
+    if P.n_neighbors is None:
+        raise ValueError("n_neighbors must be a positive integer.")
+    ctx = _context(1.0, P.prior_vec, P.prior_fn, P.radius, P.self_index, inplace=True)
+    dists, indices = [], []
+    with torch.no_grad():
+        for qs, qe, q, q_index, top in _topk_blocks(P.scorer, P.Q, P.n_neighbors, ctx, P.budget, 0, "kneighbors"):
+            valid = top.r > _NEG_INF
+            f = P.scorer.query_offset(q)[:, None] - top.r
+            if P.scorer.is_distance:
+                f = f.clamp(min=0)
+            dists.append(torch.where(valid, f, math.inf))
+            indices.append(torch.where(valid, top.i, -1))
+    like = P.Q
+    dist = _cat_or_empty(dists, (0, P.n_neighbors), like)
+    idx = _cat_or_empty(indices, (0, P.n_neighbors), like, torch.long)
+    if as_numpy:
+        return dist.cpu().numpy(), idx.cpu().numpy()
+    return dist, idx
+
+
+class _Problem:
+    """Validated, device-placed inputs shared by :func:`attention` and :func:`kneighbors`."""
+
+    def __init__(self, queries, keys, values, *, metric, n_neighbors, radius, log_prior,
+                 exclude_self, device, dtype, working_memory):
+        self.device = dev = resolve_device(device)
+        self.dtype = dt = resolve_dtype(dtype, queries, keys, values)
+        self.Q = Q = _as_tensor(queries, "queries", dev, dt, ndims=(2,))
+        K = _as_tensor(keys, "keys", dev, dt, ndims=(2,))
+        self.n_q, self.n_k = n_q, n_k = Q.shape[0], K.shape[0]
+        if n_k == 0:
+            raise ValueError("keys is empty: attention needs at least one key.")
+        if not callable(metric) and Q.shape[1] != K.shape[1]:
+            raise ValueError(
+                f"queries have {Q.shape[1]} features but keys have {K.shape[1]}; they must match."
+            )
+        if values is not None:
+            self.V = _as_tensor(values, "values", dev, dt, ndims=(1, 2))
+            if self.V.shape[0] != n_k:
+                raise ValueError(
+                    f"values has {self.V.shape[0]} rows but there are {n_k} keys; they must match."
+                )
+        if not (callable(metric) or (isinstance(metric, str) and metric in METRICS)):
+            raise ValueError(f"metric={metric!r} is not supported; use one of {METRICS} or a callable.")
+        self.n_neighbors = None
+        if n_neighbors is not None:
+            self.n_neighbors = _check_count(n_neighbors, "n_neighbors", n_k, "the number of keys")
+        if radius is not None:
+            if not isinstance(radius, Real) or isinstance(radius, bool) or not radius > 0:
+                raise ValueError(f"radius must be a positive number or None, got {radius!r}.")
+            if metric == "dot":
+                raise ValueError("radius needs a distance metric; metric='dot' has none.")
+            radius = None if math.isinf(radius) else float(radius)
+        self.radius = radius
+        self.prior_vec, self.prior_fn = _check_log_prior(log_prior, n_k, dev, dt)
+        self.self_index = _check_exclude_self(exclude_self, n_q, n_k, dev)
+        self.budget = _budget_bytes(working_memory)
+        self.scorer = Scorer(K, metric)
+
+
 # --------------------------------------------------------------------------- validation
 
 
@@ -247,6 +324,8 @@ def _as_tensor(x, name, device, dtype, ndims):
             raise TypeError(f"{name} could not be converted to an array: {exc}") from exc
         if arr.dtype.kind not in "biuf":
             raise TypeError(f"{name} must be numeric, got an array of dtype {arr.dtype}.")
+        if not arr.flags.writeable:
+            arr = arr.copy()  # torch cannot wrap read-only memory (e.g. memory-mapped inputs)
         t = torch.from_numpy(np.ascontiguousarray(arr))
     if t.is_complex():
         raise TypeError(f"{name} must be real-valued, got dtype {t.dtype}.")
@@ -295,10 +374,10 @@ def _check_log_prior(log_prior, n_keys, device, dtype):
 def _as_tensor_allow_neginf(x, device, dtype):
     if isinstance(x, torch.Tensor):
         return x.to(device=device, dtype=dtype)
-    arr = np.asarray(x)
+    arr = np.array(x, copy=True)
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"log_prior must be numeric, got dtype {arr.dtype}.")
-    return torch.from_numpy(np.ascontiguousarray(arr)).to(device=device, dtype=dtype)
+    return torch.from_numpy(arr).to(device=device, dtype=dtype)
 
 
 def _check_exclude_self(exclude_self, n_q, n_k, device):
@@ -320,6 +399,15 @@ def _check_exclude_self(exclude_self, n_q, n_k, device):
     if n_q and (int(idx.min()) < -1 or int(idx.max()) >= n_k):
         raise ValueError("exclude_self indices must lie in [-1, n_keys).")
     return idx.to(device=device, dtype=torch.long)
+
+
+def _check_count(value, name, limit, limit_name=None):
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}.")
+    if value > limit:
+        what = limit_name or f"the {limit} keys that can get weight"
+        raise ValueError(f"{name}={value} is larger than {what} ({limit}).")
+    return int(value)
 
 
 def _budget_bytes(working_memory):
@@ -590,38 +678,46 @@ def _cat_or_empty(parts, shape, like, dtype=None):
 # --------------------------------------------------------------------------- k-NN path
 
 
-def _knn_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on_empty, budget, inplace, k, n_weights, grad):
-    n_q, n_k, dv = Q.shape[0], scorer.n_keys, V.shape[1]
+def _topk_blocks(scorer, Q, k, ctx, budget, query_bytes, what):
+    """Yield ``(qs, qe, q, q_index, top)`` per query block, ``top`` holding the k best keys.
+
+    Selection runs without autograd; callers recompute what they differentiate.
+    """
+    n_q, n_k = Q.shape[0], scorer.n_keys
     item = Q.element_size()
-    ctx = _context(T, prior_vec, prior_fn, radius, self_index, inplace=True)
-    gather_bytes = k * item * (dv + (scorer.dim if grad else 0) + 6)
-    query_bytes = 3 * k * (item + 8) + gather_bytes + item * 2 * Q.shape[1]
     bq, bk = _plan_blocks(
-        n_q, n_k, pair_bytes=3 * item + 2, query_bytes=query_bytes, budget=budget,
-        device=Q.device, what=f"k-NN attention with n_neighbors={k}",
+        n_q, n_k, pair_bytes=3 * item + 2,
+        query_bytes=query_bytes + 3 * k * (item + 8) + 2 * item * Q.shape[1],
+        budget=budget, device=Q.device, what=what,
     )
-    outs, weights, indices = [], [], []
     for qs in range(0, n_q, bq):
         qe = min(n_q, qs + bq)
         q = scorer.prepare_queries(Q[qs:qe])
-        q_index = torch.arange(qs, qe, device=q.device)[:, None] if prior_fn is not None else None
-        # Selection is not differentiable; weights are recomputed below with the graph.
+        q_index = torch.arange(qs, qe, device=q.device)[:, None] if ctx["prior_fn"] is not None else None
         with torch.no_grad():
             qd = q.detach()
-            if radius is not None:
-                ctx["radius_threshold"] = scorer.query_offset(qd) - radius**2
+            if ctx["radius"] is not None:
+                ctx["radius_threshold"] = scorer.query_offset(qd) - ctx["radius"] ** 2
             top = _TopK(qe - qs, k, qd)
             for ks in range(0, n_k, bk):
                 ke = min(n_k, ks + bk)
                 s, _ = _raw_scores(scorer, qd, qs, qe, ks, ke, ctx, q_index)
                 top.update(s, ks)
+        yield qs, qe, q, q_index, top
+
+
+def _knn_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on_empty, budget, inplace, k, n_weights, grad):
+    dv = V.shape[1]
+    ctx = _context(T, prior_vec, prior_fn, radius, self_index, inplace=True)
+    gather_bytes = k * Q.element_size() * (dv + (scorer.dim if grad else 0) + 6)
+    blocks = _topk_blocks(scorer, Q, k, ctx, budget, gather_bytes, f"k-NN attention with n_neighbors={k}")
+    outs, weights, indices = [], [], []
+    for qs, qe, q, q_index, top in blocks:
         valid = top.r > _NEG_INF
         idx = torch.where(valid, top.i, -1)
         safe_idx = idx.clamp(min=0)
-        if grad:
-            s = scorer.exact(q, idx)
-        else:
-            s = top.r - scorer.query_offset(q)[:, None]
+        # Exact scores: recomputed with the graph when differentiating, else from the selection.
+        s = scorer.exact(q, idx) if grad else top.r - scorer.query_offset(q)[:, None]
         s = torch.where(valid, s, _NEG_INF)
         prior = torch.zeros_like(s) if prior_vec is None else prior_vec[safe_idx]
         if prior_fn is not None:
@@ -643,7 +739,7 @@ def _knn_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on_
         if n_weights is not None:
             weights.append(w[:, :n_weights])
             indices.append(idx[:, :n_weights])
-    out = torch.cat(outs) if outs else V.new_zeros((0, dv))
+    out = _cat_or_empty(outs, (0, dv), V)
     if n_weights is None:
         return (out,)
     return out, _cat_or_empty(weights, (0, n_weights), out), _cat_or_empty(indices, (0, n_weights), out, torch.long)

@@ -1,0 +1,6 @@
+"""Metric-attention estimators: attention from queries to the training set."""
+
+from ._classification import MetricAttentionClassifier
+from ._regression import MetricAttentionRegressor
+
+__all__ = ["MetricAttentionClassifier", "MetricAttentionRegressor"]
