@@ -1,0 +1,244 @@
+"""The engine against a naive dense reference, across paths, priors, limits and block sizes."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import skattention
+from skattention import attention, kneighbors
+
+from .reference import reference_attention
+
+N_KEYS, N_QUERIES, DIM = 300, 70, 5
+
+
+@pytest.fixture(scope="module")
+def data():
+    g = torch.Generator().manual_seed(0)
+    K = torch.randn(N_KEYS, DIM, generator=g, dtype=torch.float64)
+    Q = torch.randn(N_QUERIES, DIM, generator=g, dtype=torch.float64)
+    V = torch.randn(N_KEYS, 3, generator=g, dtype=torch.float64)
+    prior = torch.randn(N_KEYS, generator=g, dtype=torch.float64)
+    prior[::7] = -math.inf
+    return Q, K, V, prior
+
+
+@pytest.mark.parametrize("backend", ["stream", "auto"])
+@pytest.mark.parametrize("metric", ["sqeuclidean", "dot"])
+@pytest.mark.parametrize("temperature", [0.5, 3.0, 0.0, math.inf])
+@pytest.mark.parametrize("n_neighbors", [None, 1, 7])
+@pytest.mark.parametrize("radius", [None, 2.5])
+@pytest.mark.parametrize("with_prior", [False, True])
+@pytest.mark.parametrize("working_memory", [None, 0.01])
+def test_matches_reference(data, backend, metric, temperature, n_neighbors, radius, with_prior, working_memory):
+    if metric == "dot" and radius is not None:
+        pytest.skip("radius needs a distance metric")
+    Q, K, V, prior = data
+    prior = prior if with_prior else None
+    expected, _ = reference_attention(Q, K, V, metric, temperature, n_neighbors, radius, prior)
+    out = attention(
+        Q, K, V, metric=metric, temperature=temperature, n_neighbors=n_neighbors, radius=radius,
+        log_prior=prior, working_memory=working_memory, backend=backend, on_empty="zero",
+    )
+    torch.testing.assert_close(out, expected, rtol=1e-9, atol=1e-9)
+
+
+def test_small_budget_uses_many_blocks_and_same_result(data):
+    Q, K, V, _ = data
+    # 0.01 MiB forces key blocks far smaller than N_KEYS and many query blocks.
+    from skattention._engine._attention import _plan_blocks
+
+    bq, bk = _plan_blocks(N_QUERIES, N_KEYS, pair_bytes=26, query_bytes=200, budget=int(0.01 * 2**20), device=torch.device("cpu"), what="x")
+    assert bq * bk * 26 + bq * 200 <= 0.01 * 2**20
+    a = attention(Q, K, V, temperature=1.0, working_memory=0.01, backend="stream")
+    b = attention(Q, K, V, temperature=1.0, backend="stream")
+    torch.testing.assert_close(a, b)
+
+
+def test_sdpa_path_equals_streaming_path(data):
+    Q, K, V, prior = data
+    for dtype, tol in [(torch.float32, 2e-6), (torch.float64, 1e-12)]:
+        for metric in ["sqeuclidean", "dot"]:
+            fused = attention(Q, K, V, metric=metric, temperature=2.0, log_prior=prior, backend="sdpa", dtype=dtype)
+            plain = attention(Q, K, V, metric=metric, temperature=2.0, log_prior=prior, backend="stream", dtype=dtype)
+            torch.testing.assert_close(fused, plain, rtol=tol, atol=tol)
+
+
+def test_sdpa_backend_refuses_what_it_cannot_do(data):
+    Q, K, V, _ = data
+    with pytest.raises(ValueError, match="backend='sdpa'"):
+        attention(Q, K, V, n_neighbors=3, backend="sdpa")
+
+
+def test_top_weights_dense_and_knn(data):
+    Q, K, V, prior = data
+    _, W = reference_attention(Q, K, V, T=2.0, log_prior=prior)
+    out, w, idx = attention(Q, K, V, temperature=2.0, log_prior=prior, return_weights=True, n_weights=5, working_memory=0.01)
+    top_w, top_i = W.topk(5, 1)
+    torch.testing.assert_close(w, top_w)
+    assert torch.equal(idx, top_i)
+
+    _, W = reference_attention(Q, K, V, T=2.0, k=6)
+    out, w, idx = attention(Q, K, V, temperature=2.0, n_neighbors=6, return_weights=True)
+    assert w.shape == idx.shape == (N_QUERIES, 6)
+    torch.testing.assert_close(w, W.gather(1, idx))
+    torch.testing.assert_close(w.sum(1), torch.ones(N_QUERIES, dtype=torch.float64))
+    # nearest first
+    d = torch.cdist(Q, K).gather(1, idx)
+    assert torch.all(d[:, 1:] >= d[:, :-1])
+
+
+@pytest.mark.parametrize("temperature", [0.0, math.inf])
+def test_top_weights_in_the_limits(data, temperature):
+    Q, K, V, _ = data
+    _, W = reference_attention(Q, K, V, T=temperature)
+    _, w, idx = attention(Q, K, V, temperature=temperature, return_weights=True, n_weights=4, working_memory=0.01)
+    torch.testing.assert_close(w, W.gather(1, idx))
+    if temperature == 0.0:
+        assert torch.equal(idx[:, 0], torch.cdist(Q, K).argmin(1))
+
+
+def test_exclude_self_bool_and_array(data):
+    _, K, V, _ = data
+    expected, _ = reference_attention(K, K, V, T=1.0, exclude=torch.arange(N_KEYS))
+    out = attention(K, K, V, temperature=1.0, exclude_self=True, working_memory=0.01)
+    torch.testing.assert_close(out, expected)
+    expected, _ = reference_attention(K, K, V, T=0.0, k=3, exclude=torch.arange(N_KEYS))
+    out = attention(K, K, V, temperature=0.0, n_neighbors=3, exclude_self=True, working_memory=0.01)
+    torch.testing.assert_close(out, expected)
+    # an index array: query i excludes key exclude[i]; -1 excludes nothing
+    Q = K[:10]
+    exclude = torch.tensor([0, 1, 2, 3, 4, -1, -1, -1, -1, -1])
+    expected, _ = reference_attention(Q, K, V, T=0.0, exclude=exclude)
+    out = attention(Q, K, V, temperature=0.0, exclude_self=exclude)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(out[5:], V[5:10])  # not excluded: each point is its own nearest key
+
+
+def test_callable_metric_phi(data):
+    Q, K, V, _ = data
+    W0 = torch.randn(DIM, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+    def phi(x):
+        return torch.tanh(x @ W0)
+
+    expected, _ = reference_attention(Q, K, V, phi, T=0.3)
+    torch.testing.assert_close(attention(Q, K, V, metric=phi, temperature=0.3), expected)
+    expected, _ = reference_attention(Q, K, V, phi, T=0.3, k=4)
+    torch.testing.assert_close(attention(Q, K, V, metric=phi, temperature=0.3, n_neighbors=4), expected)
+
+
+def test_callable_log_prior_relative_position_bias():
+    # T5-style relative position bias b(j - i) as a callable prior, evaluated block by block.
+    n = 40
+    X = torch.randn(n, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    V = torch.randn(n, 2, dtype=torch.float64)
+
+    def bias(qi, ki):
+        rel = (ki - qi).to(torch.float64)
+        return torch.where(rel > 0, -math.inf, -0.1 * rel.abs())  # causal mask + decay
+
+    full = bias(torch.arange(n)[:, None], torch.arange(n)[None, :])
+    s = -torch.cdist(X, X) ** 2
+    expected = torch.softmax(s / 2.0 + full, 1) @ V
+    out = attention(X, X, V, temperature=2.0, log_prior=bias, working_memory=0.005)
+    torch.testing.assert_close(out, expected)
+
+
+def test_gradients_match_reference(data):
+    Q, K, V, prior = data
+    for kwargs in [dict(n_neighbors=5), dict(log_prior=prior, working_memory=0.01), dict(log_prior=prior)]:
+        q1 = Q.clone().requires_grad_()
+        attention(q1, K, V, temperature=2.0, **kwargs).sum().backward()
+        q2 = Q.clone().requires_grad_()
+        ref_kwargs = dict(k=kwargs.get("n_neighbors"), log_prior=kwargs.get("log_prior"))
+        reference_attention(q2, K, V, T=2.0, **ref_kwargs)[0].sum().backward()
+        torch.testing.assert_close(q1.grad, q2.grad)
+
+
+def test_learned_temperature_gets_a_gradient(data):
+    Q, K, V, _ = data
+    T = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    attention(Q, K, V, temperature=T).sum().backward()
+    T2 = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    reference_attention(Q, K, V, T=T2)[0].sum().backward()
+    torch.testing.assert_close(T.grad, T2.grad)
+
+
+def test_gradcheck_tiny_case():
+    g = torch.Generator().manual_seed(3)
+    Q = torch.randn(4, 2, dtype=torch.float64, generator=g, requires_grad=True)
+    K = torch.randn(6, 2, dtype=torch.float64, generator=g, requires_grad=True)
+    V = torch.randn(6, 2, dtype=torch.float64, generator=g, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, temperature=1.5, backend="stream"), (Q, K, V))
+    assert torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, temperature=1.5, n_neighbors=3), (Q, K, V))
+
+
+def test_numpy_in_numpy_out_and_1d_values():
+    rng = np.random.default_rng(0)
+    K = rng.normal(size=(50, 3))
+    out = attention(K[:5], K, np.arange(50.0), temperature=0)
+    assert isinstance(out, np.ndarray) and out.shape == (5,) and out.dtype == np.float32
+    np.testing.assert_array_equal(out, np.arange(5.0))
+    out64 = attention(K[:5], K, np.arange(50.0), temperature=0, dtype="float64")
+    assert out64.dtype == np.float64
+
+
+def test_kneighbors_matches_sorted_distances():
+    rng = np.random.default_rng(0)
+    K = rng.normal(size=(500, 4))
+    Q = rng.normal(size=(30, 4))
+    d, i = kneighbors(Q, K, 6, dtype="float64", working_memory=0.01)
+    full = ((Q[:, None] - K[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(i, np.argsort(full, 1)[:, :6])
+    np.testing.assert_allclose(d, np.sort(full, 1)[:, :6], rtol=1e-10, atol=1e-10)
+    d, i = kneighbors(K, K, 2, exclude_self=True, dtype="float64")
+    assert not np.any(i[:, 0] == np.arange(500))
+
+
+@pytest.mark.parametrize("scale", [1e-15, 1e15])
+@pytest.mark.parametrize("temperature", [1e-3, 1.0, 1e3])
+def test_stable_when_distances_are_tiny_or_huge(scale, temperature):
+    rng = np.random.default_rng(0)
+    K = rng.normal(size=(200, 3)) * scale
+    V = rng.normal(size=(200, 2))
+    out = attention(K[:20] * 1.0001, K, V, temperature=temperature)
+    assert np.all(np.isfinite(out))
+    if scale == 1e15:  # scores are hugely separated: exactly the nearest key's value
+        np.testing.assert_allclose(out, V[:20], rtol=1e-5)
+    else:  # scores are all ~0 at float32 precision: uniform weights
+        np.testing.assert_allclose(out, np.broadcast_to(V.mean(0), out.shape), rtol=1e-4, atol=1e-5)
+
+
+def test_fully_masked_rows_raise_or_fall_back():
+    K = np.array([[0.0], [1.0]])
+    Q = np.array([[0.5], [10.0]])
+    V = np.array([1.0, 3.0])
+    with pytest.raises(ValueError, match=r"no unmasked key within radius=1.0 \(first: \[1\]\)"):
+        attention(Q, K, V, radius=1.0)
+    out, w, idx = attention(Q, K, V, radius=1.0, temperature=np.inf, on_empty="zero", return_weights=True)
+    np.testing.assert_allclose(out, [2.0, 0.0])
+    np.testing.assert_array_equal(w[1], [0.0, 0.0])
+    np.testing.assert_array_equal(idx[1], [-1, -1])
+    with pytest.raises(ValueError, match="no unmasked key"):
+        attention(Q, K, V, log_prior=[-np.inf, -np.inf])
+    with pytest.raises(ValueError, match="no unmasked key"):
+        attention(Q, K, V, n_neighbors=1, log_prior=[-np.inf, -np.inf])
+
+
+def test_working_memory_config_is_honoured_and_too_small_budget_is_clear():
+    K = np.random.default_rng(0).normal(size=(100, 2))
+    with skattention.config_context(working_memory=1e-5):
+        with pytest.raises(MemoryError, match="working_memory"):
+            attention(K, K, K, n_neighbors=50)
+    with pytest.raises(MemoryError, match="n_neighbors"):
+        attention(K, K, K, n_neighbors=50, working_memory=1e-5)
+
+
+def test_empty_queries_give_empty_output():
+    K = np.ones((3, 2))
+    assert attention(np.zeros((0, 2)), K, np.ones((3, 4))).shape == (0, 4)
+    out, w, idx = attention(np.zeros((0, 2)), K, np.ones(3), n_neighbors=2, return_weights=True)
+    assert out.shape == (0,) and w.shape == idx.shape == (0, 2)

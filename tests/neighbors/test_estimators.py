@@ -1,0 +1,200 @@
+"""Interfaces of the metric-attention estimators: labels, pandas, pickling, search, pipelines."""
+
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.datasets import load_digits, load_iris
+from sklearn.exceptions import NotFittedError
+from sklearn.model_selection import GridSearchCV, cross_val_score
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
+
+from skattention import MetricAttentionClassifier, MetricAttentionRegressor
+
+ESTIMATORS = [MetricAttentionClassifier, MetricAttentionRegressor]
+
+
+@pytest.fixture(scope="module")
+def iris():
+    return load_iris(return_X_y=True)
+
+
+def test_string_labels_and_classes(iris):
+    X, y = iris
+    names = np.array(["setosa", "versicolor", "virginica"])[y]
+    clf = MetricAttentionClassifier(n_neighbors=5, temperature=np.inf).fit(X, names)
+    assert list(clf.classes_) == ["setosa", "versicolor", "virginica"]
+    pred = clf.predict(X)
+    assert pred.dtype.kind == "U" and set(pred) <= set(clf.classes_)
+    assert clf.score(X, names) > 0.9
+    proba = clf.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(1), 1.0)
+
+
+def test_pandas_feature_names(iris):
+    pd = pytest.importorskip("pandas")
+    X, y = iris
+    df = pd.DataFrame(X, columns=["sl", "sw", "pl", "pw"])
+    clf = MetricAttentionClassifier().fit(df, y)
+    np.testing.assert_array_equal(clf.feature_names_in_, ["sl", "sw", "pl", "pw"])
+    assert clf.n_features_in_ == 4
+    with pytest.warns(UserWarning, match="feature names"):
+        clf.predict(X)
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_pickle_and_clone_roundtrip(iris, cls):
+    X, y = iris
+    est = cls(n_neighbors=7).fit(X, y)
+    loaded = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
+    cloned = clone(est)
+    assert cloned.get_params() == est.get_params()
+    assert not hasattr(cloned, "temperature_")
+
+
+def test_pickle_loads_in_a_fresh_process(tmp_path, iris):
+    X, y = iris
+    est = MetricAttentionClassifier().fit(X, y)
+    path = tmp_path / "model.pkl"
+    path.write_bytes(pickle.dumps(est))
+    np.save(tmp_path / "X.npy", X)
+    code = (
+        "import pickle, numpy as np; "
+        f"m = pickle.loads(open({str(path)!r}, 'rb').read()); "
+        f"print(m.predict(np.load({str(tmp_path / 'X.npy')!r}))[:5].tolist())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(est.predict(X)[:5].tolist())
+
+
+def test_fitted_model_holds_no_tensors(iris):
+    # What is pickled is NumPy only, so a model fitted with device="cuda" loads on a CPU machine.
+    X, y = iris
+    est = MetricAttentionClassifier().fit(X, y)
+    assert not any(isinstance(v, torch.Tensor) for v in vars(est).values())
+
+
+def test_grid_search_next_to_knn():
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:600], y[:600]
+    pipe = Pipeline([("scale", StandardScaler()), ("model", MetricAttentionClassifier())])
+    grid = GridSearchCV(
+        pipe,
+        [
+            {"model": [MetricAttentionClassifier()], "model__n_neighbors": [None, 10],
+             "model__temperature": ["auto", np.inf]},
+            {"model": [KNeighborsClassifier()], "model__n_neighbors": [1, 5]},
+        ],
+        cv=3,
+    )
+    grid.fit(X, y)
+    results = {
+        (type(p["model"]).__name__, p["model__n_neighbors"], p.get("model__temperature")): s
+        for p, s in zip(grid.cv_results_["params"], grid.cv_results_["mean_test_score"])
+    }
+    assert len(results) == 6 and all(np.isfinite(list(results.values())))
+    assert grid.best_score_ > 0.85
+    # the k-NN configuration of attention scores exactly like KNeighborsClassifier(5)
+    att_knn = cross_val_score(
+        Pipeline([("scale", StandardScaler()), ("model", MetricAttentionClassifier(n_neighbors=5, temperature=np.inf))]),
+        X, y, cv=3,
+    )
+    assert att_knn.mean() == pytest.approx(results[("KNeighborsClassifier", 5, None)])
+
+
+def test_dtype_follows_the_data_unless_set(iris):
+    X, y = iris
+    X32 = X.astype(np.float32)
+    est = MetricAttentionRegressor(temperature=1.0).fit(X32, y)
+    assert est._compute_dtype() == torch.float32
+    est64 = MetricAttentionRegressor(temperature=1.0).fit(X, y)
+    assert est64._compute_dtype() == torch.float64
+    np.testing.assert_allclose(est.predict(X), est64.predict(X), rtol=1e-4)
+    assert MetricAttentionRegressor(dtype="float32").fit(X, y)._compute_dtype() == torch.float32
+
+
+def test_auto_temperature_is_chosen_by_leave_one_out(iris):
+    X, y = iris
+    clf = MetricAttentionClassifier().fit(X, y)
+    assert 0 < clf.temperature_ < np.inf
+    # it is the grid value with the best leave-one-out log-loss: check against two neighbours
+    def loo_logloss(T):
+        from skattention import attention
+
+        proba = attention(X, X, np.eye(3)[y], temperature=T, exclude_self=True, dtype="float64")
+        return -np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-12, None)))
+    best = loo_logloss(clf.temperature_)
+    assert best <= loo_logloss(clf.temperature_ * 2) and best <= loo_logloss(clf.temperature_ / 2)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_bad_input_errors(cls, iris):
+    X, y = iris
+    est = cls()
+    with pytest.raises(NotFittedError):
+        est.predict(X)
+    with pytest.raises(ValueError, match="NaN"):
+        cls().fit(np.where(X > 7, np.nan, X), y)
+    with pytest.raises(ValueError, match="infinity|inf"):
+        cls().fit(np.where(X > 7, np.inf, X), y)
+    with pytest.raises(ValueError, match="Expected 2D array"):
+        cls().fit(X[:, 0], y)
+    with pytest.raises(ValueError, match="0 sample"):
+        cls().fit(X[:0], y[:0])
+    est.fit(X, y)
+    with pytest.raises(ValueError, match="3 features, but .* is expecting 4 features"):
+        est.predict(X[:, :3])
+    with pytest.raises(ValueError, match="NaN"):
+        est.predict(np.where(X > 7, np.nan, X))
+    with pytest.raises(ValueError, match="Expected 2D array"):
+        est.predict(X[0])
+    with pytest.raises(ValueError, match="temperature"):
+        cls(temperature=-1.0).fit(X, y)
+    with pytest.raises(ValueError, match="temperature"):
+        cls(temperature=float("nan")).fit(X, y)
+    with pytest.raises(ValueError, match="n_neighbors=500 is larger than the number of training samples"):
+        cls(n_neighbors=500).fit(X, y)
+    with pytest.raises(ValueError, match="n_neighbors"):
+        cls(n_neighbors=0).fit(X, y)
+    with pytest.raises(ValueError, match="at least one non-zero"):
+        cls().fit(X, y, sample_weight=np.zeros(len(y)))
+    with pytest.raises(ValueError, match="(?i)negative"):
+        cls().fit(X, y, sample_weight=-np.ones(len(y)))
+
+
+def test_single_class_is_a_clear_error(iris):
+    X, _ = iris
+    with pytest.raises(ValueError, match="at least 2 classes.*only one class"):
+        MetricAttentionClassifier().fit(X, np.zeros(len(X)))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on machines without CUDA")
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_cuda_without_gpu_is_a_clear_error(cls, iris):
+    X, y = iris
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        cls(device="cuda").fit(X, y)
+    est = cls().fit(X, y).set_params(device="cuda")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        est.predict(X)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_cuda_matches_cpu(cls, iris):
+    X, y = iris
+    cpu = cls(n_neighbors=5, temperature=1.0, device="cpu").fit(X, y)
+    gpu = cls(n_neighbors=5, temperature=1.0, device="cuda").fit(X, y)
+    np.testing.assert_allclose(gpu.predict(X), cpu.predict(X), rtol=1e-6)
+    loaded = pickle.loads(pickle.dumps(gpu)).set_params(device="cpu")
+    np.testing.assert_allclose(loaded.predict(X), cpu.predict(X), rtol=1e-6)
