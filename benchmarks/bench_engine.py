@@ -58,7 +58,8 @@ class _SklearnNadarayaWatson:
 
     def predict(self, X):
         from sklearn.metrics.pairwise import rbf_kernel
-        from sklearn.utils import gen_batches, get_chunk_n_rows
+        from sklearn.utils import gen_batches
+        from sklearn.utils._chunking import get_chunk_n_rows
 
         out = np.empty(len(X))
         rows = get_chunk_n_rows(row_bytes=8 * len(self.X_))  # sklearn's working_memory (1 GiB)

@@ -790,7 +790,7 @@ def _sdpa_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on
                 o = F.scaled_dot_product_attention(
                     q[None, None], k_aug[None, None], v_pad[None, None], scale=1.0 / T
                 )
-            outs.append(o[0, 0, :, :dv])
+            outs.append(o[0, 0, :, :dv].contiguous())  # drop the padded columns now
     except RuntimeError:
         if strict:
             raise
