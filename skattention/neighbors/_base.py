@@ -160,8 +160,8 @@ class _BaseMetricAttention(BaseEstimator):
         X : array-like of shape (n_queries, n_features), default=None
             Query points. ``None`` uses the training points, each excluded from its own row.
         n_weights : int, default=None
-            Number of weights per row; by default ``n_neighbors`` when set, else every
-            training point.
+            Number of weights per row; by default ``n_neighbors`` when set, else
+            ``min(10, n_samples_fit_)``.
 
         Returns
         -------
@@ -177,6 +177,8 @@ class _BaseMetricAttention(BaseEstimator):
         else:
             X, exclude_self = self._validate_queries(X), False
         kwargs = self._engine_kwargs()
+        if n_weights is None:
+            n_weights = self.n_neighbors if self.n_neighbors is not None else min(10, self.n_samples_fit_)
         if exclude_self and self.n_neighbors is not None and self.n_neighbors >= self.n_samples_fit_:
             raise ValueError(
                 f"n_neighbors={self.n_neighbors} leaves no room to exclude each training point "

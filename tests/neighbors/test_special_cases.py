@@ -139,3 +139,18 @@ def test_class_weight_balanced_is_the_inverse_frequency_prior():
     # dividing the prior by the class counts raises the minority class's probability
     plain = MetricAttentionClassifier(temperature=T).fit(X, y)
     assert bal.predict_proba(X)[:, 2].mean() > plain.predict_proba(X)[:, 2].mean()
+
+
+def test_attention_weights_dense_default_and_explicit(classification):
+    X, y, Xq = classification
+    att = MetricAttentionClassifier(temperature=1.0).fit(X, y)
+    w, idx = att.attention_weights(Xq[:5])
+    assert w.shape == idx.shape == (5, 10)
+    assert np.all(np.diff(w, axis=1) <= 0)  # largest first
+    w_all, idx_all = att.attention_weights(Xq[:5], n_weights=len(X))
+    np.testing.assert_allclose(w_all.sum(1), 1.0)
+    # the weights reproduce predict_proba
+    proba = np.zeros((5, 3))
+    for c in range(3):
+        proba[:, c] = (w_all * (y[idx_all] == c)).sum(1)
+    np.testing.assert_allclose(proba, att.predict_proba(Xq[:5]), atol=1e-12)
