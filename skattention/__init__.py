@@ -6,13 +6,14 @@ neighbours and Nadaraya-Watson regression are its exact special cases.
 
 from ._config import config_context, get_config, set_config
 from ._engine import attention, kneighbors, resolve_device
-from .neighbors import MetricAttentionClassifier, MetricAttentionRegressor
+from .neighbors import MetricAttentionClassifier, MetricAttentionRegressor, MetricAttentionTransformer
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "MetricAttentionClassifier",
     "MetricAttentionRegressor",
+    "MetricAttentionTransformer",
     "attention",
     "kneighbors",
     "resolve_device",

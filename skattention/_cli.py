@@ -91,10 +91,11 @@ def _models(task, device):
         knn, att = KNeighborsRegressor, MetricAttentionRegressor
     return [
         (f"{knn.__name__}(k=5)", knn(n_neighbors=5)),
-        ("attention k-NN (k=5, T=inf)", att(n_neighbors=5, temperature=np.inf, device=device)),
-        ("attention 1-NN (T=0)", att(temperature=0.0, device=device)),
-        ("attention kernel (T=auto)", att(device=device)),
-        ("attention k-NN prior (k=20, T=auto)", att(n_neighbors=20, device=device)),
+        ("attention euclidean k-NN (k=5, T=inf)", att("euclidean", n_neighbors=5, temperature=np.inf, device=device)),
+        ("attention euclidean kernel (T=auto)", att("euclidean", device=device)),
+        ("attention learned linear (L2)", att("linear", random_state=0, device=device)),
+        ("attention learned dot (self-attention)", att("dot", random_state=0, device=device)),
+        ("attention learned mlp (default)", att(random_state=0, device=device)),
     ]
 
 
@@ -141,11 +142,11 @@ def _cross_validate(X, y, task, args):
 def _print_table(dataset, task, n_folds, results):
     metric = results[0]["metric"]
     print(f"dataset: {dataset}; task: {task}; {n_folds}-fold cross-validation, features standardised unless --no-scale")
-    header = f"{'model':<38} {metric + ' mean':>13} {'std':>7} {'fit s':>8} {'predict s':>10}"
+    header = f"{'model':<42} {metric + ' mean':>13} {'std':>7} {'fit s':>8} {'predict s':>10}"
     print(header)
     print("-" * len(header))
     for r in results:
-        print(f"{r['model']:<38} {r['mean']:>13.4f} {r['std']:>7.4f} {r['fit_time_s']:>8.3f} {r['predict_time_s']:>10.3f}")
+        print(f"{r['model']:<42} {r['mean']:>13.4f} {r['std']:>7.4f} {r['fit_time_s']:>8.3f} {r['predict_time_s']:>10.3f}")
 
 
 # --------------------------------------------------------------------------- CSV input

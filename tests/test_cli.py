@@ -15,7 +15,7 @@ def test_compare_on_digits_prints_the_table(capsys):
     out = capsys.readouterr().out
     assert "digits" in out and "KNeighborsClassifier(k=5)" in out
     rows = [line for line in out.splitlines() if line.startswith("attention") or line.startswith("KNeigh")]
-    assert len(rows) == 5
+    assert len(rows) == 6
     # the exact k-NN special case scores exactly like KNeighborsClassifier
     knn, att_knn = rows[0].split()[-4], rows[1].split()[-4]
     assert knn == att_knn

@@ -628,8 +628,7 @@ def _stream_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, 
                     z = aux = torch.where(s > _NEG_INF, prior.expand_as(s), _NEG_INF)
                     rank = s
                 else:
-                    z = s * (1.0 / T) if not isinstance(T, torch.Tensor) else s / T
-                    z = z + prior
+                    z = _scaled(s, T) + prior
                     rank, aux = z, None
             else:
                 z = scorer.block(q, ks, ke, scale=1.0 / T, log_prior=prior_vec)
@@ -657,6 +656,15 @@ def _stream_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, 
     if n_weights is None:
         return (out,)
     return out, _cat_or_empty(weights, (0, n_weights), out), _cat_or_empty(indices, (0, n_weights), out, torch.long)
+
+
+def _scaled(s, T):
+    """s / T. With a learned temperature, masked (-inf) scores are kept out of the product:
+    d(s/T)/dT is infinite there and 0 * inf would poison the gradient with NaN."""
+    if not isinstance(T, torch.Tensor):
+        return s * (1.0 / T)
+    masked = torch.isneginf(s)
+    return torch.where(masked, 0.0, s).div(T).masked_fill(masked, _NEG_INF)
 
 
 def _block_prior(prior_vec, bias, ks, ke, s):
@@ -728,7 +736,7 @@ def _knn_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on_
         elif T == math.inf:
             z = torch.where(valid, prior, _NEG_INF)
         else:
-            z = torch.where(valid, s / T + prior, _NEG_INF)
+            z = torch.where(valid, _scaled(s, T) + prior, _NEG_INF)
         m = z.amax(1, keepdim=True)
         p = torch.exp(z - torch.where(torch.isfinite(m), m, 0.0))
         l = p.sum(1)

@@ -2,5 +2,6 @@
 
 from ._classification import MetricAttentionClassifier
 from ._regression import MetricAttentionRegressor
+from ._transformer import MetricAttentionTransformer
 
-__all__ = ["MetricAttentionClassifier", "MetricAttentionRegressor"]
+__all__ = ["MetricAttentionClassifier", "MetricAttentionRegressor", "MetricAttentionTransformer"]

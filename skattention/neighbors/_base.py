@@ -1,47 +1,84 @@
 """Shared machinery of the metric-attention estimators (thin scikit-learn shells over the engine)."""
 
+import copy
+import math
+import sys
 from numbers import Integral, Real
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator
+from sklearn.model_selection import train_test_split
+from sklearn.utils import check_random_state, gen_batches
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from .._engine import attention, kneighbors, resolve_device
+from .._engine._maps import build_map
+from .._engine._training import train_metric
 
-# temperature="auto": leave-one-out choice on a geometric grid around the nearest-neighbour scale
-# (the weighted median squared distance from a training point to its nearest distinct one).
+# temperature="auto" with the fixed metric: leave-one-out choice on a geometric grid around the
+# nearest-neighbour scale (weighted median squared distance from a point to its nearest distinct one).
 _AUTO_TEMPERATURE_GRID = 2.0 ** np.arange(-3, 5)
 _AUTO_TEMPERATURE_MAX_QUERIES = 2000
 _AUTO_TEMPERATURE_CANDIDATES = 8
 
-_METRIC_TO_ENGINE = {"euclidean": "sqeuclidean"}
+# engine metric of each `metric` option (learned maps map inputs first)
+_ENGINE_METRIC = {"euclidean": "sqeuclidean", "linear": "sqeuclidean", "mlp": "sqeuclidean", "dot": "dot"}
+_LEARNED = ("linear", "mlp", "dot")
 _TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+# n_components=None: keep the inputs' dimension up to this many components (PCA beyond it)
+_DEFAULT_MAX_COMPONENTS = 128
+# sample_rate="auto": candidates per minibatch
+_AUTO_CANDIDATES = 2048
+_EMBED_CHUNK = 65536
 
 
 class _BaseMetricAttention(BaseEstimator):
-    """Fit storage, temperature and engine calls shared by the metric-attention estimators.
+    """Training, storage and engine calls shared by the metric-attention estimators.
 
-    Subclasses set ``self._fit_values`` (the values propagated to queries) in ``fit`` after
-    calling :meth:`_fit_keys`.
+    The fixed metric ("euclidean") stores the training set as keys. Learned metrics standardise
+    the inputs, train a map by leave-one-out soft-neighbour likelihood, and store the training set
+    mapped into the learned space as keys. Prediction is attention of the (mapped) queries over
+    those keys, propagating ``self._fit_values``.
     """
 
     _parameter_constraints: dict = {
-        "metric": [StrOptions(set(_METRIC_TO_ENGINE))],
+        "metric": [StrOptions(set(_ENGINE_METRIC))],
         "temperature": [Interval(Real, 0, None, closed="both"), StrOptions({"auto"})],
         "n_neighbors": [Interval(Integral, 1, None, closed="left"), None],
         "radius": [Interval(Real, 0, None, closed="neither"), None],
+        "n_components": [Interval(Integral, 1, None, closed="left"), None],
+        "hidden_size": [Interval(Integral, 1, None, closed="left")],
+        "n_blocks": [Interval(Integral, 0, None, closed="left")],
+        "activation": [StrOptions({"relu", "tanh", "gelu"})],
+        "dropout": [Interval(Real, 0, 1, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "sample_rate": [Interval(Real, 0, 1, closed="right"), StrOptions({"auto"})],
+        "early_stopping": ["boolean"],
+        "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "warm_start": ["boolean"],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
         "device": [str, torch.device],
         "dtype": [StrOptions(set(_TORCH_DTYPES)), None],
     }
 
-    # ------------------------------------------------------------------ fit helpers
+    # ------------------------------------------------------------------ fit
 
-    def _fit_keys(self, X, values, sample_weight, key_weight=None):
-        """Validate and store the training set: keys ``X``, ``values``, log-prior and temperature.
+    def _fit_attention(self, X, values, sample_weight, key_weight=None, loss="log_loss", stratify=None,
+                       train_values=None):
+        """Validate weights, then store keys, values, log-prior and temperature (training if learned).
 
-        ``key_weight`` multiplies ``sample_weight`` (class weights). Zero weight masks a key.
+        ``values`` are what attention propagates (one-hot labels or targets); ``train_values``,
+        if given, replace them during training (standardised targets: attention outputs are convex
+        combinations, so propagating affinely transformed values commutes with the transform).
+        ``key_weight`` multiplies ``sample_weight`` (class weights); zero weight removes a key.
         """
         resolve_device(self.device)  # fail early and clearly on an unavailable device
         n_samples = X.shape[0]
@@ -59,10 +96,131 @@ class _BaseMetricAttention(BaseEstimator):
         with np.errstate(divide="ignore"):
             self._log_prior = np.log(prior_weight)
         self.n_samples_fit_ = n_samples
+        if self.metric in _LEARNED:
+            self._fit_learned(X, values if train_values is None else train_values, prior_weight, loss, stratify)
+            return
+        self._fit_Z = X
+        self.map_, self.loss_curve_, self.n_iter_ = None, [], 0
+        self.validation_scores_ = self.validation_loss_curve_ = self.best_validation_score_ = None
         if isinstance(self.temperature, str):
             self.temperature_ = self._auto_temperature(sample_weight)
         else:
             self.temperature_ = float(self.temperature)
+
+    def _fit_learned(self, X, values, weight, loss, stratify):
+        """Train the map and temperature by leave-one-out soft-neighbour likelihood.
+
+        A finite positive ``temperature`` is fixed during training; ``"auto"`` is learned. The
+        limits 0 and inf have no gradient: the metric is then trained with a learned temperature
+        and the limit is used at prediction (1-NN or k-NN in the learned metric).
+        """
+        rng = check_random_state(self.random_state)
+        device = resolve_device(self.device)
+        dtype = _TORCH_DTYPES[self.dtype or "float32"]  # training precision
+        warm = self.warm_start and getattr(self, "map_", None) is not None
+        if warm and self.map_.n_features != X.shape[1]:
+            raise ValueError(
+                f"warm_start: X has {X.shape[1]} features but the map was trained on {self.map_.n_features}."
+            )
+        if not warm:
+            self._x_mean = X.mean(0)
+            scale = X.std(0)
+            self._x_scale = np.where(scale > 0, scale, 1.0)
+        Xs = self._standardise(X)
+        seed = int(rng.randint(np.iinfo(np.int32).max))
+        fork_devices = [device] if device.type == "cuda" else []
+        # A private, seeded torch RNG for initialisation and dropout; the caller's is restored.
+        with torch.random.fork_rng(devices=fork_devices):
+            torch.manual_seed(seed)
+            generator = torch.Generator().manual_seed(seed)
+            if not warm:
+                init = _initial_projection(Xs, self.n_components, rng)
+                self.map_ = build_map(
+                    self.metric, init, hidden_size=self.hidden_size, n_blocks=self.n_blocks,
+                    activation=self.activation, dropout=self.dropout,
+                )
+            metric_map = self.map_.to(device=device, dtype=dtype)
+            Xt = torch.as_tensor(Xs, dtype=dtype, device=device)
+            Vt = torch.as_tensor(values, dtype=dtype, device=device)
+            Wt = torch.as_tensor(weight, dtype=dtype, device=device)
+            log_t = self._initial_log_temperature(metric_map, Xt, weight, warm, dtype, device)
+            train_idx, val_idx = self._validation_split(X.shape[0], stratify, rng)
+            validation = None
+            if val_idx is not None:
+                validation = (Xt[val_idx], Vt[val_idx], Wt[val_idx])
+                Xt, Vt, Wt = Xt[train_idx], Vt[train_idx], Wt[train_idx]
+                if not bool((Wt > 0).any()):
+                    raise ValueError("All training sample weights are zero after the validation split.")
+            n_train = Xt.shape[0]
+            n_candidates = (
+                min(n_train, _AUTO_CANDIDATES) if self.sample_rate == "auto"
+                else max(1, int(math.ceil(self.sample_rate * n_train)))
+            )
+            history, state = train_metric(
+                metric_map, log_t, Xt, Vt, loss, Wt, validation=validation,
+                max_iter=self.max_iter, batch_size=self.batch_size, n_candidates=n_candidates,
+                learning_rate=self.learning_rate, weight_decay=self.weight_decay,
+                n_iter_no_change=self.n_iter_no_change, tol=self.tol, generator=generator,
+                history=getattr(self, "_history", None) if warm else None,
+                optimizer_state=getattr(self, "_optimizer_state", None) if warm else None,
+                callback=self._progress_callback(),
+            )
+        self.map_ = metric_map.to(device="cpu", dtype=torch.float32)
+        self._optimizer_state = _to_cpu(state)
+        self._history = history
+        self.temperature_ = float(torch.exp(log_t.detach()).cpu())
+        if self.temperature in (0, math.inf):
+            self.temperature_ = float(self.temperature)
+        self.loss_curve_ = list(history.loss_curve)
+        self.validation_scores_ = list(history.validation_scores) if validation is not None else None
+        self.validation_loss_curve_ = list(history.validation_losses) if validation is not None else None
+        self.best_validation_score_ = history.best_validation_score if validation is not None else None
+        self.n_iter_ = history.n_iter
+        self._fit_Z = self._embed(X, side="key")
+
+    def _initial_log_temperature(self, metric_map, Xt, weight, warm, dtype, device):
+        if not isinstance(self.temperature, str) and 0 < self.temperature < math.inf:
+            return torch.tensor(math.log(self.temperature), dtype=dtype, device=device)
+        if warm and 0 < self.temperature_ < math.inf:
+            start = self.temperature_
+        elif metric_map.kind == "dot":
+            start = math.sqrt(Xt.shape[1])  # the usual 1/sqrt(d) scaling of dot-product attention
+        else:
+            with torch.no_grad():
+                Z = metric_map.key(Xt[: _AUTO_TEMPERATURE_MAX_QUERIES * 4]).cpu().double().numpy()
+            queries = np.arange(min(Z.shape[0], _AUTO_TEMPERATURE_MAX_QUERIES))
+            with np.errstate(divide="ignore"):
+                log_w = np.log(weight[: Z.shape[0]])
+            start = _neighbor_scale(Z, queries, weight[: Z.shape[0]], log_w, self.device)
+        return torch.tensor(math.log(start), dtype=dtype, device=device, requires_grad=True)
+
+    def _validation_split(self, n, stratify, rng):
+        if not self.early_stopping:
+            return None, None
+        n_val = int(math.ceil(self.validation_fraction * n))
+        if n_val < 1 or n - n_val < 2:
+            return None, None
+        idx = np.arange(n)
+        strat = stratify
+        if strat is not None:
+            counts = np.bincount(strat)
+            if counts[counts > 0].min() < 2 or n_val < np.count_nonzero(counts):
+                strat = None  # too small to stratify
+        train_idx, val_idx = train_test_split(idx, test_size=n_val, random_state=rng, stratify=strat)
+        return torch.as_tensor(np.sort(train_idx)), torch.as_tensor(np.sort(val_idx))
+
+    def _progress_callback(self):
+        if not self.verbose:
+            return None
+        name = type(self).__name__
+
+        def report(epoch, loss, score):
+            extra = "" if score is None else f", validation score {score:.4f}"
+            sys.stderr.write(f"{name} epoch {epoch}/{self.max_iter}: loss {loss:.4f}{extra}\n")
+
+        return report
+
+    # ------------------------------------------------------------------ fixed metric temperature
 
     def _auto_temperature(self, sample_weight):
         """Temperature with the lowest leave-one-out loss on a grid around the neighbour scale.
@@ -73,7 +231,7 @@ class _BaseMetricAttention(BaseEstimator):
         weighted by sample weight. Weights act as counts: leaving a point of weight ``w`` out
         keeps ``max(w - 1, 0)`` of it, so an integer weight is exactly a repeated point.
         """
-        X = self._fit_X
+        Z = self._fit_Z
         with np.errstate(divide="ignore"):
             log_weight = np.log(sample_weight)
         positive = np.flatnonzero(sample_weight > 0)
@@ -81,7 +239,7 @@ class _BaseMetricAttention(BaseEstimator):
             return 1.0
         if positive.size > _AUTO_TEMPERATURE_MAX_QUERIES:
             positive = positive[np.linspace(0, positive.size - 1, _AUTO_TEMPERATURE_MAX_QUERIES).astype(int)]
-        scale = self._neighbor_scale(positive, sample_weight, log_weight)
+        scale = _neighbor_scale(Z, positive, sample_weight, log_weight, self.device, self._compute_dtype())
         w = sample_weight[positive]
         kwargs = self._engine_kwargs(temperature=scale)
         kwargs["log_prior"] = log_weight
@@ -92,46 +250,23 @@ class _BaseMetricAttention(BaseEstimator):
         best, best_loss = float(scale), np.inf
         for temperature in scale * _AUTO_TEMPERATURE_GRID:
             kwargs["temperature"] = float(temperature)
-            pred = attention(X[positive], X, self._fit_values, on_empty="zero", **kwargs)
+            pred = attention(Z[positive], Z, self._fit_values, on_empty="zero", **kwargs)
             loss = self._loo_loss(np.asarray(pred, dtype=np.float64), positive, w)
             if loss < best_loss:
                 best, best_loss = float(temperature), loss
         return best
 
-    def _neighbor_scale(self, queries, sample_weight, log_weight):
-        """Weighted median squared distance from ``queries`` to their nearest distinct key."""
-        X = self._fit_X
-        n_candidates = min(_AUTO_TEMPERATURE_CANDIDATES, int(np.sum(sample_weight > 0)) - 1)
-        _, idx = kneighbors(
-            X[queries], X, n_candidates, log_prior=log_weight, exclude_self=queries,
-            device=self.device, dtype=self._compute_dtype(),
-        )
-        # Exact distances on the candidates (duplicates are exactly 0 and skipped), in chunks
-        # so the gathered candidates stay small.
-        nearest = np.full(queries.size, np.inf)
-        for start in range(0, queries.size, 256):
-            rows = slice(start, start + 256)
-            cand = idx[rows]
-            diff = X[queries[rows]][:, None, :] - X[np.maximum(cand, 0)]
-            d2 = np.einsum("ijk,ijk->ij", diff, diff)
-            d2[(cand < 0) | (d2 <= 0)] = np.inf
-            nearest[rows] = d2.min(1)
-        keep = np.isfinite(nearest)
-        if not np.any(keep):
-            return 1.0
-        median = _weighted_median(nearest[keep], sample_weight[queries][keep])
-        return float(median) if median > 0 else 1.0
-
     # ------------------------------------------------------------------ engine calls
 
     def _compute_dtype(self):
+        """Precision of attention and of the map at prediction: ``dtype``, else the data's."""
         if self.dtype is not None:
             return _TORCH_DTYPES[self.dtype]
         return torch.float32 if self._fit_X.dtype == np.float32 else torch.float64
 
     def _engine_kwargs(self, temperature=None):
         return dict(
-            metric=_METRIC_TO_ENGINE[self.metric],
+            metric=_ENGINE_METRIC[self.metric],
             temperature=self.temperature_ if temperature is None else temperature,
             n_neighbors=self.n_neighbors,
             radius=self.radius,
@@ -140,14 +275,35 @@ class _BaseMetricAttention(BaseEstimator):
             dtype=self._compute_dtype(),
         )
 
+    def _standardise(self, X):
+        return (X - self._x_mean) / self._x_scale
+
+    def _embed(self, X, side="query"):
+        """Inputs mapped into the space where attention scores are computed (NumPy)."""
+        if self.metric not in _LEARNED:
+            return X
+        device = resolve_device(self.device)
+        dtype = self._compute_dtype()
+        metric_map = self.map_
+        if device.type != "cpu" or dtype != torch.float32:
+            metric_map = copy.deepcopy(metric_map).to(device=device, dtype=dtype)
+        metric_map.eval()
+        fn = metric_map.query if side == "query" else metric_map.key
+        out = np.empty((X.shape[0], self.map_.n_components), dtype=np.float32 if dtype == torch.float32 else np.float64)
+        with torch.no_grad():
+            for batch in gen_batches(X.shape[0], _EMBED_CHUNK):
+                xb = torch.as_tensor(self._standardise(X[batch]), dtype=dtype, device=device)
+                out[batch] = fn(xb).cpu().numpy()
+        return out
+
     def _validate_queries(self, X):
         check_is_fitted(self)
         return validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
 
     def _propagate(self, X):
         """Attention of the rows of ``X`` over the training set, applied to the fitted values."""
-        X = self._validate_queries(X)
-        out = attention(X, self._fit_X, self._fit_values, **self._engine_kwargs())
+        Z = self._embed(self._validate_queries(X))
+        out = attention(Z, self._fit_Z, self._fit_values, **self._engine_kwargs())
         return np.asarray(out, dtype=np.float64)
 
     def attention_weights(self, X=None, n_weights=None):
@@ -176,7 +332,6 @@ class _BaseMetricAttention(BaseEstimator):
             X, exclude_self = self._fit_X, True
         else:
             X, exclude_self = self._validate_queries(X), False
-        kwargs = self._engine_kwargs()
         if n_weights is None:
             n_weights = self.n_neighbors if self.n_neighbors is not None else min(10, self.n_samples_fit_)
         if exclude_self and self.n_neighbors is not None and self.n_neighbors >= self.n_samples_fit_:
@@ -185,15 +340,66 @@ class _BaseMetricAttention(BaseEstimator):
                 f"from its own row ({self.n_samples_fit_} samples)."
             )
         _, weights, indices = attention(
-            X, self._fit_X, self._fit_values, exclude_self=exclude_self, return_weights=True,
-            n_weights=n_weights, on_empty="zero", **kwargs,
+            self._embed(X), self._fit_Z, self._fit_values, exclude_self=exclude_self,
+            return_weights=True, n_weights=n_weights, on_empty="zero", **self._engine_kwargs(),
         )
         return np.asarray(weights, dtype=np.float64), indices
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
+        # Learned metrics train with nondeterministic kernels on accelerators; CPU runs are exact.
+        tags.non_deterministic = (
+            self.metric in _LEARNED and str(self.device) != "cpu" and torch.cuda.is_available()
+        )
         return tags
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _initial_projection(Xs, n_components, rng):
+    """(n_components, n_features) starting projection: identity when the dimension is kept, the
+    leading principal axes when it shrinks, identity plus small random rows when it grows."""
+    n_features = Xs.shape[1]
+    if n_components is None:
+        n_components = min(n_features, _DEFAULT_MAX_COMPONENTS)
+    if n_components == n_features:
+        return np.eye(n_features)
+    if n_components < n_features:
+        sub = Xs[rng.permutation(Xs.shape[0])[:5000]]
+        sub = sub - sub.mean(0)
+        _, _, vt = np.linalg.svd(sub, full_matrices=False)
+        basis = vt[:n_components]
+        if basis.shape[0] < n_components:  # fewer samples than components
+            extra = rng.normal(scale=1e-2, size=(n_components - basis.shape[0], n_features))
+            basis = np.vstack([basis, extra])
+        return basis
+    extra = rng.normal(scale=1e-2, size=(n_components - n_features, n_features))
+    return np.vstack([np.eye(n_features), extra])
+
+
+def _neighbor_scale(Z, queries, sample_weight, log_weight, device, dtype=torch.float64):
+    """Weighted median squared distance from ``Z[queries]`` to their nearest distinct key in ``Z``."""
+    n_candidates = min(_AUTO_TEMPERATURE_CANDIDATES, int(np.sum(sample_weight > 0)) - 1)
+    if n_candidates < 1:
+        return 1.0
+    _, idx = kneighbors(Z[queries], Z, n_candidates, log_prior=log_weight, exclude_self=queries, device=device, dtype=dtype)
+    # Exact distances on the candidates (duplicates are exactly 0 and skipped), in chunks so the
+    # gathered candidates stay small.
+    nearest = np.full(queries.size, np.inf)
+    for start in range(0, queries.size, 256):
+        rows = slice(start, start + 256)
+        cand = idx[rows]
+        diff = Z[queries[rows]][:, None, :].astype(np.float64) - Z[np.maximum(cand, 0)]
+        d2 = np.einsum("ijk,ijk->ij", diff, diff)
+        d2[(cand < 0) | (d2 <= 0)] = np.inf
+        nearest[rows] = d2.min(1)
+    keep = np.isfinite(nearest)
+    if not np.any(keep):
+        return 1.0
+    median = _weighted_median(nearest[keep], sample_weight[queries][keep])
+    return float(median) if median > 0 else 1.0
 
 
 def _leave_one_unit_out_prior(log_prior, queries, weights):
@@ -217,3 +423,13 @@ def _weighted_median(values, weights):
     order = np.argsort(values, kind="stable")
     cum = np.cumsum(weights[order])
     return values[order][np.searchsorted(cum, 0.5 * cum[-1])]
+
+
+def _to_cpu(state):
+    if isinstance(state, torch.Tensor):
+        return state.cpu()
+    if isinstance(state, dict):
+        return {k: _to_cpu(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [_to_cpu(v) for v in state]
+    return state

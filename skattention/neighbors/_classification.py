@@ -7,55 +7,45 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
+from . import _docs
 from ._base import _BaseMetricAttention
 
 
 class MetricAttentionClassifier(ClassifierMixin, _BaseMetricAttention):
-    """Classifier by attention over the training set under a pseudo-metric.
+    """Classifier by attention over the training set under a learned (or fixed) pseudo-metric.
 
     The class probabilities of a query ``x`` are the attention-weighted average of the one-hot
-    training labels,
-    ``p(c | x) = sum_j a_j(x) [y_j = c]`` with
+    training labels, ``p(c | x) = sum_j a_j(x) [y_j = c]`` with
     ``a_j(x) proportional to w_j exp(-f(x, x_j) / T)`` over the admitted training points, where
     ``f`` is the pseudo-metric, ``T`` the temperature and ``w_j`` the prior weight of ``x_j``
-    (sample weight times class weight). Classical neighbour classifiers are exact special cases:
+    (sample weight times class weight). With a learned metric, ``f`` (and ``T``) are trained
+    end to end by maximising the leave-one-out likelihood of the training labels, as in NCA and
+    ModernNCA. With ``metric="euclidean"``, classical neighbour classifiers are exact special cases:
 
     * ``n_neighbors=k, temperature=np.inf``: :class:`~sklearn.neighbors.KNeighborsClassifier`;
     * ``temperature=0``: the 1-nearest-neighbour classifier;
     * ``radius=r, temperature=np.inf``: :class:`~sklearn.neighbors.RadiusNeighborsClassifier`;
-    * ``n_neighbors=None`` and a finite temperature: a Gaussian-kernel (Nadaraya-Watson) classifier.
+    * a finite temperature without ``n_neighbors``: a Gaussian-kernel (Nadaraya-Watson) classifier.
 
     Parameters
     ----------
-    metric : {"euclidean"}, default="euclidean"
-        Pseudo-metric ``f``. ``"euclidean"``: the squared Euclidean distance
-        ``||x - y||^2`` (nothing learned).
-    temperature : float >= 0 or "auto", default="auto"
-        Softmax temperature ``T`` in units of ``f``. ``0`` is the arg-max (nearest neighbour)
-        limit and ``np.inf`` the uniform limit. ``"auto"`` picks, among 8 values from 1/8 to 16
-        times the median squared distance between a training point and its nearest distinct
-        neighbour, the one with the lowest leave-one-out log-loss (on at most 2000 training
-        points); the result is stored in ``temperature_``.
-    n_neighbors : int, default=None
-        k-NN prior: each query attends only to its ``n_neighbors`` nearest training points.
-        ``None`` attends to all of them.
-    radius : float, default=None
-        Radius prior: each query attends only to training points within ``radius``.
+    {METRIC}
+    {TEMPERATURE}
+    {NEIGHBORS}
     class_weight : dict or "balanced", default=None
-        Prior weight of each class, multiplied into the sample weights. ``"balanced"`` uses
-        ``n_samples / (n_classes * np.bincount(y))``, which rebalances the propagated labels.
-    device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
-        Where the attention runs. ``"auto"``: CUDA when available, else the CPU. The fitted
-        model holds NumPy arrays only, so it pickles and loads anywhere.
-    dtype : {"float32", "float64"}, default=None
-        Compute precision. ``None``: float32 when the training data is float32, else float64.
+        Weight of each class, multiplied into the sample weights: a prior on the training
+        points as keys and a weight of their training loss. ``"balanced"`` uses
+        ``n_samples / (n_classes * np.bincount(y))``.
+    {LEARNING}
+    {DEVICE}
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
         Class labels.
     temperature_ : float
-        The temperature used (resolved when ``temperature="auto"``).
+        The temperature used.
+    {LEARNED_ATTRIBUTES}
     n_samples_fit_ : int
         Number of training samples.
     n_features_in_ : int
@@ -66,6 +56,7 @@ class MetricAttentionClassifier(ClassifierMixin, _BaseMetricAttention):
     See Also
     --------
     MetricAttentionRegressor : The same attention, propagating continuous targets.
+    MetricAttentionTransformer : The learned map alone, as a transformer.
     sklearn.neighbors.KNeighborsClassifier : The ``n_neighbors=k, temperature=inf`` special case.
 
     Examples
@@ -76,12 +67,12 @@ class MetricAttentionClassifier(ClassifierMixin, _BaseMetricAttention):
     >>> from skattention import MetricAttentionClassifier
     >>> X, y = load_iris(return_X_y=True)
     >>> knn = KNeighborsClassifier(n_neighbors=5).fit(X, y)
-    >>> att = MetricAttentionClassifier(n_neighbors=5, temperature=np.inf).fit(X, y)
+    >>> att = MetricAttentionClassifier("euclidean", n_neighbors=5, temperature=np.inf).fit(X, y)
     >>> bool(np.all(att.predict(X) == knn.predict(X)))
     True
-    >>> clf = MetricAttentionClassifier().fit(X, y)  # temperature chosen by leave-one-out
-    >>> round(clf.score(X, y), 2)
-    0.99
+    >>> clf = MetricAttentionClassifier(random_state=0).fit(X, y)  # learned residual-MLP metric
+    >>> clf.score(X, y) > 0.95
+    True
     """
 
     _parameter_constraints: dict = {
@@ -91,12 +82,29 @@ class MetricAttentionClassifier(ClassifierMixin, _BaseMetricAttention):
 
     def __init__(
         self,
-        metric="euclidean",
+        metric="mlp",
         *,
         temperature="auto",
         n_neighbors=None,
         radius=None,
         class_weight=None,
+        n_components=None,
+        hidden_size=256,
+        n_blocks=1,
+        activation="relu",
+        dropout=0.1,
+        max_iter=100,
+        batch_size=512,
+        learning_rate=1e-3,
+        weight_decay=1e-4,
+        sample_rate="auto",
+        early_stopping=True,
+        validation_fraction=0.1,
+        n_iter_no_change=10,
+        tol=1e-4,
+        warm_start=False,
+        random_state=None,
+        verbose=0,
         device="auto",
         dtype=None,
     ):
@@ -105,12 +113,29 @@ class MetricAttentionClassifier(ClassifierMixin, _BaseMetricAttention):
         self.n_neighbors = n_neighbors
         self.radius = radius
         self.class_weight = class_weight
+        self.n_components = n_components
+        self.hidden_size = hidden_size
+        self.n_blocks = n_blocks
+        self.activation = activation
+        self.dropout = dropout
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.sample_rate = sample_rate
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.verbose = verbose
         self.device = device
         self.dtype = dtype
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
-        """Store the training set as the keys and values of the attention.
+        """Fit the metric (if learned) and store the training set as keys and values.
 
         Parameters
         ----------
@@ -119,8 +144,9 @@ class MetricAttentionClassifier(ClassifierMixin, _BaseMetricAttention):
         y : array-like of shape (n_samples,)
             Class labels (numbers or strings).
         sample_weight : array-like of shape (n_samples,), default=None
-            Prior weight of each training point (its log is an additive attention bias); an
-            integer weight acts like repeating the point. Zero weight removes the point.
+            Weight of each training point: an additive log-prior on it as a key and the weight
+            of its training loss. With ``metric="euclidean"`` an integer weight acts exactly like
+            repeating the point. Zero weight removes the point.
 
         Returns
         -------
@@ -129,7 +155,10 @@ class MetricAttentionClassifier(ClassifierMixin, _BaseMetricAttention):
         """
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
         check_classification_targets(y)
-        self.classes_, y_encoded = np.unique(y, return_inverse=True)
+        classes, y_encoded = np.unique(y, return_inverse=True)
+        if self.warm_start and hasattr(self, "classes_") and not np.array_equal(classes, self.classes_):
+            raise ValueError("warm_start needs the same classes as the previous fit.")
+        self.classes_ = classes
         if self.classes_.size < 2:
             raise ValueError(
                 f"{type(self).__name__} needs samples of at least 2 classes in the data, but the "
@@ -140,7 +169,8 @@ class MetricAttentionClassifier(ClassifierMixin, _BaseMetricAttention):
             per_class = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
             key_weight = per_class[y_encoded]
         self._fit_y = y_encoded
-        self._fit_keys(X, np.eye(self.classes_.size, dtype=X.dtype)[y_encoded], sample_weight, key_weight)
+        values = np.eye(self.classes_.size, dtype=X.dtype)[y_encoded]
+        self._fit_attention(X, values, sample_weight, key_weight, loss="log_loss", stratify=y_encoded)
         return self
 
     def _loo_loss(self, proba, rows, weight):
@@ -180,3 +210,6 @@ class MetricAttentionClassifier(ClassifierMixin, _BaseMetricAttention):
         """
         proba = self.predict_proba(X)
         return self.classes_[np.argmax(proba, axis=1)]
+
+
+MetricAttentionClassifier.__doc__ = _docs.fill(MetricAttentionClassifier.__doc__)

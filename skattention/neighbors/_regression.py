@@ -4,44 +4,38 @@ import numpy as np
 from sklearn.base import RegressorMixin, _fit_context
 from sklearn.utils.validation import validate_data
 
+from . import _docs
 from ._base import _BaseMetricAttention
 
 
 class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
-    """Regressor by attention over the training set under a pseudo-metric.
+    """Regressor by attention over the training set under a learned (or fixed) pseudo-metric.
 
     The prediction for a query ``x`` is the attention-weighted average of the training targets,
     ``y(x) = sum_j a_j(x) y_j`` with ``a_j(x) proportional to w_j exp(-f(x, x_j) / T)`` over the
-    admitted training points. Exact special cases:
+    admitted training points. A learned metric is trained end to end by minimising the weighted
+    squared error of the leave-one-out predictions (on standardised targets). With
+    ``metric="euclidean"``, exact special cases are:
 
     * ``n_neighbors=k, temperature=np.inf``: :class:`~sklearn.neighbors.KNeighborsRegressor`;
     * ``radius=r, temperature=np.inf``: :class:`~sklearn.neighbors.RadiusNeighborsRegressor`;
-    * ``n_neighbors=None, temperature=2 * h**2``: Nadaraya-Watson kernel regression with a
-      Gaussian kernel of bandwidth ``h``;
+    * ``temperature=2 * h**2``: Nadaraya-Watson kernel regression with a Gaussian kernel of
+      bandwidth ``h``;
     * ``temperature=0``: 1-nearest-neighbour regression.
 
     Parameters
     ----------
-    metric : {"euclidean"}, default="euclidean"
-        Pseudo-metric ``f``. ``"euclidean"``: the squared Euclidean distance ``||x - y||^2``.
-    temperature : float >= 0 or "auto", default="auto"
-        Softmax temperature ``T`` in units of ``f``. ``"auto"`` picks, among 8 values from
-        1/8 to 16 times the median squared distance between a training point and its nearest
-        distinct neighbour, the one with the lowest leave-one-out squared error (on at most
-        2000 training points); the result is stored in ``temperature_``.
-    n_neighbors : int, default=None
-        k-NN prior: each query attends only to its ``n_neighbors`` nearest training points.
-    radius : float, default=None
-        Radius prior: each query attends only to training points within ``radius``.
-    device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
-        Where the attention runs.
-    dtype : {"float32", "float64"}, default=None
-        Compute precision. ``None``: float32 when the training data is float32, else float64.
+    {METRIC}
+    {TEMPERATURE}
+    {NEIGHBORS}
+    {LEARNING}
+    {DEVICE}
 
     Attributes
     ----------
     temperature_ : float
         The temperature used.
+    {LEARNED_ATTRIBUTES}
     n_samples_fit_ : int
         Number of training samples.
     n_features_in_ : int
@@ -60,11 +54,11 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
     >>> from skattention import MetricAttentionRegressor
     >>> X = np.array([[0.0], [1.0], [2.0], [3.0]])
     >>> y = np.array([0.0, 1.0, 4.0, 9.0])
-    >>> reg = MetricAttentionRegressor(n_neighbors=2, temperature=np.inf).fit(X, y)
-    >>> reg.predict([[1.4]])
+    >>> knn = MetricAttentionRegressor("euclidean", n_neighbors=2, temperature=np.inf).fit(X, y)
+    >>> knn.predict([[1.4]])
     array([2.5])
     >>> h = 0.5  # Nadaraya-Watson with a Gaussian kernel of bandwidth h
-    >>> nw = MetricAttentionRegressor(temperature=2 * h**2).fit(X, y)
+    >>> nw = MetricAttentionRegressor("euclidean", temperature=2 * h**2).fit(X, y)
     >>> w = np.exp(-(1.4 - X[:, 0]) ** 2 / (2 * h**2))
     >>> bool(np.isclose(nw.predict([[1.4]])[0], w @ y / w.sum()))
     True
@@ -72,11 +66,28 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
 
     def __init__(
         self,
-        metric="euclidean",
+        metric="mlp",
         *,
         temperature="auto",
         n_neighbors=None,
         radius=None,
+        n_components=None,
+        hidden_size=256,
+        n_blocks=1,
+        activation="relu",
+        dropout=0.1,
+        max_iter=100,
+        batch_size=512,
+        learning_rate=1e-3,
+        weight_decay=1e-4,
+        sample_rate="auto",
+        early_stopping=True,
+        validation_fraction=0.1,
+        n_iter_no_change=10,
+        tol=1e-4,
+        warm_start=False,
+        random_state=None,
+        verbose=0,
         device="auto",
         dtype=None,
     ):
@@ -84,12 +95,29 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
         self.temperature = temperature
         self.n_neighbors = n_neighbors
         self.radius = radius
+        self.n_components = n_components
+        self.hidden_size = hidden_size
+        self.n_blocks = n_blocks
+        self.activation = activation
+        self.dropout = dropout
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.sample_rate = sample_rate
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.verbose = verbose
         self.device = device
         self.dtype = dtype
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
-        """Store the training set as the keys and values of the attention.
+        """Fit the metric (if learned) and store the training set as keys and values.
 
         Parameters
         ----------
@@ -98,7 +126,8 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
             Target values.
         sample_weight : array-like of shape (n_samples,), default=None
-            Prior weight of each training point (an additive log-bias of the attention).
+            Weight of each training point: an additive log-prior on it as a key and the weight
+            of its training loss.
 
         Returns
         -------
@@ -109,7 +138,10 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
             self, X, y, dtype=[np.float64, np.float32], multi_output=True, y_numeric=True
         )
         self._y_1d = y.ndim == 1
-        self._fit_keys(X, np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1), sample_weight)
+        values = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
+        scale = values.std(0)
+        train_values = (values - values.mean(0)) / np.where(scale > 0, scale, 1.0)
+        self._fit_attention(X, values, sample_weight, loss="squared_error", train_values=train_values)
         return self
 
     def _loo_loss(self, pred, rows, weight):
@@ -137,3 +169,6 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = True
         return tags
+
+
+MetricAttentionRegressor.__doc__ = _docs.fill(MetricAttentionRegressor.__doc__)

@@ -1,6 +1,7 @@
 """Interfaces of the metric-attention estimators: labels, pandas, pickling, search, pipelines."""
 
 import pickle
+from functools import partial
 import subprocess
 import sys
 
@@ -17,7 +18,13 @@ from sklearn.preprocessing import StandardScaler
 
 from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 
-ESTIMATORS = [MetricAttentionClassifier, MetricAttentionRegressor]
+ESTIMATORS = [
+    partial(MetricAttentionClassifier, "euclidean"),
+    partial(MetricAttentionRegressor, "euclidean"),
+    partial(MetricAttentionClassifier, "mlp", max_iter=3, random_state=0),
+    partial(MetricAttentionRegressor, "mlp", max_iter=3, random_state=0),
+]
+ESTIMATOR_IDS = ["classifier-euclidean", "regressor-euclidean", "classifier-mlp", "regressor-mlp"]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +35,7 @@ def iris():
 def test_string_labels_and_classes(iris):
     X, y = iris
     names = np.array(["setosa", "versicolor", "virginica"])[y]
-    clf = MetricAttentionClassifier(n_neighbors=5, temperature=np.inf).fit(X, names)
+    clf = MetricAttentionClassifier("euclidean", n_neighbors=5, temperature=np.inf).fit(X, names)
     assert list(clf.classes_) == ["setosa", "versicolor", "virginica"]
     pred = clf.predict(X)
     assert pred.dtype.kind == "U" and set(pred) <= set(clf.classes_)
@@ -41,14 +48,14 @@ def test_pandas_feature_names(iris):
     pd = pytest.importorskip("pandas")
     X, y = iris
     df = pd.DataFrame(X, columns=["sl", "sw", "pl", "pw"])
-    clf = MetricAttentionClassifier().fit(df, y)
+    clf = MetricAttentionClassifier("euclidean").fit(df, y)
     np.testing.assert_array_equal(clf.feature_names_in_, ["sl", "sw", "pl", "pw"])
     assert clf.n_features_in_ == 4
     with pytest.warns(UserWarning, match="feature names"):
         clf.predict(X)
 
 
-@pytest.mark.parametrize("cls", ESTIMATORS)
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=ESTIMATOR_IDS)
 def test_pickle_and_clone_roundtrip(iris, cls):
     X, y = iris
     est = cls(n_neighbors=7).fit(X, y)
@@ -61,7 +68,7 @@ def test_pickle_and_clone_roundtrip(iris, cls):
 
 def test_pickle_loads_in_a_fresh_process(tmp_path, iris):
     X, y = iris
-    est = MetricAttentionClassifier().fit(X, y)
+    est = MetricAttentionClassifier("euclidean").fit(X, y)
     path = tmp_path / "model.pkl"
     path.write_bytes(pickle.dumps(est))
     np.save(tmp_path / "X.npy", X)
@@ -77,18 +84,18 @@ def test_pickle_loads_in_a_fresh_process(tmp_path, iris):
 def test_fitted_model_holds_no_tensors(iris):
     # What is pickled is NumPy only, so a model fitted with device="cuda" loads on a CPU machine.
     X, y = iris
-    est = MetricAttentionClassifier().fit(X, y)
+    est = MetricAttentionClassifier("euclidean").fit(X, y)
     assert not any(isinstance(v, torch.Tensor) for v in vars(est).values())
 
 
 def test_grid_search_next_to_knn():
     X, y = load_digits(return_X_y=True)
     X, y = X[:600], y[:600]
-    pipe = Pipeline([("scale", StandardScaler()), ("model", MetricAttentionClassifier())])
+    pipe = Pipeline([("scale", StandardScaler()), ("model", MetricAttentionClassifier("euclidean"))])
     grid = GridSearchCV(
         pipe,
         [
-            {"model": [MetricAttentionClassifier()], "model__n_neighbors": [None, 10],
+            {"model": [MetricAttentionClassifier("euclidean")], "model__n_neighbors": [None, 10],
              "model__temperature": ["auto", np.inf]},
             {"model": [KNeighborsClassifier()], "model__n_neighbors": [1, 5]},
         ],
@@ -103,7 +110,7 @@ def test_grid_search_next_to_knn():
     assert grid.best_score_ > 0.85
     # the k-NN configuration of attention scores exactly like KNeighborsClassifier(5)
     att_knn = cross_val_score(
-        Pipeline([("scale", StandardScaler()), ("model", MetricAttentionClassifier(n_neighbors=5, temperature=np.inf))]),
+        Pipeline([("scale", StandardScaler()), ("model", MetricAttentionClassifier("euclidean", n_neighbors=5, temperature=np.inf))]),
         X, y, cv=3,
     )
     assert att_knn.mean() == pytest.approx(results[("KNeighborsClassifier", 5, None)])
@@ -112,17 +119,17 @@ def test_grid_search_next_to_knn():
 def test_dtype_follows_the_data_unless_set(iris):
     X, y = iris
     X32 = X.astype(np.float32)
-    est = MetricAttentionRegressor(temperature=1.0).fit(X32, y)
+    est = MetricAttentionRegressor("euclidean", temperature=1.0).fit(X32, y)
     assert est._compute_dtype() == torch.float32
-    est64 = MetricAttentionRegressor(temperature=1.0).fit(X, y)
+    est64 = MetricAttentionRegressor("euclidean", temperature=1.0).fit(X, y)
     assert est64._compute_dtype() == torch.float64
     np.testing.assert_allclose(est.predict(X), est64.predict(X), rtol=1e-4)
-    assert MetricAttentionRegressor(dtype="float32").fit(X, y)._compute_dtype() == torch.float32
+    assert MetricAttentionRegressor("euclidean", dtype="float32").fit(X, y)._compute_dtype() == torch.float32
 
 
 def test_auto_temperature_is_chosen_by_leave_one_out(iris):
     X, y = iris
-    clf = MetricAttentionClassifier().fit(X, y)
+    clf = MetricAttentionClassifier("euclidean").fit(X, y)
     assert 0 < clf.temperature_ < np.inf
     # it is the grid value with the best leave-one-out log-loss: check against two neighbours
     def loo_logloss(T):
@@ -137,7 +144,7 @@ def test_auto_temperature_is_chosen_by_leave_one_out(iris):
 # ----------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("cls", ESTIMATORS)
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=ESTIMATOR_IDS)
 def test_bad_input_errors(cls, iris):
     X, y = iris
     est = cls()
@@ -175,11 +182,11 @@ def test_bad_input_errors(cls, iris):
 def test_single_class_is_a_clear_error(iris):
     X, _ = iris
     with pytest.raises(ValueError, match="at least 2 classes.*only one class"):
-        MetricAttentionClassifier().fit(X, np.zeros(len(X)))
+        MetricAttentionClassifier("euclidean").fit(X, np.zeros(len(X)))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on machines without CUDA")
-@pytest.mark.parametrize("cls", ESTIMATORS)
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=ESTIMATOR_IDS)
 def test_cuda_without_gpu_is_a_clear_error(cls, iris):
     X, y = iris
     with pytest.raises(ValueError, match="CUDA is not available"):
@@ -190,7 +197,7 @@ def test_cuda_without_gpu_is_a_clear_error(cls, iris):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("cls", ESTIMATORS)
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=ESTIMATOR_IDS)
 def test_cuda_matches_cpu(cls, iris):
     X, y = iris
     cpu = cls(n_neighbors=5, temperature=1.0, device="cpu").fit(X, y)

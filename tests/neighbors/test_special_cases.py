@@ -32,7 +32,7 @@ def regression():
 def test_knn_classifier(classification, k, dtype):
     X, y, Xq = classification
     knn = KNeighborsClassifier(n_neighbors=k).fit(X, y)
-    att = MetricAttentionClassifier(n_neighbors=k, temperature=np.inf, dtype=dtype).fit(X, y)
+    att = MetricAttentionClassifier("euclidean", n_neighbors=k, temperature=np.inf, dtype=dtype).fit(X, y)
     np.testing.assert_allclose(att.predict_proba(Xq), knn.predict_proba(Xq), atol=1e-6)
     # Vote ties are broken by class order in both; compare where the vote is not tied.
     proba = knn.predict_proba(Xq)
@@ -47,7 +47,7 @@ def test_zero_temperature_is_1nn(classification):
     X, y, Xq = classification
     nn1 = KNeighborsClassifier(n_neighbors=1).fit(X, y)
     for n_neighbors in [None, 7]:
-        att = MetricAttentionClassifier(temperature=0, n_neighbors=n_neighbors).fit(X, y)
+        att = MetricAttentionClassifier("euclidean", temperature=0, n_neighbors=n_neighbors).fit(X, y)
         np.testing.assert_array_equal(att.predict(Xq), nn1.predict(Xq))
         np.testing.assert_array_equal(att.predict_proba(Xq), nn1.predict_proba(Xq))
 
@@ -59,7 +59,7 @@ def test_radius_classifier(classification):
     has_neighbor = dist[:, 0] < radius
     assert has_neighbor.mean() > 0.9
     rnc = RadiusNeighborsClassifier(radius=radius).fit(X, y)
-    att = MetricAttentionClassifier(radius=radius, temperature=np.inf).fit(X, y)
+    att = MetricAttentionClassifier("euclidean", radius=radius, temperature=np.inf).fit(X, y)
     Xr = Xq[has_neighbor]
     np.testing.assert_allclose(att.predict_proba(Xr), rnc.predict_proba(Xr), atol=1e-12)
     np.testing.assert_array_equal(att.predict(Xr), rnc.predict(Xr))
@@ -71,9 +71,9 @@ def test_radius_classifier(classification):
 def test_knn_regressor(regression, k):
     X, y, Xq = regression
     knn = KNeighborsRegressor(n_neighbors=k).fit(X, y)
-    att = MetricAttentionRegressor(n_neighbors=k, temperature=np.inf).fit(X, y)
+    att = MetricAttentionRegressor("euclidean", n_neighbors=k, temperature=np.inf).fit(X, y)
     np.testing.assert_allclose(att.predict(Xq), knn.predict(Xq), rtol=1e-12, atol=1e-9)
-    att1 = MetricAttentionRegressor(n_neighbors=k, temperature=np.inf).fit(X, y[:, 0])
+    att1 = MetricAttentionRegressor("euclidean", n_neighbors=k, temperature=np.inf).fit(X, y[:, 0])
     np.testing.assert_allclose(att1.predict(Xq), knn.predict(Xq)[:, 0], rtol=1e-12, atol=1e-9)
     assert att1.predict(Xq).shape == (len(Xq),)
 
@@ -82,7 +82,7 @@ def test_radius_regressor(regression):
     X, y, Xq = regression
     radius = 150.0
     ref = RadiusNeighborsRegressor(radius=radius).fit(X, y)
-    att = MetricAttentionRegressor(radius=radius, temperature=np.inf).fit(X, y)
+    att = MetricAttentionRegressor("euclidean", radius=radius, temperature=np.inf).fit(X, y)
     np.testing.assert_allclose(att.predict(Xq), ref.predict(Xq), rtol=1e-10)
 
 
@@ -94,17 +94,17 @@ def test_nadaraya_watson(regression, h):
     logk = -d2 / (2 * h**2)
     kern = np.exp(logk - logk.max(1, keepdims=True))
     expected = kern @ y / kern.sum(1, keepdims=True)
-    att = MetricAttentionRegressor(temperature=2 * h**2).fit(X, y)
+    att = MetricAttentionRegressor("euclidean", temperature=2 * h**2).fit(X, y)
     np.testing.assert_allclose(att.predict(Xq), expected, rtol=1e-9, atol=1e-9)
     # float32 compute agrees to float32 precision
-    att32 = MetricAttentionRegressor(temperature=2 * h**2, dtype="float32").fit(X, y)
+    att32 = MetricAttentionRegressor("euclidean", temperature=2 * h**2, dtype="float32").fit(X, y)
     np.testing.assert_allclose(att32.predict(Xq), expected, rtol=1e-3, atol=1e-3 * np.abs(y).max())
 
 
 def test_attention_weights_are_kneighbors(classification):
     X, y, Xq = classification
     nn = NearestNeighbors(n_neighbors=5).fit(X)
-    att = MetricAttentionClassifier(n_neighbors=5, temperature=np.inf).fit(X, y)
+    att = MetricAttentionClassifier("euclidean", n_neighbors=5, temperature=np.inf).fit(X, y)
     w, idx = att.attention_weights(Xq)
     np.testing.assert_array_equal(idx, nn.kneighbors(Xq, return_distance=False))
     np.testing.assert_allclose(w, 0.2)
@@ -119,8 +119,8 @@ def test_sample_weight_is_a_log_prior_equal_to_repetition(classification):
     sw = rng.integers(0, 4, size=len(X))
     repeated = np.repeat(np.arange(len(X)), sw)
     for cls, target in [(MetricAttentionClassifier, y), (MetricAttentionRegressor, X[:, 0] + y)]:
-        a = cls().fit(X, target, sample_weight=sw)
-        b = cls().fit(X[repeated], target[repeated])
+        a = cls("euclidean").fit(X, target, sample_weight=sw)
+        b = cls("euclidean").fit(X[repeated], target[repeated])
         assert a.temperature_ == pytest.approx(b.temperature_)
         method = "predict_proba" if hasattr(a, "predict_proba") else "predict"
         np.testing.assert_allclose(getattr(a, method)(Xq), getattr(b, method)(Xq), rtol=1e-9, atol=1e-12)
@@ -131,19 +131,19 @@ def test_class_weight_balanced_is_the_inverse_frequency_prior():
     keep = np.r_[0:50, 50:70, 100:110]  # unbalanced: 50 / 20 / 10
     X, y = X[keep], y[keep]
     T = 0.5
-    bal = MetricAttentionClassifier(temperature=T, class_weight="balanced").fit(X, y)
+    bal = MetricAttentionClassifier("euclidean", temperature=T, class_weight="balanced").fit(X, y)
     counts = np.bincount(y)
     sw = (len(y) / (3 * counts))[y]
-    manual = MetricAttentionClassifier(temperature=T).fit(X, y, sample_weight=sw)
+    manual = MetricAttentionClassifier("euclidean", temperature=T).fit(X, y, sample_weight=sw)
     np.testing.assert_allclose(bal.predict_proba(X), manual.predict_proba(X))
     # dividing the prior by the class counts raises the minority class's probability
-    plain = MetricAttentionClassifier(temperature=T).fit(X, y)
+    plain = MetricAttentionClassifier("euclidean", temperature=T).fit(X, y)
     assert bal.predict_proba(X)[:, 2].mean() > plain.predict_proba(X)[:, 2].mean()
 
 
 def test_attention_weights_dense_default_and_explicit(classification):
     X, y, Xq = classification
-    att = MetricAttentionClassifier(temperature=1.0).fit(X, y)
+    att = MetricAttentionClassifier("euclidean", temperature=1.0).fit(X, y)
     w, idx = att.attention_weights(Xq[:5])
     assert w.shape == idx.shape == (5, 10)
     assert np.all(np.diff(w, axis=1) <= 0)  # largest first

@@ -1,0 +1,105 @@
+"""Docstring fragments shared by the metric-attention estimators (one text per parameter)."""
+
+METRIC = """metric : {"mlp", "linear", "dot", "euclidean"}, default="mlp"
+        Pseudo-metric ``f``, learned end to end from the labels except for ``"euclidean"``:
+
+        - ``"mlp"``: ``||phi(x) - phi(y)||^2`` with ``phi`` a residual MLP (the seed paper's
+          metric-attention);
+        - ``"linear"``: ``||W x - W y||^2`` ("L2 self-attention");
+        - ``"dot"``: ``-(W_Q x).(W_K y)``, standard asymmetric dot-product attention;
+        - ``"euclidean"``: ``||x - y||^2`` on the raw inputs, nothing learned (k-NN, radius
+          neighbours and Nadaraya-Watson are its exact special cases).
+
+        Learned metrics standardise the inputs internally (part of the map); ``"euclidean"``
+        uses them as given."""
+
+TEMPERATURE = """temperature : float >= 0 or "auto", default="auto"
+        Softmax temperature ``T`` in units of ``f``. ``0`` is the arg-max (nearest neighbour)
+        limit and ``np.inf`` the uniform limit; with a learned metric these limits apply at
+        prediction, the metric being trained with a learned temperature (so ``n_neighbors=k,
+        temperature=np.inf`` is k-NN in the learned metric). ``"auto"``: learned jointly with
+        a learned metric (starting from the median squared distance between a training point and
+        its nearest neighbour in the initial map); with ``"euclidean"``, the value among 8 from 1/8
+        to 16 times that median with the lowest leave-one-out loss (on at most 2000 training
+        points). The value used is ``temperature_``."""
+
+NEIGHBORS = """n_neighbors : int, default=None
+        k-NN prior at prediction: each query attends only to its ``n_neighbors`` nearest training
+        points (in the metric). ``None`` attends to all of them. Training always attends to
+        sampled candidates without it.
+    radius : float, default=None
+        Radius prior at prediction: each query attends only to training points with
+        ``f(x, x_j) <= radius**2``."""
+
+LEARNING = """n_components : int, default=None
+        Dimension of the learned space. ``None``: the number of features, at most 128 (then
+        initialised by PCA).
+    hidden_size : int, default=256
+        Width of the hidden layer of each residual block (``metric="mlp"``).
+    n_blocks : int, default=1
+        Number of residual blocks (``metric="mlp"``); 0 gives a linear map.
+    activation : {"relu", "tanh", "gelu"}, default="relu"
+        Activation of the residual blocks (the seed paper uses ``"tanh"``).
+    dropout : float in [0, 1), default=0.1
+        Dropout inside the residual blocks during training.
+    max_iter : int, default=100
+        Maximum number of epochs.
+    batch_size : int, default=512
+        Training points per minibatch.
+    learning_rate : float, default=1e-3
+        AdamW learning rate.
+    weight_decay : float, default=1e-4
+        AdamW weight decay of the map (not of the temperature).
+    sample_rate : float in (0, 1] or "auto", default="auto"
+        Fraction of the training points sampled as candidate keys for each minibatch (each
+        point excluded from its own candidates). ``"auto"``: 2048 candidates, or all points when
+        fewer.
+    early_stopping : bool, default=True
+        Hold out ``validation_fraction`` of the training data (stratified for classes) and stop
+        when the loss on it has not improved by ``tol`` for ``n_iter_no_change`` epochs,
+        restoring the best epoch. Without it, the same rule applies to the training loss.
+    validation_fraction : float in (0, 1), default=0.1
+        Held-out fraction for early stopping.
+    n_iter_no_change : int, default=10
+        Epochs without improvement before stopping.
+    tol : float, default=1e-4
+        Minimum improvement of the validation score (or training loss).
+    warm_start : bool, default=False
+        Continue training the fitted map and temperature on the next ``fit`` instead of
+        starting again.
+    random_state : int, RandomState instance or None, default=None
+        Seeds initialisation, the validation split, minibatches, candidate sampling and dropout.
+        An int gives bit-identical models on the CPU.
+    verbose : int, default=0
+        Print one line per epoch (loss and validation score) to standard error."""
+
+DEVICE = """device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
+        Where training and attention run. ``"auto"``: CUDA when available, else the CPU. The
+        fitted model holds NumPy arrays and a CPU torch module, so it pickles and loads anywhere.
+    dtype : {"float32", "float64"}, default=None
+        Compute precision. ``None``: learned metrics train in float32; prediction (the map and
+        the attention) runs in float32 when the training data is float32, else in float64."""
+
+LEARNED_ATTRIBUTES = """map_ : torch.nn.Module or None
+        The learned map (on the CPU; ``map_.query`` / ``map_.key`` map standardised inputs).
+        ``None`` for ``metric="euclidean"``.
+    loss_curve_ : list of float
+        Mean training loss per epoch (learned metrics).
+    validation_scores_ : list of float or None
+        Validation score per epoch with ``early_stopping`` (accuracy or R^2).
+    validation_loss_curve_ : list of float or None
+        Validation loss per epoch with ``early_stopping`` (the stopping criterion).
+    best_validation_score_ : float or None
+        Validation score of the restored (lowest validation loss) epoch.
+    n_iter_ : int
+        Epochs run (0 for ``metric="euclidean"``)."""
+
+
+def fill(doc):
+    """Substitute the shared fragments into an estimator docstring."""
+    for name, text in [
+        ("METRIC", METRIC), ("TEMPERATURE", TEMPERATURE), ("NEIGHBORS", NEIGHBORS),
+        ("LEARNING", LEARNING), ("DEVICE", DEVICE), ("LEARNED_ATTRIBUTES", LEARNED_ATTRIBUTES),
+    ]:
+        doc = doc.replace("{" + name + "}", text)
+    return doc

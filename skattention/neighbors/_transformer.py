@@ -1,0 +1,233 @@
+"""MetricAttentionTransformer: the learned pseudo-metric as a transformer (like NCA)."""
+
+import numpy as np
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
+from sklearn.utils._param_validation import StrOptions
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from . import _docs
+from ._base import _BaseMetricAttention
+
+
+class MetricAttentionTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _BaseMetricAttention):
+    """Map inputs into the space of a pseudo-metric learned by attention from class labels.
+
+    The metric is trained exactly as in :class:`MetricAttentionClassifier`: leave-one-out
+    soft-neighbour likelihood of the labels, each training point attending to sampled candidates
+    with ``f(x, y) = ||phi(x) - phi(y)||^2``. ``transform`` returns ``phi(x)``, so Euclidean
+    methods applied afterwards (k-NN, k-means, a diffusion embedding) work in the learned metric,
+    like :class:`~sklearn.neighbors.NeighborhoodComponentsAnalysis` with a non-linear map.
+
+    Parameters
+    ----------
+    n_components : int, default=None
+        Dimension of the output. ``None``: the number of features, at most 128 (then
+        initialised by PCA).
+    metric : {"mlp", "linear"}, default="mlp"
+        ``"mlp"``: ``phi`` is a residual MLP; ``"linear"``: ``phi(x) = W x`` (as in NCA).
+    {TEMPERATURE}
+    class_weight : dict or "balanced", default=None
+        Weight of each class in the training loss and as a prior on the candidates.
+    hidden_size : int, default=256
+        Width of the hidden layer of each residual block (``metric="mlp"``).
+    n_blocks : int, default=1
+        Number of residual blocks (``metric="mlp"``).
+    activation : {"relu", "tanh", "gelu"}, default="relu"
+        Activation of the residual blocks.
+    dropout : float in [0, 1), default=0.1
+        Dropout inside the residual blocks during training.
+    max_iter : int, default=100
+        Maximum number of epochs.
+    batch_size : int, default=512
+        Training points per minibatch.
+    learning_rate : float, default=1e-3
+        AdamW learning rate.
+    weight_decay : float, default=1e-4
+        AdamW weight decay of the map.
+    sample_rate : float in (0, 1] or "auto", default="auto"
+        Fraction of training points sampled as candidates per minibatch; ``"auto"``: 2048.
+    early_stopping : bool, default=True
+        Stop on the loss of a held-out validation set (see :class:`MetricAttentionClassifier`).
+    validation_fraction : float in (0, 1), default=0.1
+        Held-out fraction for early stopping.
+    n_iter_no_change : int, default=10
+        Epochs without improvement before stopping.
+    tol : float, default=1e-4
+        Minimum improvement.
+    warm_start : bool, default=False
+        Continue training the fitted map on the next ``fit``.
+    random_state : int, RandomState instance or None, default=None
+        Seeds everything random in training; an int gives bit-identical maps on the CPU.
+    verbose : int, default=0
+        Print one line per epoch to standard error.
+    {DEVICE}
+
+    Attributes
+    ----------
+    map_ : torch.nn.Module
+        The learned map (on the CPU), applied to standardised inputs.
+    temperature_ : float
+        The learned (or fixed) temperature.
+    loss_curve_ : list of float
+        Mean training loss per epoch.
+    validation_scores_ : list of float or None
+        Validation accuracy per epoch with ``early_stopping``.
+    validation_loss_curve_ : list of float or None
+        Validation loss per epoch with ``early_stopping`` (the stopping criterion).
+    best_validation_score_ : float or None
+        Validation accuracy of the restored (lowest validation loss) epoch.
+    n_iter_ : int
+        Epochs run.
+    classes_ : ndarray of shape (n_classes,)
+        Class labels seen in fit.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during fit, when ``X`` has string column names.
+
+    See Also
+    --------
+    MetricAttentionClassifier : Classification by attention in the learned metric.
+    sklearn.neighbors.NeighborhoodComponentsAnalysis : The linear, full-batch ancestor.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_wine
+    >>> from sklearn.neighbors import KNeighborsClassifier
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from skattention import MetricAttentionTransformer
+    >>> X, y = load_wine(return_X_y=True)
+    >>> pipe = make_pipeline(MetricAttentionTransformer(n_components=2, random_state=0),
+    ...                      KNeighborsClassifier())
+    >>> pipe.fit(X, y).score(X, y) > 0.9
+    True
+    >>> pipe[0].transform(X).shape
+    (178, 2)
+    """
+
+    _parameter_constraints: dict = {
+        **_BaseMetricAttention._parameter_constraints,
+        "metric": [StrOptions({"mlp", "linear"})],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
+    }
+    for _name in ("n_neighbors", "radius"):
+        _parameter_constraints.pop(_name)
+    del _name
+
+    # Prediction-time priors of the attention estimators; a transformer does not predict.
+    n_neighbors = None
+    radius = None
+
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        metric="mlp",
+        temperature="auto",
+        class_weight=None,
+        hidden_size=256,
+        n_blocks=1,
+        activation="relu",
+        dropout=0.1,
+        max_iter=100,
+        batch_size=512,
+        learning_rate=1e-3,
+        weight_decay=1e-4,
+        sample_rate="auto",
+        early_stopping=True,
+        validation_fraction=0.1,
+        n_iter_no_change=10,
+        tol=1e-4,
+        warm_start=False,
+        random_state=None,
+        verbose=0,
+        device="auto",
+        dtype=None,
+    ):
+        self.n_components = n_components
+        self.metric = metric
+        self.temperature = temperature
+        self.class_weight = class_weight
+        self.hidden_size = hidden_size
+        self.n_blocks = n_blocks
+        self.activation = activation
+        self.dropout = dropout
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.sample_rate = sample_rate
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.verbose = verbose
+        self.device = device
+        self.dtype = dtype
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Learn the map from labelled data.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data.
+        y : array-like of shape (n_samples,)
+            Class labels.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each training point in the loss and as a candidate.
+
+        Returns
+        -------
+        self : MetricAttentionTransformer
+            The fitted transformer.
+        """
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        check_classification_targets(y)
+        self.classes_, y_encoded = np.unique(y, return_inverse=True)
+        if self.classes_.size < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs samples of at least 2 classes in the data, but the "
+                f"data contains only one class: {self.classes_[0]!r}."
+            )
+        key_weight = None
+        if self.class_weight is not None:
+            key_weight = compute_class_weight(self.class_weight, classes=self.classes_, y=y)[y_encoded]
+        values = np.eye(self.classes_.size, dtype=X.dtype)[y_encoded]
+        self._fit_attention(X, values, sample_weight, key_weight, loss="log_loss", stratify=y_encoded)
+        return self
+
+    def transform(self, X):
+        """Map ``X`` into the learned space.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Data to map.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_components)
+            ``phi`` of the standardised inputs, in the dtype of ``X``.
+        """
+        check_is_fitted(self)
+        X = self._validate_queries(X)
+        return self._embed(X, side="key").astype(X.dtype, copy=False)
+
+    @property
+    def _n_features_out(self):
+        return self.map_.n_components
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags
+
+
+MetricAttentionTransformer.__doc__ = _docs.fill(MetricAttentionTransformer.__doc__)
