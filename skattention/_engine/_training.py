@@ -116,15 +116,17 @@ def train_metric(
                 metric=metric_map.kind, temperature=torch.exp(log_temperature),
                 log_prior=log_prior[cand_d], exclude_self=own.to(device), on_empty="zero",
             )
-            per_point = _loss(out, values[batch_d], loss)
             w = weight[batch_d]
+            if not bool((w > 0).any()):
+                continue  # a batch of zero-weight points carries no loss
+            per_point = _loss(out, values[batch_d], loss)
             batch_loss = (w * per_point).sum() / w.sum()
             optimizer.zero_grad(set_to_none=True)
             batch_loss.backward()
             optimizer.step()
             total += float(batch_loss.detach()) * float(w.sum())
             total_weight += float(w.sum())
-        epoch_loss = total / total_weight
+        epoch_loss = total / total_weight if total_weight > 0 else 0.0
         history.loss_curve.append(epoch_loss)
         history.n_iter += 1
         score = None

@@ -1,0 +1,193 @@
+"""Learned pseudo-metrics: training, reproducibility, warm start, early stopping, the transformer."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_wine, make_classification, make_regression
+from sklearn.model_selection import train_test_split
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from skattention import MetricAttentionClassifier, MetricAttentionRegressor, MetricAttentionTransformer
+
+FAST = dict(max_iter=30, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def noisy_classification():
+    """4 informative features among 30: Euclidean k-NN drowns in the noise, a metric must be learned."""
+    X, y = make_classification(
+        n_samples=800, n_features=30, n_informative=4, n_redundant=0, n_classes=3,
+        n_clusters_per_class=1, class_sep=1.0, random_state=0, shuffle=False,
+    )
+    return train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
+
+
+@pytest.mark.parametrize("metric", ["mlp", "linear", "dot"])
+def test_learned_metric_trains_and_beats_euclidean_knn(noisy_classification, metric):
+    Xtr, Xte, ytr, yte = noisy_classification
+    knn = make_pipeline(StandardScaler(), KNeighborsClassifier(5)).fit(Xtr, ytr).score(Xte, yte)
+    clf = MetricAttentionClassifier(metric, **FAST).fit(Xtr, ytr)
+    assert clf.loss_curve_[-1] < clf.loss_curve_[0]
+    assert len(clf.loss_curve_) == clf.n_iter_ == len(clf.validation_scores_) == len(clf.validation_loss_curve_)
+    best = int(np.argmin(clf.validation_loss_curve_))
+    assert clf.best_validation_score_ == clf.validation_scores_[best]
+    assert clf.score(Xte, yte) > knn + 0.05, (clf.score(Xte, yte), knn)
+    assert isinstance(clf.map_, torch.nn.Module)
+    assert all(p.device.type == "cpu" for p in clf.map_.parameters())
+
+
+def test_random_state_is_bit_reproducible(noisy_classification):
+    Xtr, Xte, ytr, _ = noisy_classification
+    a = MetricAttentionClassifier(**FAST).fit(Xtr, ytr)
+    b = MetricAttentionClassifier(**FAST).fit(Xtr, ytr)
+    assert a.loss_curve_ == b.loss_curve_
+    np.testing.assert_array_equal(a.predict_proba(Xte), b.predict_proba(Xte))
+    for pa, pb in zip(a.map_.parameters(), b.map_.parameters()):
+        assert torch.equal(pa, pb)
+    c = MetricAttentionClassifier(max_iter=30, random_state=1).fit(Xtr, ytr)
+    assert c.loss_curve_ != a.loss_curve_
+
+
+def test_training_does_not_touch_the_global_torch_rng(noisy_classification):
+    Xtr, _, ytr, _ = noisy_classification
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    MetricAttentionClassifier(max_iter=2, random_state=0).fit(Xtr, ytr)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_warm_start_continues_training(noisy_classification):
+    Xtr, _, ytr, _ = noisy_classification
+    clf = MetricAttentionClassifier(max_iter=3, early_stopping=False, warm_start=True, random_state=0, n_iter_no_change=100)
+    clf.fit(Xtr, ytr)
+    first = [p.detach().clone() for p in clf.map_.parameters()]
+    assert clf.n_iter_ == 3
+    clf.fit(Xtr, ytr)
+    assert clf.n_iter_ == 6 and len(clf.loss_curve_) == 6
+    assert any(not torch.equal(a, b) for a, b in zip(first, clf.map_.parameters()))
+    cold = MetricAttentionClassifier(max_iter=3, early_stopping=False, random_state=0, n_iter_no_change=100).fit(Xtr, ytr)
+    cold.fit(Xtr, ytr)
+    assert cold.n_iter_ == 3
+
+
+def test_without_early_stopping_there_is_no_validation(noisy_classification):
+    Xtr, _, ytr, _ = noisy_classification
+    clf = MetricAttentionClassifier(early_stopping=False, max_iter=4, random_state=0).fit(Xtr, ytr)
+    assert clf.validation_scores_ is None and clf.best_validation_score_ is None
+    assert clf.n_iter_ <= 4
+
+
+def test_fixed_and_learned_temperature(noisy_classification):
+    Xtr, _, ytr, _ = noisy_classification
+    fixed = MetricAttentionClassifier(temperature=2.5, max_iter=5, random_state=0).fit(Xtr, ytr)
+    assert fixed.temperature_ == pytest.approx(2.5)
+    learned = MetricAttentionClassifier(max_iter=5, random_state=0).fit(Xtr, ytr)
+    assert 0 < learned.temperature_ < np.inf
+
+
+def test_knn_limit_in_the_learned_metric_equals_knn_on_the_transformer_output(noisy_classification):
+    # Same parameters and seed: the classifier and the transformer train the same map, so k-NN
+    # attention (temperature=inf) in the learned metric is KNeighborsClassifier on transform().
+    Xtr, Xte, ytr, _ = noisy_classification
+    clf = MetricAttentionClassifier(n_neighbors=5, temperature=np.inf, **FAST).fit(Xtr, ytr)
+    trans = MetricAttentionTransformer(**FAST)
+    knn = make_pipeline(trans, KNeighborsClassifier(5)).fit(Xtr, ytr)
+    assert clf.temperature_ == np.inf
+    np.testing.assert_allclose(trans.transform(Xtr), clf._fit_Z, rtol=1e-6)
+    np.testing.assert_array_equal(clf.predict(Xte), knn.predict(Xte))
+
+
+def test_transformer_interface():
+    X, y = load_wine(return_X_y=True)
+    trans = MetricAttentionTransformer(n_components=3, random_state=0, max_iter=10).fit(X, y)
+    Z = trans.transform(X)
+    assert Z.shape == (178, 3) and Z.dtype == np.float64
+    assert trans.transform(X.astype(np.float32)).dtype == np.float32
+    assert list(trans.get_feature_names_out()) == [f"metricattentiontransformer{i}" for i in range(3)]
+    pd = pytest.importorskip("pandas")
+    out = trans.set_output(transform="pandas").transform(X)
+    assert isinstance(out, pd.DataFrame) and out.shape == (178, 3)
+    with pytest.raises(ValueError, match="metric"):
+        MetricAttentionTransformer(metric="dot").fit(X, y)
+
+
+def test_regressor_learns_a_metric():
+    X, y = make_regression(n_samples=600, n_features=12, n_informative=3, noise=1.0, random_state=0)
+    X[:, 3:] *= 4.0  # loud irrelevant features
+    Xtr, Xte, ytr, yte = train_test_split(X, y, random_state=0)
+    fixed = make_pipeline(StandardScaler(), MetricAttentionRegressor("euclidean")).fit(Xtr, ytr).score(Xte, yte)
+    learned = MetricAttentionRegressor(**FAST).fit(Xtr, ytr)
+    assert learned.score(Xte, yte) > fixed + 0.1, (learned.score(Xte, yte), fixed)
+    multi = MetricAttentionRegressor(**FAST).fit(Xtr, np.c_[ytr, -2 * ytr])
+    assert multi.predict(Xte).shape == (len(Xte), 2)
+
+
+def test_learned_model_pickles_and_predicts_identically(noisy_classification):
+    Xtr, Xte, ytr, _ = noisy_classification
+    clf = MetricAttentionClassifier(max_iter=5, random_state=0).fit(Xtr, ytr)
+    loaded = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_array_equal(loaded.predict_proba(Xte), clf.predict_proba(Xte))
+
+
+def test_dot_metric_is_asymmetric_and_inspectable(noisy_classification):
+    Xtr, Xte, ytr, _ = noisy_classification
+    clf = MetricAttentionClassifier("dot", max_iter=10, random_state=0).fit(Xtr, ytr)
+    x = torch.as_tensor(clf._standardise(Xte[:3]), dtype=torch.float32)
+    assert not torch.allclose(clf.map_.query(x), clf.map_.key(x))
+    w, idx = clf.attention_weights(Xte[:4], n_weights=3)
+    assert w.shape == idx.shape == (4, 3) and np.all(idx >= 0)
+
+
+def test_verbose_reports_epochs_on_stderr_only(noisy_classification, capsys):
+    Xtr, _, ytr, _ = noisy_classification
+    MetricAttentionClassifier(max_iter=2, verbose=1, random_state=0).fit(Xtr, ytr)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "epoch 1/2" in captured.err and "validation score" in captured.err
+    MetricAttentionClassifier(max_iter=2, random_state=0).fit(Xtr, ytr)
+    assert capsys.readouterr().err == ""
+
+
+def test_class_and_sample_weights_shift_predictions(noisy_classification):
+    Xtr, Xte, ytr, _ = noisy_classification
+    plain = MetricAttentionClassifier(**FAST).fit(Xtr, ytr)
+    heavy = MetricAttentionClassifier(class_weight={0: 20.0, 1: 1.0, 2: 1.0}, **FAST).fit(Xtr, ytr)
+    assert heavy.predict_proba(Xte)[:, 0].mean() > plain.predict_proba(Xte)[:, 0].mean()
+    sw = np.where(ytr == 0, 20.0, 1.0)
+    weighted = MetricAttentionClassifier(**FAST).fit(Xtr, ytr, sample_weight=sw)
+    assert weighted.predict_proba(Xte)[:, 0].mean() > plain.predict_proba(Xte)[:, 0].mean()
+
+
+def test_warm_start_with_other_features_is_a_clear_error(noisy_classification):
+    Xtr, _, ytr, _ = noisy_classification
+    clf = MetricAttentionClassifier(max_iter=2, warm_start=True, random_state=0).fit(Xtr, ytr)
+    with pytest.raises(ValueError, match="features"):
+        clf.fit(Xtr[:, :5], ytr)
+
+
+def test_grid_search_over_metric_temperature_neighbors_with_knn_and_nca():
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.neighbors import NeighborhoodComponentsAnalysis
+    from sklearn.pipeline import Pipeline
+
+    X, y = load_wine(return_X_y=True)
+    pipe = Pipeline([("scale", StandardScaler()), ("metric", "passthrough"), ("model", KNeighborsClassifier())])
+    grid = GridSearchCV(
+        pipe,
+        [
+            {"model": [KNeighborsClassifier()], "model__n_neighbors": [5]},
+            {"metric": [NeighborhoodComponentsAnalysis(random_state=0)], "model": [KNeighborsClassifier(5)]},
+            {"model": [MetricAttentionClassifier(max_iter=10, random_state=0)],
+             "model__metric": ["euclidean", "linear", "mlp"], "model__temperature": ["auto", np.inf],
+             "model__n_neighbors": [None, 5]},
+        ],
+        cv=3, error_score="raise",
+    ).fit(X, y)
+    scores = grid.cv_results_["mean_test_score"]
+    assert len(scores) == 2 + 12 and np.all(np.isfinite(scores))
+    assert grid.best_score_ > 0.9
