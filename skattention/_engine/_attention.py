@@ -420,13 +420,15 @@ def _budget_bytes(working_memory):
 # --------------------------------------------------------------------------- planning
 
 
-def _plan_blocks(n_q, n_k, *, pair_bytes, query_bytes, budget, device, what):
+def _plan_blocks(n_q, n_k, *, pair_bytes, query_bytes, budget, device, what, cache_sized=True):
     """Query and key block sizes whose scratch memory fits ``budget`` bytes.
 
     ``pair_bytes``: scratch bytes per (query, key) entry of a score block (scores and their
     temporaries). ``query_bytes``: per-query scratch (softmax state, top-k buffers, gathers).
+    ``cache_sized``: on the CPU, cap blocks at a cache-friendly size. Under autograd every block
+    stays alive in the graph anyway, so fewer, larger blocks (fewer ops to differentiate) win.
     """
-    if device.type == "cpu":
+    if device.type == "cpu" and cache_sized:
         bk = min(n_k, _CPU_KEY_BLOCK)
         target = _CPU_BLOCK_ENTRIES
     else:
@@ -471,6 +473,15 @@ class _OnlineSoftmax:
         self.l = self.l * alpha + p.sum(1)
         self.o = self.o * alpha[:, None] + p @ v
         self.m = new_m
+
+    def single(self, z, v):
+        """The whole softmax at once, when one key block holds every key (fewer ops to
+        differentiate than the streaming update)."""
+        self.m = z.amax(1)
+        empty = torch.isneginf(self.m)
+        p = torch.softmax(torch.where(empty[:, None], 0.0, z), 1)  # no NaN rows to differentiate
+        self.o = torch.where(empty[:, None], 0.0, p @ v)
+        self.l = (~empty).to(z.dtype)
 
     def result(self):
         return self.o / torch.where(self.l > 0, self.l, 1.0)[:, None]
@@ -595,12 +606,16 @@ def _stream_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, 
     ctx = _context(T, prior_vec, prior_fn, radius, self_index, inplace)
     argmax = T == 0.0
     uniform = T == math.inf
-    need_raw = argmax or uniform or radius is not None or self_index is not None or prior_fn is not None
+    # Raw scores are needed for the limits and for masks defined on distances; otherwise one
+    # addmm gives the logits (scale and per-key prior folded in) and self-exclusion is masked on
+    # them directly. The block is fresh, so masking it in place is safe under autograd too.
+    need_raw = argmax or uniform or radius is not None or prior_fn is not None
     query_bytes = item * (2 * dv + 4 + 2 * Q.shape[1]) + (n_weights or 0) * 3 * (2 * item + 8)
     bq, bk = _plan_blocks(
         n_q, n_k, pair_bytes=3 * item + 2, query_bytes=query_bytes, budget=budget,
-        device=Q.device, what="dense attention",
+        device=Q.device, what="dense attention", cache_sized=inplace,
     )
+    single_block = bk >= n_k and not argmax and not n_weights
     outs, weights, indices = [], [], []
     for qs in range(0, n_q, bq):
         qe = min(n_q, qs + bq)
@@ -632,11 +647,16 @@ def _stream_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, 
                     rank, aux = z, None
             else:
                 z = scorer.block(q, ks, ke, scale=1.0 / T, log_prior=prior_vec)
+                if self_index is not None:
+                    z = _mask_self(z, self_index, qs, qe, ks, ke, inplace=True)
                 rank, aux = z, None
             if top is not None:
                 # Before the in-place exp below: the merge copies what it keeps.
                 top.update(rank, ks, aux)
-            state.update(z, V[ks:ke], inplace)
+            if single_block:
+                state.single(z, V)
+            else:
+                state.update(z, V[ks:ke], inplace)
         empty = _empty_rows(state.l, qs, on_empty, radius)
         outs.append(state.result())
         if top is not None:

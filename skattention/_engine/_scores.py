@@ -80,11 +80,12 @@ class Scorer:
         offset = None if self.key_offset is None else self.key_offset[start:stop]
         prior = None if log_prior is None else log_prior[start:stop]
         if isinstance(scale, torch.Tensor):
-            s = torch.mm(q, kt) * self.coef
-            if offset is not None:
-                s = s + offset
-            s = s * scale
-            return s if prior is None else s + prior
+            # Scale the (small) query block and key offsets, not the score block: one pass over
+            # the block, and a cheap gradient for the temperature.
+            bias = q.new_zeros(stop - start) if offset is None else offset * scale
+            if prior is not None:
+                bias = bias + prior
+            return torch.addmm(bias, q * (self.coef * scale), kt)
         bias = None if offset is None else offset * scale
         if prior is not None:
             bias = prior if bias is None else bias + prior

@@ -97,24 +97,32 @@ def train_metric(
     best_loss = min(history.loss_curve) if history.loss_curve else math.inf
     best_state = None
     stall = 0
-    position = torch.full((n,), -1, dtype=torch.long)
+    in_batch = torch.zeros(n, dtype=torch.bool)
+    symmetric = metric_map.kind != "dot"
     for _ in range(max_iter):
         metric_map.train()
         order = torch.randperm(n, generator=generator)
         total, total_weight = 0.0, 0.0
         for batch in order.split(batch_size):
+            # Candidates: the batch itself plus a random sample of the other points, so a
+            # symmetric map embeds every point of the step once. Each point is excluded from
+            # its own candidates.
             if n_candidates < n:
-                candidates = torch.randperm(n, generator=generator)[:n_candidates]
+                in_batch[batch] = True
+                perm = torch.randperm(n, generator=generator)
+                others = perm[~in_batch[perm]][: max(n_candidates - batch.numel(), 0)]
+                in_batch[batch] = False
+                candidates = torch.cat([batch, others])
+                own = torch.arange(batch.numel())
             else:
-                candidates = torch.arange(n)
-            position[candidates] = torch.arange(candidates.numel())
-            own = position[batch]  # where each batch point sits among the candidates, or -1
-            position[candidates] = -1
-            batch_d, cand_d = batch.to(device), candidates.to(device)
+                candidates, own = torch.arange(n), batch
+            batch_d, cand_d, own_d = batch.to(device), candidates.to(device), own.to(device)
+            keys = metric_map.key(X[cand_d])
+            queries = keys[own_d] if symmetric else metric_map.query(X[batch_d])
             out = attention(
-                metric_map.query(X[batch_d]), metric_map.key(X[cand_d]), values[cand_d],
+                queries, keys, values[cand_d],
                 metric=metric_map.kind, temperature=torch.exp(log_temperature),
-                log_prior=log_prior[cand_d], exclude_self=own.to(device), on_empty="zero",
+                log_prior=log_prior[cand_d], exclude_self=own_d, on_empty="zero",
             )
             w = weight[batch_d]
             if not bool((w > 0).any()):

@@ -31,6 +31,8 @@ _TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _DEFAULT_MAX_COMPONENTS = 128
 # sample_rate="auto": candidates per minibatch
 _AUTO_CANDIDATES = 2048
+# batch_size="auto": n_train / 16 within these bounds
+_AUTO_BATCH = (64, 512)
 _EMBED_CHUNK = 65536
 
 
@@ -54,7 +56,7 @@ class _BaseMetricAttention(BaseEstimator):
         "activation": [StrOptions({"relu", "tanh", "gelu"})],
         "dropout": [Interval(Real, 0, 1, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "sample_rate": [Interval(Real, 0, 1, closed="right"), StrOptions({"auto"})],
@@ -156,9 +158,13 @@ class _BaseMetricAttention(BaseEstimator):
                 min(n_train, _AUTO_CANDIDATES) if self.sample_rate == "auto"
                 else max(1, int(math.ceil(self.sample_rate * n_train)))
             )
+            batch_size = (
+                min(_AUTO_BATCH[1], max(_AUTO_BATCH[0], math.ceil(n_train / 16)))
+                if self.batch_size == "auto" else self.batch_size
+            )
             history, state = train_metric(
                 metric_map, log_t, Xt, Vt, loss, Wt, validation=validation,
-                max_iter=self.max_iter, batch_size=self.batch_size, n_candidates=n_candidates,
+                max_iter=self.max_iter, batch_size=batch_size, n_candidates=n_candidates,
                 learning_rate=self.learning_rate, weight_decay=self.weight_decay,
                 n_iter_no_change=self.n_iter_no_change, tol=self.tol, generator=generator,
                 history=getattr(self, "_history", None) if warm else None,

@@ -40,13 +40,14 @@ LEARNING = """n_components : int, default=None
         Number of residual blocks (``metric="mlp"``); 0 gives a linear map.
     activation : {"relu", "tanh", "gelu"}, default="relu"
         Activation of the residual blocks (the seed paper uses ``"tanh"``).
-    dropout : float in [0, 1), default=0.1
+    dropout : float in [0, 1), default=0.0
         Dropout inside the residual blocks during training.
     max_iter : int, default=100
         Maximum number of epochs.
-    batch_size : int, default=512
-        Training points per minibatch.
-    learning_rate : float, default=1e-3
+    batch_size : int or "auto", default="auto"
+        Training points per minibatch. ``"auto"``: 1/16 of the training points, within
+        [64, 512] (small sets get at least 16 optimizer steps per epoch, large ones stay fast).
+    learning_rate : float, default=3e-3
         AdamW learning rate.
     weight_decay : float, default=1e-4
         AdamW weight decay of the map (not of the temperature).

@@ -36,13 +36,13 @@ class MetricAttentionTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMix
         Number of residual blocks (``metric="mlp"``).
     activation : {"relu", "tanh", "gelu"}, default="relu"
         Activation of the residual blocks.
-    dropout : float in [0, 1), default=0.1
+    dropout : float in [0, 1), default=0.0
         Dropout inside the residual blocks during training.
     max_iter : int, default=100
         Maximum number of epochs.
-    batch_size : int, default=512
-        Training points per minibatch.
-    learning_rate : float, default=1e-3
+    batch_size : int or "auto", default="auto"
+        Training points per minibatch; ``"auto"``: 1/16 of the training points, within [64, 512].
+    learning_rate : float, default=3e-3
         AdamW learning rate.
     weight_decay : float, default=1e-4
         AdamW weight decay of the map.
@@ -130,10 +130,10 @@ class MetricAttentionTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMix
         hidden_size=256,
         n_blocks=1,
         activation="relu",
-        dropout=0.1,
+        dropout=0.0,
         max_iter=100,
-        batch_size=512,
-        learning_rate=1e-3,
+        batch_size="auto",
+        learning_rate=3e-3,
         weight_decay=1e-4,
         sample_rate="auto",
         early_stopping=True,
