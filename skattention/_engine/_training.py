@@ -117,6 +117,9 @@ def train_metric(
             else:
                 candidates, own = torch.arange(n), batch
             batch_d, cand_d, own_d = batch.to(device), candidates.to(device), own.to(device)
+            w = weight[batch_d]
+            if not bool((w > 0).any()):
+                continue  # a batch of zero-weight points carries no loss
             keys = metric_map.key(X[cand_d])
             queries = keys[own_d] if symmetric else metric_map.query(X[batch_d])
             out = attention(
@@ -124,9 +127,6 @@ def train_metric(
                 metric=metric_map.kind, temperature=torch.exp(log_temperature),
                 log_prior=log_prior[cand_d], exclude_self=own_d, on_empty="zero",
             )
-            w = weight[batch_d]
-            if not bool((w > 0).any()):
-                continue  # a batch of zero-weight points carries no loss
             per_point = _loss(out, values[batch_d], loss)
             batch_loss = (w * per_point).sum() / w.sum()
             optimizer.zero_grad(set_to_none=True)

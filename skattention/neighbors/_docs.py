@@ -52,9 +52,9 @@ LEARNING = """n_components : int, default=None
     weight_decay : float, default=1e-4
         AdamW weight decay of the map (not of the temperature).
     sample_rate : float in (0, 1] or "auto", default="auto"
-        Fraction of the training points sampled as candidate keys for each minibatch (each
-        point excluded from its own candidates). ``"auto"``: 2048 candidates, or all points when
-        fewer.
+        Fraction of the training points used as candidate keys for each minibatch: the batch
+        itself plus a random sample of the others (each point excluded from its own
+        candidates). ``"auto"``: 2048 candidates, or all points when fewer.
     early_stopping : bool, default=True
         Hold out ``validation_fraction`` of the training data (stratified for classes) and stop
         when the loss on it has not improved by ``tol`` for ``n_iter_no_change`` epochs,
