@@ -38,11 +38,11 @@ def _models(kind, T):
     from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 
     if kind == "knn":
-        return MetricAttentionClassifier(n_neighbors=5, temperature=np.inf, device="cpu"), KNeighborsClassifier(5, algorithm="brute")
+        return MetricAttentionClassifier("euclidean", n_neighbors=5, temperature=np.inf, device="cpu"), KNeighborsClassifier(5, algorithm="brute")
     if kind == "dense":
-        return MetricAttentionClassifier(temperature=T, device="cpu"), KNeighborsClassifier(5, algorithm="brute")
+        return MetricAttentionClassifier("euclidean", temperature=T, device="cpu"), KNeighborsClassifier(5, algorithm="brute")
     if kind == "nw":
-        return MetricAttentionRegressor(temperature=T, device="cpu"), _SklearnNadarayaWatson(T)
+        return MetricAttentionRegressor("euclidean", temperature=T, device="cpu"), _SklearnNadarayaWatson(T)
     raise ValueError(kind)
 
 
