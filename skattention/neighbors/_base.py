@@ -192,6 +192,7 @@ class _BaseMetricAttention(BaseEstimator):
         elif metric_map.kind == "dot":
             start = math.sqrt(Xt.shape[1])  # the usual 1/sqrt(d) scaling of dot-product attention
         else:
+            metric_map.eval()  # no dropout in the starting scale
             with torch.no_grad():
                 Z = metric_map.key(Xt[: _AUTO_TEMPERATURE_MAX_QUERIES * 4]).cpu().double().numpy()
             queries = np.arange(min(Z.shape[0], _AUTO_TEMPERATURE_MAX_QUERIES))
