@@ -76,8 +76,13 @@ def attention(
         A tensor that requires grad is differentiated through.
     n_neighbors : int, default=None
         k-NN prior: only the ``n_neighbors`` best-scoring unmasked keys of each query get weight.
-    radius : float, default=None
+    radius : float or (array-like, array-like), default=None
         Radius prior (distance metrics only): only keys with ``f(q, k) <= radius**2`` get weight.
+        A pair ``(query_radius, key_radius)`` of arrays of shape ``(n_queries,)`` and
+        ``(n_keys,)`` keeps key ``j`` for query ``i`` when
+        ``f(q_i, k_j) <= max(query_radius[i], key_radius[j])**2``: with the distances to the
+        k-th neighbours as radii, this is the symmetric k-NN graph (``j`` among the k nearest
+        keys of ``i``, or ``i`` within ``j``'s own k-NN ball).
     log_prior : array-like of shape (n_keys,) or callable, default=None
         Additive log-bias per key (log sample weights, class balance; ``-inf`` masks a key), or a
         callable ``(query_index, key_index) -> Tensor`` returning the log-bias for broadcastable
@@ -299,11 +304,9 @@ class _Problem:
         if n_neighbors is not None:
             self.n_neighbors = _check_count(n_neighbors, "n_neighbors", n_k, "the number of keys")
         if radius is not None:
-            if not isinstance(radius, Real) or isinstance(radius, bool) or not radius > 0:
-                raise ValueError(f"radius must be a positive number or None, got {radius!r}.")
             if metric == "dot":
                 raise ValueError("radius needs a distance metric; metric='dot' has none.")
-            radius = None if math.isinf(radius) else float(radius)
+            radius = _Radius.check(radius, n_q, n_k, dev, dt)
         self.radius = radius
         self.prior_vec, self.prior_fn = _check_log_prior(log_prior, n_k, dev, dt)
         self.self_index = _check_exclude_self(exclude_self, n_q, n_k, dev)
@@ -399,6 +402,61 @@ def _check_exclude_self(exclude_self, n_q, n_k, device):
     if n_q and (int(idx.min()) < -1 or int(idx.max()) >= n_k):
         raise ValueError("exclude_self indices must lie in [-1, n_keys).")
     return idx.to(device=device, dtype=torch.long)
+
+
+class _Radius:
+    """The radius prior: key j is kept for query i when f(q_i, k_j) <= r_ij**2, where r_ij is one
+    number or ``max(query_radius[i], key_radius[j])``.
+
+    Blocks hold partial scores ``s = ||q||^2 - f`` (see ``Scorer``), so the test is
+    ``s >= ||q||^2 - r_ij**2``; :meth:`threshold` returns the right-hand side for a block.
+    """
+
+    def __init__(self, radius=None, query_r2=None, key_r2=None):
+        self.radius, self.query_r2, self.key_r2 = radius, query_r2, key_r2
+        self._qoff = self._q_r2 = None
+
+    @classmethod
+    def check(cls, radius, n_q, n_k, device, dtype):
+        """Validate ``radius``; ``None`` for an infinite radius (no mask)."""
+        if isinstance(radius, tuple) and len(radius) == 2:
+            query_r, key_r = (
+                _as_tensor(r, name, device, dtype, ndims=(1,))
+                for r, name in zip(radius, ("query radius", "key radius"))
+            )
+            if query_r.shape[0] != n_q or key_r.shape[0] != n_k:
+                raise ValueError(
+                    f"a (query_radius, key_radius) pair needs shapes ({n_q},) and ({n_k},), got "
+                    f"{tuple(query_r.shape)} and {tuple(key_r.shape)}."
+                )
+            if bool((query_r < 0).any()) or bool((key_r < 0).any()):
+                raise ValueError("radii must be >= 0.")
+            return cls(query_r2=query_r * query_r, key_r2=key_r * key_r)
+        if not isinstance(radius, Real) or isinstance(radius, bool) or not radius > 0:
+            raise ValueError(
+                f"radius must be a positive number, a (query_radius, key_radius) pair of arrays "
+                f"or None, got {radius!r}."
+            )
+        return None if math.isinf(radius) else cls(radius=float(radius))
+
+    def start_block(self, query_offset, qs, qe):
+        self._qoff = query_offset[:, None]
+        if self.radius is not None:
+            self._qoff = self._qoff - self.radius**2
+        else:
+            self._q_r2 = self.query_r2[qs:qe, None]
+
+    def threshold(self, ks, ke):
+        if self.radius is not None:
+            return self._qoff
+        return self._qoff - torch.maximum(self._q_r2, self.key_r2[None, ks:ke])
+
+    def pair_bytes(self, item):
+        """Extra scratch bytes per score entry: per-point radii need a threshold block."""
+        return 0 if self.radius is not None else item + 1
+
+    def __str__(self):
+        return f"radius={self.radius}" if self.radius is not None else "the per-point radii"
 
 
 def _check_count(value, name, limit, limit_name=None):
@@ -543,7 +601,7 @@ def _raw_scores(scorer, q, qs, qe, ks, ke, ctx, q_index):
     s = scorer.block(q, ks, ke)
     inplace = ctx["inplace"]
     if ctx["radius"] is not None:
-        s = _masked(s, s < ctx["radius_threshold"][:, None], inplace)
+        s = _masked(s, s < ctx["radius"].threshold(ks, ke), inplace)
     if ctx["self_index"] is not None:
         s = _mask_self(s, ctx["self_index"], qs, qe, ks, ke, inplace)
     if ctx["key_mask"] is not None:
@@ -580,7 +638,7 @@ def _context(T, prior_vec, prior_fn, radius, self_index, inplace):
         key_mask = neg if bool(neg.any()) else None
     return dict(
         T=T, prior_vec=prior_vec, prior_fn=prior_fn, radius=radius, self_index=self_index,
-        key_mask=key_mask, inplace=inplace, radius_threshold=None,
+        key_mask=key_mask, inplace=inplace,
     )
 
 
@@ -588,7 +646,7 @@ def _empty_rows(l, qs, on_empty, radius):
     empty = l <= 0
     if on_empty == "raise" and bool(empty.any()):
         rows = (empty.nonzero().squeeze(1) + qs).tolist()
-        hint = f" within radius={radius}" if radius is not None else ""
+        hint = f" within {radius}" if radius is not None else ""
         raise ValueError(
             f"{len(rows)} quer{'y has' if len(rows) == 1 else 'ies have'} no unmasked key{hint} "
             f"(first: {rows[:5]}); every key was removed by the masks or priors. Use a larger "
@@ -612,8 +670,9 @@ def _stream_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, 
     need_raw = argmax or uniform or radius is not None or prior_fn is not None
     query_bytes = item * (2 * dv + 4 + 2 * Q.shape[1]) + (n_weights or 0) * 3 * (2 * item + 8)
     bq, bk = _plan_blocks(
-        n_q, n_k, pair_bytes=3 * item + 2, query_bytes=query_bytes, budget=budget,
-        device=Q.device, what="dense attention", cache_sized=inplace,
+        n_q, n_k, pair_bytes=3 * item + 2 + (radius.pair_bytes(item) if radius else 0),
+        query_bytes=query_bytes, budget=budget, device=Q.device, what="dense attention",
+        cache_sized=inplace,
     )
     single_block = bk >= n_k and not argmax and not n_weights
     outs, weights, indices = [], [], []
@@ -622,7 +681,7 @@ def _stream_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, 
         q = scorer.prepare_queries(Q[qs:qe])
         q_index = torch.arange(qs, qe, device=q.device)[:, None] if prior_fn is not None else None
         if radius is not None:
-            ctx["radius_threshold"] = scorer.query_offset(q) - radius**2
+            radius.start_block(scorer.query_offset(q), qs, qe)
         state = _OnlineSoftmax(qe - qs, dv, q)
         best = torch.full((qe - qs,), _NEG_INF, dtype=q.dtype, device=q.device)  # arg-max limit
         top = _TopK(qe - qs, n_weights, q, with_aux=argmax or uniform) if n_weights else None
@@ -713,8 +772,9 @@ def _topk_blocks(scorer, Q, k, ctx, budget, query_bytes, what):
     """
     n_q, n_k = Q.shape[0], scorer.n_keys
     item = Q.element_size()
+    radius = ctx["radius"]
     bq, bk = _plan_blocks(
-        n_q, n_k, pair_bytes=3 * item + 2,
+        n_q, n_k, pair_bytes=3 * item + 2 + (radius.pair_bytes(item) if radius else 0),
         query_bytes=query_bytes + 3 * k * (item + 8) + 2 * item * Q.shape[1],
         budget=budget, device=Q.device, what=what,
     )
@@ -725,7 +785,7 @@ def _topk_blocks(scorer, Q, k, ctx, budget, query_bytes, what):
         with torch.no_grad():
             qd = q.detach()
             if ctx["radius"] is not None:
-                ctx["radius_threshold"] = scorer.query_offset(qd) - ctx["radius"] ** 2
+                ctx["radius"].start_block(scorer.query_offset(qd), qs, qe)
             top = _TopK(qe - qs, k, qd)
             for ks in range(0, n_k, bk):
                 ke = min(n_k, ks + bk)

@@ -232,6 +232,34 @@ def test_fully_masked_rows_raise_or_fall_back():
         attention(Q, K, V, n_neighbors=1, log_prior=[-np.inf, -np.inf])
 
 
+@pytest.mark.parametrize("temperature", [0.7, 0.0, math.inf])
+@pytest.mark.parametrize("n_neighbors", [None, 4])
+@pytest.mark.parametrize("working_memory", [None, 0.01])
+def test_per_point_radii_give_the_symmetric_knn_mask(data, temperature, n_neighbors, working_memory):
+    Q, K, V, prior = data
+    rng = np.random.default_rng(1)
+    query_r = torch.as_tensor(rng.uniform(1.5, 3.0, N_QUERIES))
+    key_r = torch.as_tensor(rng.uniform(0.5, 3.5, N_KEYS))
+    d2 = torch.cdist(Q, K) ** 2
+    keep = d2 <= torch.maximum(query_r[:, None], key_r[None, :]) ** 2
+    # The reference with the mask as a -inf log-prior per (query, key) pair.
+    expected = []
+    for i in range(N_QUERIES):
+        row_prior = torch.where(keep[i], prior, -math.inf)
+        out, _ = reference_attention(Q[i:i + 1], K, V, "sqeuclidean", temperature, n_neighbors, None, row_prior)
+        expected.append(out)
+    expected = torch.cat(expected)
+    out = attention(
+        Q, K, V, temperature=temperature, n_neighbors=n_neighbors, radius=(query_r, key_r),
+        log_prior=prior, working_memory=working_memory,
+    )
+    torch.testing.assert_close(out, expected, rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="pair needs shapes"):
+        attention(Q, K, V, radius=(query_r[:3], key_r))
+    with pytest.raises(ValueError, match="radii must be >= 0"):
+        attention(Q, K, V, radius=(-query_r, key_r))
+
+
 def test_working_memory_config_is_honoured_and_too_small_budget_is_clear():
     K = np.random.default_rng(0).normal(size=(100, 2))
     with skattention.config_context(working_memory=1e-5):
