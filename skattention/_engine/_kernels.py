@@ -1,0 +1,187 @@
+"""Gaussian kernels between point sets, computed blockwise (diffusion operators, THEORY.md section 1).
+
+The attention (Markov) operator of a point set is ``S = softmax_j(-||x_i - x_j||^2 / T)``; these
+helpers produce its raw pieces under the same working-memory budget as :func:`attention`:
+the dense kernel matrix, log row sums of the kernel (degrees), and a histogram of squared
+distances from which a bandwidth can be chosen.
+"""
+
+import math
+
+import numpy as np
+import torch
+
+from ._attention import _as_tensor, _budget_bytes, _plan_blocks
+from ._device import resolve_device, resolve_dtype
+from ._scores import Scorer
+
+
+def _setup(queries, keys, device, dtype, working_memory):
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, queries, keys)
+    Q = _as_tensor(queries, "queries", dev, dt, ndims=(2,))
+    K = _as_tensor(keys, "keys", dev, dt, ndims=(2,))
+    if Q.shape[1] != K.shape[1]:
+        raise ValueError(f"queries have {Q.shape[1]} features but keys have {K.shape[1]}; they must match.")
+    if K.shape[0] == 0:
+        raise ValueError("keys is empty.")
+    return Q, Scorer(K, "sqeuclidean"), _budget_bytes(working_memory)
+
+
+def _sqdist_blocks(Q, scorer, budget, what, pair_bytes, whole_rows=False):
+    """Yield ``(qs, qe, ks, ke, d2)``: squared distances of a query block to a key block."""
+    n_q, n_k = Q.shape[0], scorer.n_keys
+    item = Q.element_size()
+    bq, bk = _plan_blocks(
+        n_q, n_k, pair_bytes=pair_bytes * item, query_bytes=2 * item * Q.shape[1],
+        budget=budget, device=Q.device, what=what, cache_sized=not whole_rows,
+    )
+    if whole_rows:
+        # Callers that fill whole rows of an output want few, wide blocks.
+        bk = n_k
+        bq = max(1, min(n_q, budget // (n_k * pair_bytes * item + 2 * item * Q.shape[1])))
+        if n_k * pair_bytes * item > budget:
+            raise MemoryError(
+                f"{what} needs {n_k * pair_bytes * item / 2**20:.1f} MiB of scratch memory per row "
+                f"but the budget is {budget / 2**20:.1f} MiB; raise working_memory "
+                "(skattention.config_context(working_memory=...)) or use n_neighbors."
+            )
+    for qs in range(0, n_q, bq):
+        qe = min(n_q, qs + bq)
+        q = scorer.prepare_queries(Q[qs:qe])
+        q_off = scorer.query_offset(q)[:, None]
+        for ks in range(0, n_k, bk):
+            ke = min(n_k, ks + bk)
+            # partial score = 2 q.k - ||k||^2 = ||q||^2 - d^2
+            d2 = scorer.block(q, ks, ke).neg_().add_(q_off).clamp_(min=0)
+            yield qs, qe, ks, ke, d2
+
+
+@torch.no_grad()
+def gaussian_kernel(queries, keys, temperature, *, out=None, device="auto", dtype=None, working_memory=None):
+    """The dense kernel matrix ``exp(-||q_i - k_j||^2 / temperature)``, filled block by block.
+
+    Parameters
+    ----------
+    queries : array-like or Tensor of shape (n_queries, n_features)
+    keys : array-like or Tensor of shape (n_keys, n_features)
+    temperature : float > 0
+    out : ndarray of shape (n_queries, n_keys), default=None
+        Written in place when given (its dtype is kept); else a new float64 array. Only the
+        output is ``n_queries x n_keys``: scratch memory stays within ``working_memory``.
+    device, dtype, working_memory
+        As in :func:`skattention.attention`.
+
+    Returns
+    -------
+    kernel : ndarray of shape (n_queries, n_keys)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skattention._engine import gaussian_kernel
+    >>> gaussian_kernel(np.array([[0.0], [1.0]]), np.array([[0.0], [2.0]]), 1.0, dtype="float64").round(4)
+    array([[1.    , 0.0183],
+           [0.3679, 0.3679]])
+    """
+    if not (isinstance(temperature, (int, float)) and 0 < temperature < math.inf):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}.")
+    Q, scorer, budget = _setup(queries, keys, device, dtype, working_memory)
+    if out is None:
+        out = np.empty((Q.shape[0], scorer.n_keys), dtype=np.float64)
+    elif out.shape != (Q.shape[0], scorer.n_keys):
+        raise ValueError(f"out has shape {out.shape}, expected {(Q.shape[0], scorer.n_keys)}.")
+    for qs, qe, ks, ke, d2 in _sqdist_blocks(Q, scorer, budget, "the kernel matrix", 2, whole_rows=True):
+        out[qs:qe, ks:ke] = d2.mul_(-1.0 / temperature).exp_().cpu().numpy()
+    return out
+
+
+@torch.no_grad()
+def sqdist_log_histogram(queries, keys, *, n_bins=512, self_index=None, device="auto", dtype=None,
+                         working_memory=None):
+    """Histogram of the logarithms of the positive squared distances between queries and keys.
+
+    Two streaming passes (range, then counts), so memory stays within ``working_memory`` however
+    many pairs there are. The summary behind data-driven bandwidth rules: any kernel sum
+    ``sum_ij g(d_ij^2)`` is ``sum_b counts[b] g(exp(centre_b))`` up to the bin width.
+
+    Parameters
+    ----------
+    queries : array-like or Tensor of shape (n_queries, n_features)
+    keys : array-like or Tensor of shape (n_keys, n_features)
+    n_bins : int, default=512
+    self_index : array-like of int of shape (n_queries,), default=None
+        Index of each query among the keys: that pair's distance is taken as exactly 0 (the
+        blockwise formula can leave a rounding residue that would stretch the histogram).
+    device, dtype, working_memory
+        As in :func:`skattention.attention`.
+
+    Returns
+    -------
+    log_edges : ndarray of shape (n_bins + 1,)
+        Bin edges in log squared distance; empty when no pair has a positive distance.
+    counts : ndarray of shape (n_bins,)
+    n_zero : int
+        Pairs at distance 0 (self pairs and duplicates), not in the histogram.
+    """
+    Q, scorer, budget = _setup(queries, keys, device, dtype, working_memory)
+    skip = None if self_index is None else torch.as_tensor(np.asarray(self_index), device=Q.device)
+    n_zero = 0
+
+    def positive_logs():
+        for qs, qe, ks, ke, d2 in _sqdist_blocks(Q, scorer, budget, "the distance histogram", 3):
+            if skip is not None:
+                local = skip[qs:qe] - ks
+                rows = ((local >= 0) & (local < ke - ks)).nonzero().squeeze(1)
+                d2[rows, local[rows]] = 0.0
+            positive = d2 > 0
+            yield torch.log(d2[positive]), int(positive.numel() - positive.sum())
+
+    lo, hi = math.inf, -math.inf
+    for logs, zeros in positive_logs():
+        n_zero += zeros
+        if logs.numel():
+            lo, hi = min(lo, float(logs.min())), max(hi, float(logs.max()))
+    if lo == math.inf:
+        return np.empty(0), np.zeros(n_bins), n_zero
+    hi = max(hi, lo + 1e-6)
+    counts = torch.zeros(n_bins, dtype=torch.float64, device=Q.device)
+    for logs, _ in positive_logs():
+        counts += torch.histc(logs, bins=n_bins, min=lo, max=hi).to(torch.float64)
+    return np.linspace(lo, hi, n_bins + 1), counts.cpu().numpy(), n_zero
+
+
+@torch.no_grad()
+def gaussian_kernel_log_sums(queries, keys, temperature, *, device="auto", dtype=None, working_memory=None):
+    """``log sum_j exp(-||q_i - k_j||^2 / temperature)`` for every query, streamed over key blocks.
+
+    The log-degrees of the kernel graph: the density estimate behind Coifman–Lafon's
+    normalisation, and, negated, the log-prior that turns attention into the ``alpha``-normalised
+    diffusion operator. Stable for any temperature (a running log-sum-exp).
+
+    Parameters
+    ----------
+    queries : array-like or Tensor of shape (n_queries, n_features)
+    keys : array-like or Tensor of shape (n_keys, n_features)
+    temperature : float > 0
+    device, dtype, working_memory
+        As in :func:`skattention.attention`.
+
+    Returns
+    -------
+    log_sums : ndarray of shape (n_queries,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skattention._engine import gaussian_kernel_log_sums
+    >>> float(np.exp(gaussian_kernel_log_sums(np.zeros((1, 1)), np.zeros((3, 1)), 1.0)[0]))
+    3.0
+    """
+    if not (isinstance(temperature, (int, float)) and 0 < temperature < math.inf):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}.")
+    Q, scorer, budget = _setup(queries, keys, device, dtype, working_memory)
+    out = torch.full((Q.shape[0],), -math.inf, dtype=Q.dtype, device=Q.device)
+    for qs, qe, ks, ke, d2 in _sqdist_blocks(Q, scorer, budget, "kernel sums", 2):
+        out[qs:qe] = torch.logaddexp(out[qs:qe], torch.logsumexp(d2.mul_(-1.0 / temperature), 1))
+    return out.cpu().numpy()

@@ -1,0 +1,272 @@
+"""AttentionDiffusionEmbedding: the attention matrix as a diffusion operator (diffusion maps)."""
+
+import math
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context, clone
+from sklearn.exceptions import NotFittedError
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._engine import attention, kneighbors, resolve_device
+from ._operator import (
+    auto_epsilon,
+    diffusion_coordinates,
+    diffusion_operator,
+    signed_power,
+    top_eigenpairs,
+)
+
+# Radii of the k-NN mask are widened by this relative amount at transform time, so that the
+# k-th neighbour of a training point stays inside its ball despite rounding in the recomputed
+# distances (transform(X_train) then reproduces embedding_).
+_RADIUS_SLACK = 1e-6
+
+
+class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Diffusion-map embedding with the attention matrix as the diffusion operator.
+
+    The attention of the training points over themselves,
+    ``S_ij = softmax_j(-f(x_i, x_j) / epsilon - alpha log q_j)`` with ``f`` the squared
+    Euclidean distance (in the space of ``metric``) and ``q_j = sum_l exp(-f(x_j, x_l) / epsilon)``
+    the kernel density at ``x_j``, is the Markov operator of Coifman and Lafon's diffusion maps.
+    Its leading non-trivial right eigenvectors ``psi_k``, scaled by ``mu_k ** diffusion_time``,
+    are the embedding. As ``epsilon -> 0``, ``(S - I) / (epsilon / 4)`` tends to
+    ``Lap + 2 (1 - alpha) <grad log p, grad>`` (THEORY.md section 1): ``alpha=0`` is raw
+    attention with its drift towards dense regions, ``alpha=0.5`` a Fokker–Planck operator and
+    ``alpha=1`` the Laplace–Beltrami operator (the heat equation), whatever the sampling density.
+
+    Unlike :class:`~sklearn.manifold.SpectralEmbedding`, new points are embedded by ``transform``:
+    the Nyström extension ``psi_k(x) = sum_j S(x, x_j) psi_k(x_j) / mu_k`` is attention from the
+    new points (queries) to the training points (keys), computed by the engine.
+
+    Parameters
+    ----------
+    n_components : int, default=2
+        Number of diffusion coordinates (the trivial constant eigenvector is dropped).
+    metric : "euclidean" or transformer, default="euclidean"
+        Space in which squared Euclidean distances are taken. A transformer (for example a
+        :class:`~skattention.MetricAttentionTransformer`) maps the data first, so the diffusion
+        runs in a learned metric: used as is when already fitted, else cloned and fitted on
+        ``(X, y)`` in ``fit`` (``metric_``).
+    epsilon : float or "auto", default="auto"
+        Kernel bandwidth, the attention temperature: ``exp(-f / epsilon)``. ``"auto"``: the
+        Berry–Giannakis–Harlim rule, the ``epsilon`` at which ``log sum_ij exp(-f_ij / epsilon)``
+        grows fastest with ``log epsilon``; twice that slope estimates the intrinsic dimension
+        (``intrinsic_dimension_``). Computed from the distances of up to 1,000 sampled points to
+        all points (dense) or from the k-NN distances (``n_neighbors``).
+    alpha : float in [0, 1], default=1.0
+        Coifman–Lafon density normalisation (a log-prior ``-alpha log q_j`` on the attention).
+    diffusion_time : float >= 0, default=1
+        Eigenvectors are scaled by ``eigenvalue ** diffusion_time``.
+    n_neighbors : int, default=None
+        ``None``: dense attention over all training points (an n x n operator). An int: a sparse
+        operator on the symmetric k-NN graph (``j`` is among the ``n_neighbors`` nearest points
+        of ``i``, itself included, or ``i`` is among ``j``'s); new points attend to their
+        ``n_neighbors`` nearest training points and to those whose k-NN ball contains them.
+    eigen_solver : {"auto", "dense", "arpack"}, default="auto"
+        ``"dense"``: a full ``torch.linalg.eigh`` on ``device``. ``"arpack"``: scipy's Lanczos in
+        shift-invert mode just above the top eigenvalue 1 (a Cholesky factorisation made in the
+        memory of the dense operator, or a sparse LU), which separates the leading eigenvalues
+        however close to 1 they crowd. ``"auto"``: dense up to 200 points, else arpack.
+    device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
+        Where kernels, neighbours and attention run. The fitted model holds NumPy arrays only.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the bandwidth rule's sample of points and the Lanczos starting vector.
+
+    Attributes
+    ----------
+    embedding_ : ndarray of shape (n_samples, n_components)
+        Diffusion coordinates of the training points.
+    eigenvalues_ : ndarray of shape (n_components,)
+        Eigenvalues ``mu_k`` of the Markov operator ``S`` behind each component (descending).
+    laplacian_eigenvalues_ : ndarray of shape (n_components,)
+        ``4 (1 - mu_k) / epsilon_``: estimates of the eigenvalues of the limit operator
+        ``-(Lap + 2 (1 - alpha) <grad log p, grad>)`` (``k^2`` on the unit circle for
+        ``alpha=1``, ``l (l + 1)`` on the unit sphere).
+    epsilon_ : float
+        The bandwidth used.
+    intrinsic_dimension_ : float or None
+        Dimension estimated by the bandwidth rule (``epsilon="auto"`` only).
+    metric_ : transformer or None
+        The fitted metric transformer.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Defined when ``X`` has string feature names.
+
+    See Also
+    --------
+    sklearn.manifold.SpectralEmbedding : Laplacian eigenmaps, without out-of-sample transform.
+    skattention.manifold.attention_generator : The generator the operator approximates.
+    skattention.manifold.spectral_cluster_count : Clusters counted from the same spectrum.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skattention.manifold import AttentionDiffusionEmbedding
+    >>> theta = np.linspace(0, 2 * np.pi, 300, endpoint=False)
+    >>> circle = np.c_[np.cos(theta), np.sin(theta)]
+    >>> emb = AttentionDiffusionEmbedding(n_components=4, random_state=0).fit(circle)
+    >>> np.round(emb.laplacian_eigenvalues_, 1)  # k^2 on the circle: 1, 1, 4, 4
+    array([1. , 1. , 4. , 4. ])
+    >>> new = np.array([[1.0, 0.0], [0.0, -1.0]])
+    >>> emb.transform(new).shape
+    (2, 4)
+    """
+
+    _parameter_constraints: dict = {
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "metric": [StrOptions({"euclidean"}), HasMethods(["fit", "transform"])],
+        "epsilon": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "alpha": [Interval(Real, 0, 1, closed="both")],
+        "diffusion_time": [Interval(Real, 0, None, closed="left")],
+        "n_neighbors": [Interval(Integral, 1, None, closed="left"), None],
+        "eigen_solver": [StrOptions({"auto", "dense", "arpack"})],
+        "device": [str, torch.device],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        n_components=2,
+        *,
+        metric="euclidean",
+        epsilon="auto",
+        alpha=1.0,
+        diffusion_time=1,
+        n_neighbors=None,
+        eigen_solver="auto",
+        device="auto",
+        random_state=None,
+    ):
+        self.n_components = n_components
+        self.metric = metric
+        self.epsilon = epsilon
+        self.alpha = alpha
+        self.diffusion_time = diffusion_time
+        self.n_neighbors = n_neighbors
+        self.eigen_solver = eigen_solver
+        self.device = device
+        self.random_state = random_state
+
+    # The metric transformer is validated by its own fit.
+    @_fit_context(prefer_skip_nested_validation=False)
+    def fit(self, X, y=None):
+        """Build the attention operator of ``X`` and embed with its leading eigenvectors.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,), default=None
+            Passed to ``metric.fit`` when ``metric`` is an unfitted transformer; else ignored.
+
+        Returns
+        -------
+        self : object
+        """
+        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+        n = X.shape[0]
+        if self.n_components >= n:
+            raise ValueError(
+                f"n_components={self.n_components} must be smaller than n_samples={n}: the "
+                "embedding drops the trivial eigenvector."
+            )
+        if self.n_neighbors is not None and self.n_neighbors > n:
+            raise ValueError(f"n_neighbors={self.n_neighbors} must be at most n_samples={n}.")
+        device = resolve_device(self.device)
+        rng = check_random_state(self.random_state)
+        self.metric_ = self._fit_metric(X, y)
+        Z = self._to_metric_space(X)
+
+        knn_d2 = None
+        if self.n_neighbors is not None:
+            knn_d2, _ = kneighbors(Z, Z, self.n_neighbors, device=device, dtype="float64")
+        if self.epsilon == "auto":
+            self.epsilon_, self.intrinsic_dimension_ = auto_epsilon(Z, knn_d2, rng, device)
+        else:
+            self.epsilon_, self.intrinsic_dimension_ = float(self.epsilon), None
+
+        op = diffusion_operator(Z, self.epsilon_, self.alpha, self.n_neighbors, device)
+        mu, v = top_eigenpairs(op.A, self.n_components + 1, self.eigen_solver, device, rng)
+        psi = diffusion_coordinates(op, mu, v)[:, 1:]
+        mu = mu[1:]
+        del op.A, v
+
+        self.eigenvalues_ = mu
+        self.laplacian_eigenvalues_ = 4.0 * (1.0 - mu) / self.epsilon_
+        self.embedding_ = psi * signed_power(mu, self.diffusion_time)[None, :]
+        # Nyström: transform(x) = mu^t psi(x) = mu^(t-1) sum_j S(x, x_j) psi(x_j).
+        self._nystrom_values = psi * signed_power(mu, self.diffusion_time - 1)[None, :]
+        self._fit_Z = Z
+        self._log_prior = op.log_prior
+        self._radius = op.radius
+        return self
+
+    def fit_transform(self, X, y=None):
+        """Fit and return ``embedding_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,), default=None
+            See :meth:`fit`.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_components)
+        """
+        return self.fit(X, y).embedding_
+
+    def transform(self, X):
+        """Embed points by attention to the training points (the Nyström extension).
+
+        ``transform`` of the training points reproduces ``embedding_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_queries, n_features)
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_queries, n_components)
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        Z = self._to_metric_space(X)
+        radius = None
+        if self.n_neighbors is not None:
+            d2, _ = kneighbors(Z, self._fit_Z, self.n_neighbors, device=self.device, dtype="float64")
+            radius = (np.sqrt(d2[:, -1]) * (1 + _RADIUS_SLACK), self._radius * (1 + _RADIUS_SLACK))
+        out = attention(
+            Z, self._fit_Z, self._nystrom_values, temperature=self.epsilon_, log_prior=self._log_prior,
+            radius=radius, device=self.device, dtype="float64",
+        )
+        return np.asarray(out, dtype=np.float64)
+
+    def _fit_metric(self, X, y):
+        if isinstance(self.metric, str):
+            return None
+        try:
+            check_is_fitted(self.metric)
+            return self.metric
+        except NotFittedError:
+            return clone(self.metric).fit(X, y)
+
+    def _to_metric_space(self, X):
+        Z = X if self.metric_ is None else self.metric_.transform(X)
+        Z = np.asarray(Z, dtype=np.float64)
+        if Z.ndim != 2 or not np.isfinite(Z).all():
+            raise ValueError("the metric transformer must return a finite 2-D array.")
+        return Z
+
+    @property
+    def _n_features_out(self):
+        return self.n_components
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64"]
+        return tags

@@ -1,0 +1,221 @@
+"""The attention (Markov) operator of a point set and its leading eigenpairs.
+
+S = softmax_j(-||x_i - x_j||^2 / eps - alpha log q_j), q_j = sum_l exp(-||x_j - x_l||^2 / eps), is
+Coifman–Lafon's alpha-normalised diffusion operator written as attention with a log-prior
+(THEORY.md sections 1 and 2). It is similar to the symmetric matrix
+A = D^-1/2 K_alpha D^-1/2 (K_alpha = Q^-alpha K Q^-alpha, D its row sums), whose eigenvectors
+are computed instead so that everything stays real.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from scipy.linalg import cho_factor, cho_solve
+from scipy.sparse.linalg import LinearOperator, eigsh
+
+from .._engine import gaussian_kernel, kneighbors, resolve_device, sqdist_log_histogram
+
+# Queries sampled for the dense bandwidth rule: enough pairs for a smooth kernel-sum curve.
+_BANDWIDTH_QUERIES = 1000
+# "auto" eigen-solver: a full dense decomposition up to this many points (shift-invert beyond).
+_DENSE_EIGEN_MAX = 200
+# Shift-invert target just above the top eigenvalue 1 of A: the leading eigenvalues, which
+# crowd near 1 when eps is small, become well separated (1 / (mu - sigma)).
+_SHIFT = 1.0 + 1e-6
+
+
+def _kernel_sum_curve(log_edges, counts):
+    """``(log_eps, log_pairs)``: log of sum_ij exp(-d_ij^2 / eps) over the histogrammed pairs."""
+    if len(log_edges) == 0 or counts.sum() == 0:
+        raise ValueError("all points coincide: there is no scale to choose a bandwidth from.")
+    centres = np.exp((log_edges[:-1] + log_edges[1:]) / 2)
+    keep = counts > 0
+    centres, log_counts = centres[keep], np.log(counts[keep])
+    log_eps = np.linspace(log_edges[0] - 2.0, log_edges[-1] + 4.0, 800)
+    terms = log_counts[None, :] - centres[None, :] / np.exp(log_eps)[:, None]
+    top = terms.max(1, keepdims=True)
+    return log_eps, (top + np.log(np.exp(terms - top).sum(1, keepdims=True)))[:, 0]
+
+
+def _dimension_at(log_eps, log_pairs, epsilon):
+    """Twice the slope of log kernel sum against log eps at ``epsilon`` (Berry–Giannakis–Harlim)."""
+    slope = np.gradient(log_pairs, log_eps)
+    return float(2.0 * np.interp(math.log(epsilon), log_eps, slope))
+
+
+def bandwidth_from_histogram(log_edges, counts, n_zero, n_queries, target_degree):
+    """The bandwidth at which the kernel covers ``target_degree`` neighbours on average.
+
+    The mean kernel degree ``D(eps) = mean_i sum_j exp(-d_ij^2 / eps)`` (self included) is the
+    kernel sum of Berry, Giannakis and Harlim's rule: on samples of a d-dimensional manifold its
+    off-diagonal part grows like ``eps^(d/2)`` wherever eps is above the sample spacing and below
+    the data's extent, so twice the slope of its log against ``log eps`` at the chosen eps
+    estimates the intrinsic dimension. The rule picks the eps at which ``D`` reaches
+    ``target_degree`` (kept strictly inside the range the curve spans).
+
+    Parameters
+    ----------
+    log_edges, counts, n_zero
+        Histogram of log squared distances and the number of zero-distance pairs, as returned
+        by :func:`skattention._engine.sqdist_log_histogram`.
+    n_queries : int
+        Points whose distances were counted.
+    target_degree : float
+        Wanted mean number of effective neighbours (self included).
+
+    Returns
+    -------
+    epsilon : float
+    dimension : float
+    """
+    log_eps, log_pairs = _kernel_sum_curve(log_edges, counts)
+    degree = (n_zero + np.exp(log_pairs)) / n_queries
+    lowest, highest = degree[0], degree[-1]
+    target = min(max(target_degree, lowest + 0.01 * (highest - lowest)), lowest + 0.99 * (highest - lowest))
+    epsilon = float(np.exp(log_eps[min(int(np.searchsorted(degree, target)), len(log_eps) - 1)]))
+    return epsilon, _dimension_at(log_eps, log_pairs, epsilon)
+
+
+def auto_epsilon(Z, knn_d2, random_state, device):
+    """``(epsilon, dimension)`` for ``epsilon="auto"``.
+
+    Dense graph: ``sqrt(n)`` effective neighbours on average (:func:`bandwidth_from_histogram`),
+    from the distances of up to 1,000 random points to all points. Fewer neighbours give noisy
+    eigenvalues; a fixed fraction of the data biases them with the data's large-scale shape.
+
+    k-NN graph: each point's own bandwidth for ``n_neighbors / 3`` effective neighbours among its
+    k-NN (its kernel has then decayed to about ``e^-3`` at the edge of its k-NN ball), and the
+    90th percentile of those: one global eps that still connects the sparse regions, where a
+    mean or median tuned to the dense regions would leave near-isolated points.
+    """
+    n = Z.shape[0]
+    if knn_d2 is not None:
+        d2 = knn_d2.ravel()
+        positive = d2[d2 > 0]
+        if positive.size == 0:
+            raise ValueError("all neighbours coincide: there is no scale to choose a bandwidth from.")
+        log_lo, log_hi = math.log(positive.min()) - 2.0, math.log(positive.max()) + 4.0
+        lo, hi = np.full(n, log_lo), np.full(n, log_hi)
+        target = max(knn_d2.shape[1] / 3.0, 1.0 + 1e-3)
+        for _ in range(60):  # bisection on log eps, every point at once
+            mid = (lo + hi) / 2
+            enough = np.exp(-knn_d2 / np.exp(mid)[:, None]).sum(1) >= target
+            hi, lo = np.where(enough, mid, hi), np.where(enough, lo, mid)
+        epsilon = float(np.exp(np.quantile(hi, 0.9)))
+        counts, edges = np.histogram(np.log(positive), bins=512)
+        return epsilon, _dimension_at(*_kernel_sum_curve(edges, counts.astype(float)), epsilon)
+    sample = np.sort(random_state.choice(n, _BANDWIDTH_QUERIES, replace=False)) if n > _BANDWIDTH_QUERIES else np.arange(n)
+    edges, counts, n_zero = sqdist_log_histogram(Z[sample], Z, self_index=sample, device=device, dtype="float64")
+    return bandwidth_from_histogram(edges, counts, n_zero, len(sample), math.sqrt(n))
+
+
+@dataclass
+class DiffusionOperator:
+    """A = D^-1/2 K_alpha D^-1/2 with what the out-of-sample extension needs."""
+
+    A: object  # ndarray (dense) or csr_matrix (k-NN)
+    degree: np.ndarray  # D, row sums of K_alpha
+    log_prior: np.ndarray  # -alpha log q_j: the attention prior of the Markov operator
+    radius: np.ndarray  # k-NN graph: distance to each point's k-th neighbour (itself first)
+
+
+def diffusion_operator(Z, epsilon, alpha, n_neighbors, device):
+    """Build the symmetric conjugate of the alpha-normalised attention operator.
+
+    Dense: the n x n kernel is the only n x n array (normalised in place). k-NN: the symmetric
+    graph in which j is a neighbour of i if it is among i's ``n_neighbors`` nearest points
+    (i itself included) or i is among j's.
+    """
+    n = Z.shape[0]
+    radius = None
+    if n_neighbors is None:
+        K = gaussian_kernel(Z, Z, epsilon, device=device, dtype="float64")
+        np.fill_diagonal(K, 1.0)  # exact self-affinity (the blockwise formula rounds)
+        q = K.sum(1)
+        if alpha:
+            scale = q ** -alpha
+            K *= scale[:, None]
+            K *= scale[None, :]
+        d = K.sum(1)
+        inv_sqrt = 1.0 / np.sqrt(d)
+        K *= inv_sqrt[:, None]
+        K *= inv_sqrt[None, :]
+        A = K
+    else:
+        d2, idx = knn_graph(Z, n_neighbors, device)
+        radius = np.sqrt(d2[:, -1])
+        rows = np.repeat(np.arange(n), n_neighbors)
+        K = sp.csr_matrix((np.exp(-d2.ravel() / epsilon), (rows, idx.ravel())), shape=(n, n))
+        K = K.maximum(K.T).tocsr()  # the union graph; the kernel is symmetric
+        K.setdiag(1.0)
+        q = np.asarray(K.sum(1)).ravel()
+        if alpha:
+            scale = sp.diags(q ** -alpha)
+            K = scale @ K @ scale
+        d = np.asarray(K.sum(1)).ravel()
+        inv_sqrt = sp.diags(1.0 / np.sqrt(d))
+        A = (inv_sqrt @ K @ inv_sqrt).tocsr()
+    return DiffusionOperator(A=A, degree=d, log_prior=-alpha * np.log(q), radius=radius)
+
+
+def knn_graph(Z, n_neighbors, device):
+    """Squared distances and indices of each point's ``n_neighbors`` nearest points, itself first."""
+    d2, idx = kneighbors(Z, Z, n_neighbors, device=device, dtype="float64")
+    # Each point is its own nearest neighbour at distance exactly 0 (duplicates aside).
+    d2[:, 0] = np.where(idx[:, 0] == np.arange(len(Z)), 0.0, d2[:, 0])
+    return d2, idx
+
+
+def top_eigenpairs(A, k, eigen_solver, device, random_state):
+    """The ``k`` largest eigenvalues of the symmetric ``A`` (descending) and their eigenvectors.
+
+    ``A`` is consumed: the dense shift-invert path factorises ``sigma I - A`` in its memory.
+    """
+    n = A.shape[0]
+    if eigen_solver == "auto":
+        eigen_solver = "dense" if n <= _DENSE_EIGEN_MAX else "arpack"
+    if eigen_solver == "dense" or k >= n - 1:
+        dense = A.toarray() if sp.issparse(A) else A
+        w, v = torch.linalg.eigh(torch.from_numpy(np.ascontiguousarray(dense)).to(resolve_device(device)))
+        w, v = w.cpu().numpy()[::-1][:k], v.cpu().numpy()[:, ::-1][:, :k]
+    else:
+        # Shift-invert Lanczos: the eigenvalues of A near 1 become the largest of
+        # (sigma I - A)^-1, far apart even when eps is small and they crowd below 1.
+        v0 = random_state.uniform(-1, 1, n)
+        if sp.issparse(A):
+            w, v = eigsh(A, k=k, sigma=_SHIFT, which="LM", v0=v0)
+        else:
+            A *= -1.0
+            A.flat[:: n + 1] += _SHIFT  # sigma I - A, positive definite, factorised in place
+            factor = cho_factor(A, overwrite_a=True, check_finite=False)
+            inverse = LinearOperator((n, n), matvec=lambda x: -cho_solve(factor, x, check_finite=False), dtype=A.dtype)
+            # In shift-invert mode ARPACK only applies OPinv = (A - sigma I)^-1; A is never used.
+            w, v = eigsh(_never_applied(n), k=k, sigma=_SHIFT, which="LM", OPinv=inverse, v0=v0)
+        order = np.argsort(w)[::-1]
+        w, v = w[order], v[:, order]
+    return np.ascontiguousarray(w), np.ascontiguousarray(v)
+
+
+def _never_applied(n):
+    def fail(x):
+        raise RuntimeError("shift-invert Lanczos applied A itself")  # pragma: no cover
+    return LinearOperator((n, n), matvec=fail, dtype=np.float64)
+
+
+def diffusion_coordinates(op, eigenvalues, eigenvectors):
+    """Right eigenvectors psi = D^-1/2 v of the Markov operator, with unit mean square under its
+    stationary distribution, and a deterministic sign (largest entry positive)."""
+    psi = eigenvectors / np.sqrt(op.degree)[:, None] * math.sqrt(op.degree.sum())
+    biggest = np.abs(psi).argmax(0)
+    psi *= np.sign(psi[biggest, np.arange(psi.shape[1])])[None, :]
+    return psi
+
+
+def signed_power(mu, t):
+    """mu ** t, defined for negative mu and fractional t as sign(mu) |mu| ** t."""
+    if float(t).is_integer():
+        return mu ** int(t)
+    return np.sign(mu) * np.abs(mu) ** t
