@@ -20,6 +20,8 @@ from .._engine import gaussian_kernel, kneighbors, resolve_device, sqdist_log_hi
 
 # Queries sampled for the dense bandwidth rule: enough pairs for a smooth kernel-sum curve.
 _BANDWIDTH_QUERIES = 1000
+# epsilon="auto" gives this fraction of the points the target number of effective neighbours.
+_COVERED_QUANTILE = 0.9
 # "auto" eigen-solver: a full dense decomposition up to this many points (shift-invert beyond).
 _DENSE_EIGEN_MAX = 200
 # Shift-invert target just above the top eigenvalue 1 of A: the leading eigenvalues, which
@@ -46,70 +48,68 @@ def _dimension_at(log_eps, log_pairs, epsilon):
     return float(2.0 * np.interp(math.log(epsilon), log_eps, slope))
 
 
-def bandwidth_from_histogram(log_edges, counts, n_zero, n_queries, target_degree):
-    """The bandwidth at which the kernel covers ``target_degree`` neighbours on average.
+def per_point_bandwidth(neighbor_d2, target_degree, quantile=_COVERED_QUANTILE):
+    """The smallest eps giving a ``quantile`` of the points ``target_degree`` effective neighbours.
 
-    The mean kernel degree ``D(eps) = mean_i sum_j exp(-d_ij^2 / eps)`` (self included) is the
-    kernel sum of Berry, Giannakis and Harlim's rule: on samples of a d-dimensional manifold its
-    off-diagonal part grows like ``eps^(d/2)`` wherever eps is above the sample spacing and below
-    the data's extent, so twice the slope of its log against ``log eps`` at the chosen eps
-    estimates the intrinsic dimension. The rule picks the eps at which ``D`` reaches
-    ``target_degree`` (kept strictly inside the range the curve spans).
-
-    Parameters
-    ----------
-    log_edges, counts, n_zero
-        Histogram of log squared distances and the number of zero-distance pairs, as returned
-        by :func:`skattention._engine.sqdist_log_histogram`.
-    n_queries : int
-        Points whose distances were counted.
-    target_degree : float
-        Wanted mean number of effective neighbours (self included).
-
-    Returns
-    -------
-    epsilon : float
-    dimension : float
+    A point's effective number of neighbours is its kernel degree
+    ``sum_j exp(-d_ij^2 / eps)`` (itself included) over the squared distances in its row of
+    ``neighbor_d2``; each point's own eps is found by bisection on ``log eps``.
     """
-    log_eps, log_pairs = _kernel_sum_curve(log_edges, counts)
-    degree = (n_zero + np.exp(log_pairs)) / n_queries
-    lowest, highest = degree[0], degree[-1]
-    target = min(max(target_degree, lowest + 0.01 * (highest - lowest)), lowest + 0.99 * (highest - lowest))
-    epsilon = float(np.exp(log_eps[min(int(np.searchsorted(degree, target)), len(log_eps) - 1)]))
-    return epsilon, _dimension_at(log_eps, log_pairs, epsilon)
+    positive = neighbor_d2[neighbor_d2 > 0]
+    if positive.size == 0:
+        raise ValueError("all points coincide: there is no scale to choose a bandwidth from.")
+    target = min(max(target_degree, 1.0 + 1e-3), neighbor_d2.shape[1] - 1e-3)
+    lo = np.full(len(neighbor_d2), math.log(positive.min()) - 2.0)
+    hi = np.full(len(neighbor_d2), math.log(positive.max()) + 4.0)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        enough = np.exp(-neighbor_d2 / np.exp(mid)[:, None]).sum(1) >= target
+        hi, lo = np.where(enough, mid, hi), np.where(enough, lo, mid)
+    return float(np.exp(np.quantile(hi, quantile)))
+
+
+def kernel_sum_dimension(log_edges, counts, epsilon):
+    """Berry–Giannakis–Harlim: twice the slope of log sum_ij exp(-d_ij^2 / eps) in log eps.
+
+    On samples of a d-dimensional manifold the (off-diagonal) kernel sum grows like
+    ``eps^(d/2)`` wherever eps is above the sample spacing and below the data's extent.
+    """
+    if len(log_edges) == 0 or counts.sum() == 0:
+        return float("nan")
+    centres = np.exp((log_edges[:-1] + log_edges[1:]) / 2)
+    keep = counts > 0
+    centres, log_counts = centres[keep], np.log(counts[keep])
+    log_eps = math.log(epsilon) + np.array([-0.05, 0.05])
+    terms = log_counts[None, :] - centres[None, :] / np.exp(log_eps)[:, None]
+    top = terms.max(1, keepdims=True)
+    log_sum = (top + np.log(np.exp(terms - top).sum(1, keepdims=True)))[:, 0]
+    return float(2.0 * (log_sum[1] - log_sum[0]) / 0.1)
 
 
 def auto_epsilon(Z, knn_d2, random_state, device):
     """``(epsilon, dimension)`` for ``epsilon="auto"``.
 
-    Dense graph: ``sqrt(n)`` effective neighbours on average (:func:`bandwidth_from_histogram`),
-    from the distances of up to 1,000 random points to all points. Fewer neighbours give noisy
-    eigenvalues; a fixed fraction of the data biases them with the data's large-scale shape.
-
-    k-NN graph: each point's own bandwidth for ``n_neighbors / 3`` effective neighbours among its
-    k-NN (its kernel has then decayed to about ``e^-3`` at the edge of its k-NN ball), and the
-    90th percentile of those: one global eps that still connects the sparse regions, where a
-    mean or median tuned to the dense regions would leave near-isolated points.
+    eps is the smallest bandwidth at which 90% of the points have at least a target number of
+    effective neighbours (kernel degree): ``sqrt(n)`` for the dense operator (fewer give noisy
+    eigenvalues, a fixed fraction of the data biases them with its large-scale shape), and
+    ``n_neighbors / 3`` for the k-NN operator (the kernel has then decayed to about ``e^-3`` at
+    the edge of the k-NN ball). Asking it of 90% of the points rather than on average keeps
+    sparse regions connected. Dense: computed on up to 1,000 sampled points. The dimension is
+    :func:`kernel_sum_dimension` at that eps, from the same points' distances to all points
+    (dense) or from the k-NN distances.
     """
     n = Z.shape[0]
     if knn_d2 is not None:
-        d2 = knn_d2.ravel()
-        positive = d2[d2 > 0]
-        if positive.size == 0:
-            raise ValueError("all neighbours coincide: there is no scale to choose a bandwidth from.")
-        log_lo, log_hi = math.log(positive.min()) - 2.0, math.log(positive.max()) + 4.0
-        lo, hi = np.full(n, log_lo), np.full(n, log_hi)
-        target = max(knn_d2.shape[1] / 3.0, 1.0 + 1e-3)
-        for _ in range(60):  # bisection on log eps, every point at once
-            mid = (lo + hi) / 2
-            enough = np.exp(-knn_d2 / np.exp(mid)[:, None]).sum(1) >= target
-            hi, lo = np.where(enough, mid, hi), np.where(enough, lo, mid)
-        epsilon = float(np.exp(np.quantile(hi, 0.9)))
+        epsilon = per_point_bandwidth(knn_d2, knn_d2.shape[1] / 3.0)
+        positive = knn_d2[knn_d2 > 0]
         counts, edges = np.histogram(np.log(positive), bins=512)
-        return epsilon, _dimension_at(*_kernel_sum_curve(edges, counts.astype(float)), epsilon)
+        return epsilon, kernel_sum_dimension(edges, counts.astype(float), epsilon)
     sample = np.sort(random_state.choice(n, _BANDWIDTH_QUERIES, replace=False)) if n > _BANDWIDTH_QUERIES else np.arange(n)
-    edges, counts, n_zero = sqdist_log_histogram(Z[sample], Z, self_index=sample, device=device, dtype="float64")
-    return bandwidth_from_histogram(edges, counts, n_zero, len(sample), math.sqrt(n))
+    target = math.sqrt(n)
+    d2, _ = kneighbors(Z[sample], Z, min(n, math.ceil(3 * target) + 1), device=device, dtype="float64")
+    epsilon = per_point_bandwidth(d2, target)
+    edges, counts, _ = sqdist_log_histogram(Z[sample], Z, self_index=sample, device=device, dtype="float64")
+    return epsilon, kernel_sum_dimension(edges, counts, epsilon)
 
 
 @dataclass
