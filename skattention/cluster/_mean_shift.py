@@ -92,9 +92,9 @@ class AttentionMeanShift(ClusterMixin, BaseEstimator):
     >>> X = np.array([[1, 1], [2, 1], [1, 0], [4, 7], [3, 5], [3, 6]])
     >>> ms = AttentionMeanShift(bandwidth=2).fit(X)
     >>> ms.labels_
-    array([1, 1, 1, 0, 0, 0])
+    array([0, 0, 0, 1, 1, 1])
     >>> ms.predict([[0, 0], [5, 5]])
-    array([1, 0])
+    array([0, 1])
     >>> len(ms.cluster_centers_)
     2
     """
