@@ -1,0 +1,618 @@
+"""AttentionKMeans: k-means as alternating cross-attention, with deterministic annealing."""
+
+import sys
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, _fit_context
+from sklearn.cluster import kmeans_plusplus
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import _check_sample_weight, check_array, check_is_fitted, validate_data
+
+from .._engine import attention, resolve_device
+from .._engine._cluster import kmeans_step, principal_axes, sqdist_to_centers
+
+# Deterministic annealing (temperature="auto"), run on a subsample of at most this many points;
+# the exact Lloyd iterations that follow use every point.
+_ANNEAL_MAX_SAMPLES = 20000
+_ANNEAL_COOLING = 0.8  # T <- 0.8 T between temperature levels
+_ANNEAL_MAX_INNER = 10  # EM iterations per temperature level at most
+_ANNEAL_INNER_TOL = 1e-3  # level converged when max_j ||c_j - c_j_old||^2 < 1e-3 T
+_ANNEAL_HARDNESS = 0.99  # stop once the weighted mean of max_j r_ij reaches this ...
+_ANNEAL_MIN_RATIO = 1e-4  # ... or T falls below 1e-4 of the critical temperature
+_ANNEAL_POWER_ITER = 10  # power iterations for the clusters' principal axes
+_ANNEAL_MERGE = 1e-2  # centroids closer than ||c_i - c_j||^2 < 1e-2 T are merged
+_ANNEAL_SPLIT = 0.05  # a split centroid's children start at c +- 0.05 sqrt(lambda_max) v
+
+
+class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
+    """K-means as alternating attention: points attend to centroids, centroids attend to points.
+
+    The E-step is the attention of each point over the centroids,
+    ``r_ij = p_j exp(-||x_i - c_j||^2 / T) / sum_l p_l exp(-||x_i - c_l||^2 / T)`` (soft
+    assignments at temperature ``T``), and the M-step the attention of each centroid over the
+    points with the points as values, ``c_j = sum_i w_i r_ij x_i / sum_i w_i r_ij`` (weighted
+    means). ``temperature=0`` is exactly Lloyd's k-means (hard arg-min assignments);
+    ``temperature="auto"`` anneals from the first critical temperature down to 0 (deterministic
+    annealing, Rose 1998) and ends with exact Lloyd steps, so the result is a Lloyd fixed point
+    that depends little on the initialisation.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        Number of clusters (centroids).
+    temperature : float >= 0 or "auto", default="auto"
+        Softmax temperature in units of squared distance.
+
+        - ``0``: Lloyd's algorithm, exactly as :class:`sklearn.cluster.KMeans` with
+          ``algorithm="lloyd"`` (same tolerance rule, empty-cluster relocation and, for the same
+          ``random_state``, the same k-means++ centres).
+        - ``> 0``: soft k-means at that fixed temperature, iterated to a fixed point (equal
+          centroid priors); ``cluster_centers_`` are the soft centres, ``labels_`` the nearest one.
+        - ``"auto"``: deterministic annealing. Centroids start next to the weighted mean (at
+          ``mean + 0.01 (init - mean)``, the initialisation only breaking the symmetry) at the
+          critical temperature ``T_c = 2 lambda_max`` (``lambda_max`` the largest eigenvalue of
+          the weighted covariance; above it every centroid sits at the mean); ``T`` is divided by
+          1.25 per level, with up to 10 EM steps per level, mixing weights ``p_j`` re-estimated
+          (mass-constrained annealing, so coincident centroids act as one) and a little noise
+          (std ``1e-3 sqrt(T)``) so that centroids split when their cluster's critical
+          temperature is crossed. Annealing stops once the assignments are nearly hard (weighted
+          mean of ``max_j r_ij`` >= 0.99) or at ``1e-4 T_c``, and runs on a subsample of at most
+          20,000 points; exact Lloyd iterations on all points follow.
+
+        The temperature used by :meth:`predict_proba` is ``temperature_``.
+    metric : {"euclidean"}, default="euclidean"
+        Distance between points and centroids (squared in the attention scores). Only the
+        Euclidean distance keeps the weighted mean the exact M-step.
+    init : {"k-means++", "random"}, callable or array-like of shape (n_clusters, n_features), \
+            default="k-means++"
+        Initial centroids, as in :class:`~sklearn.cluster.KMeans` (``sklearn.cluster.kmeans_plusplus``
+        for ``"k-means++"``). With annealing, only the direction in which each centroid leaves
+        the mean.
+    n_init : "auto" or int, default="auto"
+        Number of runs from different initialisations; the one with the lowest inertia is kept.
+        ``"auto"``: 1, except 10 for ``init="random"`` or a callable at ``temperature=0``
+        (as :class:`~sklearn.cluster.KMeans`). Annealing makes a single run enough.
+    max_iter : int, default=300
+        Maximum number of Lloyd (or fixed-temperature soft) iterations of one run.
+    tol : float, default=1e-4
+        Relative tolerance: iterations stop when the squared centre shift summed over centroids
+        falls below ``tol`` times the mean per-feature variance of ``X`` (KMeans' rule), or
+        when the hard labels stop changing.
+    device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
+        Where the attention steps run; fitted attributes are NumPy arrays.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the initialisation, the annealing subsample and its noise.
+    verbose : int, default=0
+        Print the inertia of each run (and annealing progress) to standard error.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        Centroids.
+    labels_ : ndarray of shape (n_samples,)
+        Index of the nearest centroid of each training point.
+    inertia_ : float
+        k-means inertia of that hard assignment: weighted sum of squared distances of the
+        training points to their nearest centroid (comparable to ``KMeans.inertia_``).
+    n_iter_ : int
+        Iterations of the kept run (annealing EM steps plus Lloyd steps).
+    temperature_ : float
+        Temperature of :meth:`predict_proba`: ``temperature`` when a number; with ``"auto"``,
+        ``2 inertia_ / (sum(sample_weight) n_features)``, i.e. the responsibilities of the
+        isotropic Gaussian mixture with the variance of the final clusters.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during fit, when ``X`` has string column names.
+
+    See Also
+    --------
+    sklearn.cluster.KMeans : Lloyd's and Elkan's k-means.
+    AttentionMeanShift : Mean shift as repeated attention of the modes over the data.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skattention.cluster import AttentionKMeans
+    >>> X = np.array([[1, 2], [1, 4], [1, 0], [10, 2], [10, 4], [10, 0]])
+    >>> km = AttentionKMeans(n_clusters=2, random_state=0).fit(X)
+    >>> km.labels_[0] != km.labels_[3]
+    np.True_
+    >>> np.sort(km.cluster_centers_[:, 0])
+    array([ 1., 10.])
+    >>> km.predict([[0, 0], [12, 3]]).tolist() == [km.labels_[0], km.labels_[3]]
+    True
+    >>> float(km.inertia_)
+    16.0
+    """
+
+    _parameter_constraints: dict = {
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "temperature": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        "metric": [StrOptions({"euclidean"})],
+        "init": [StrOptions({"k-means++", "random"}), callable, "array-like"],
+        "n_init": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "device": [str, torch.device],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+    }
+
+    def __init__(self, n_clusters=8, *, temperature="auto", metric="euclidean", init="k-means++",
+                 n_init="auto", max_iter=300, tol=1e-4, device="auto", random_state=None, verbose=0):
+        self.n_clusters = n_clusters
+        self.temperature = temperature
+        self.metric = metric
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------ fit
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, sample_weight=None):
+        """Compute the clustering.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training points.
+        y : Ignored
+            Not used, present for API consistency.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each point (a prior on the points in the M-step attention; integer weights
+            equal repeated points in every step). ``None``: all ones.
+
+        Returns
+        -------
+        self : AttentionKMeans
+            Fitted estimator.
+        """
+        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", copy=False)
+        sample_weight = _check_sample_weight(sample_weight, X, dtype=X.dtype, ensure_non_negative=True)
+        if not np.any(sample_weight > 0):
+            raise ValueError("All sample weights are zero: at least one sample needs positive weight.")
+        n_samples, n_features = X.shape
+        if n_samples < self.n_clusters:
+            raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}.")
+        device = resolve_device(self.device)
+        rng = check_random_state(self.random_state)
+        annealing = isinstance(self.temperature, str)
+        T = None if annealing else float(self.temperature)
+
+        init = self.init
+        if not isinstance(init, str) and not callable(init):
+            init = check_array(init, dtype=X.dtype, copy=True, order="C")
+            self._check_center_shape(init, n_features)
+        n_init = self._resolve_n_init(T)
+
+        # Centre the data (like KMeans) for precise squared distances.
+        X_mean = X.mean(axis=0)
+        Xc = X - X_mean
+        if isinstance(init, np.ndarray):
+            init = init - X_mean
+        tol = float(np.mean(np.var(X, axis=0)) * self.tol) if self.tol > 0 else 0.0
+
+        Xt = torch.from_numpy(Xc).to(device)
+        wt = torch.from_numpy(np.ascontiguousarray(sample_weight)).to(device)
+        best = None
+        for run in range(n_init):
+            def initial_centers():
+                centers0 = self._init_centroids(Xc, init, rng, sample_weight)
+                return torch.from_numpy(np.ascontiguousarray(centers0, dtype=X.dtype)).to(device)
+
+            n_anneal = 0
+            if annealing:
+                ct, n_anneal = self._anneal(Xt, wt, initial_centers, rng)
+            else:
+                ct = initial_centers()
+            if T is None or T == 0:
+                ct, labels, inertia, n_iter = _lloyd(Xt, wt, ct, self.max_iter, tol, self.verbose)
+            else:
+                ct, labels, inertia, n_iter = _soft_kmeans(Xt, wt, ct, T, self.max_iter, tol, self.verbose)
+            if self.verbose:
+                sys.stderr.write(f"AttentionKMeans run {run}: inertia {inertia:.6g}, {n_anneal} annealing "
+                                 f"and {n_iter} {'Lloyd' if not T else 'soft'} iterations\n")
+            if best is None or inertia < best[2]:
+                best = (ct, labels, inertia, n_anneal + n_iter)
+
+        ct, labels, inertia, n_iter = best
+        centers = ct.cpu().numpy().astype(X.dtype, copy=False) + X_mean
+        labels = labels.cpu().numpy()
+        if annealing:
+            # Annealing forgets the initialisation up to the order of the centroids: number the
+            # clusters by their centroids (lexicographic) so that equal solutions compare equal.
+            order = np.lexsort(centers.T[::-1])
+            centers = centers[order]
+            labels = np.argsort(order)[labels]
+        distinct = len(np.unique(labels))
+        if distinct < self.n_clusters:
+            warnings.warn(
+                f"Number of distinct clusters ({distinct}) found smaller than n_clusters "
+                f"({self.n_clusters}). Possibly due to duplicate points in X.",
+                ConvergenceWarning, stacklevel=2,
+            )
+        self.cluster_centers_ = np.ascontiguousarray(centers)
+        self.labels_ = labels
+        self.inertia_ = float(inertia)
+        self.n_iter_ = int(n_iter)
+        if annealing:
+            total = float(sample_weight.sum())
+            self.temperature_ = 2.0 * self.inertia_ / (total * n_features) if self.inertia_ > 0 else 0.0
+        else:
+            self.temperature_ = T
+        self._n_threads = 1
+        return self
+
+    def _resolve_n_init(self, T):
+        if self.n_init != "auto":
+            n_init = self.n_init
+        elif (isinstance(self.init, str) and self.init == "random") or callable(self.init):
+            n_init = 10 if T == 0 else 1
+        else:
+            n_init = 1
+        if not isinstance(self.init, str) and not callable(self.init) and n_init != 1:
+            warnings.warn(
+                "Explicit initial center position passed: performing only one init in "
+                f"AttentionKMeans instead of n_init={n_init}.", RuntimeWarning, stacklevel=3,
+            )
+            n_init = 1
+        return n_init
+
+    def _check_center_shape(self, centers, n_features):
+        if centers.shape != (self.n_clusters, n_features):
+            raise ValueError(
+                f"The shape of the initial centers {centers.shape} does not match the number of "
+                f"clusters {self.n_clusters} and features {n_features}."
+            )
+
+    def _init_centroids(self, Xc, init, rng, sample_weight):
+        if isinstance(init, str) and init == "k-means++":
+            centers, _ = kmeans_plusplus(Xc, self.n_clusters, sample_weight=sample_weight, random_state=rng)
+        elif isinstance(init, str) and init == "random":
+            seeds = rng.choice(Xc.shape[0], size=self.n_clusters, replace=False,
+                               p=sample_weight / sample_weight.sum())
+            centers = Xc[seeds]
+        elif callable(init):
+            centers = init(Xc, self.n_clusters, random_state=rng)
+            centers = check_array(centers, dtype=Xc.dtype, copy=False, order="C")
+            self._check_center_shape(centers, Xc.shape[1])
+        else:
+            centers = init
+        return centers
+
+    def _anneal(self, Xt, wt, init_centers, rng):
+        """Deterministic annealing with splits at critical temperatures (``temperature="auto"``).
+
+        Starts with one centroid at the weighted mean and the temperature at its critical value
+        ``2 lambda_max``. At each level: EM to equilibrium (soft assignments with the centroids'
+        masses as log-prior, weighted means), then every centroid whose critical temperature
+        ``2 lambda_max`` (of its soft cluster) lies above the next temperature splits in two along
+        its principal axis, most unstable first, until there are ``n_clusters``.
+        """
+        n = Xt.shape[0]
+        k = self.n_clusters
+        if n > _ANNEAL_MAX_SAMPLES:
+            idx = torch.from_numpy(np.sort(rng.choice(n, _ANNEAL_MAX_SAMPLES, replace=False))).to(Xt.device)
+            Xs, ws = Xt[idx], wt[idx]
+        else:
+            Xs, ws = Xt, wt
+        if k == 1 or not bool((ws > 0).any()):
+            return init_centers(), 0
+        # Annealing only has to reach the right basin: float32 is enough (Lloyd follows in the
+        # data's precision).
+        dtype, device = torch.float32, Xt.device
+        Xs, ws = Xs.to(dtype), ws.to(dtype)
+        ws = ws / ws.sum()
+        gen = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
+        C = (ws @ Xs)[None, :]
+        log_p = torch.zeros(1, dtype=dtype, device=device)
+        V = torch.randn((1, Xs.shape[1]), generator=gen, dtype=torch.float64).to(device, dtype)
+        lam, V = principal_axes(Xs, ws, C, 1.0, log_p, V, n_iter=_ANNEAL_POWER_ITER)
+        t_crit = 2.0 * float(lam[0])
+        if not t_crit > 0:
+            return init_centers(), 0
+        T, t_min, n_iter = t_crit, _ANNEAL_MIN_RATIO * t_crit, 0
+        while True:
+            if C.shape[0] > 1:
+                for _ in range(_ANNEAL_MAX_INNER):
+                    step = kmeans_step(Xs, C, ws, temperature=T, log_prior=log_p)
+                    n_iter += 1
+                    mass = step["mass"]
+                    keep = mass > 0
+                    C_new = torch.where(keep[:, None], step["sums"] / torch.where(keep, mass, 1.0)[:, None], C)
+                    log_p = torch.log(mass.clamp(min=torch.finfo(dtype).tiny))
+                    shift = float(((C_new - C) ** 2).sum(1).max())
+                    C = C_new
+                    if shift < _ANNEAL_INNER_TOL * T:
+                        break
+                hardness = step["hardness"]
+                # children of a premature split fall back together: merge coincident centroids
+                # so that the copy can split where it is needed
+                C, log_p, V = _merge(C, log_p, V, _ANNEAL_MERGE * T)
+            else:
+                hardness = 0.0
+            m = C.shape[0]
+            if self.verbose > 1:
+                sys.stderr.write(f"  annealing T={T:.4g}: {m} centroids, hardness {hardness:.4f}\n")
+            if (m == k and hardness >= _ANNEAL_HARDNESS) or T < t_min:
+                break
+            T_next = T * _ANNEAL_COOLING
+            if m < k:
+                if m > 1:
+                    lam, V = principal_axes(Xs, ws, C, T, log_p, V, n_iter=_ANNEAL_POWER_ITER)
+                C, log_p, V = _split(C, log_p, V, lam, k, threshold=T_next / 2.0)
+            T = T_next
+        if C.shape[0] < k:  # still too few (near-duplicate data): split the widest clusters anyway
+            lam, V = principal_axes(Xs, ws, C, max(T, 1e-300), log_p, V, n_iter=_ANNEAL_POWER_ITER)
+            C, log_p, V = _split(C, log_p, V, lam, k, threshold=0.0)
+        C = C.to(Xt.dtype)
+        if C.shape[0] < k:  # identical points: pad with initial centres (Lloyd relocates empties)
+            C = torch.cat([C, init_centers()[: k - C.shape[0]]])
+        return C, n_iter
+
+    # ------------------------------------------------------------------ predict
+
+    def _check_test_data(self, X):
+        check_is_fitted(self)
+        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
+
+    def _tensors(self, X):
+        device = resolve_device(self.device)
+        dtype = torch.float64 if X.dtype == np.float64 else torch.float32
+        shift = self.cluster_centers_.mean(0)
+        Xt = torch.from_numpy(np.ascontiguousarray(X - shift)).to(device, dtype)
+        Ct = torch.from_numpy(np.ascontiguousarray(self.cluster_centers_ - shift)).to(device, dtype)
+        return Xt, Ct
+
+    def _labels_inertia(self, X, sample_weight=None):
+        Xt, Ct = self._tensors(X)
+        step = kmeans_step(Xt, Ct, None, update=False)
+        labels = step["labels"].cpu().numpy()
+        d2 = step["min_sqdist"].cpu().numpy().astype(np.float64)
+        w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
+        return labels, float(d2 @ w)
+
+    def predict(self, X):
+        """Index of the nearest centroid (the arg-max of the attention weights) of each point.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        X = self._check_test_data(X)
+        return self._labels_inertia(X)[0]
+
+    def fit_predict(self, X, y=None, sample_weight=None):
+        """Fit, then return ``labels_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : Ignored
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        return self.fit(X, sample_weight=sample_weight).labels_
+
+    def soft_assignments(self, X, temperature=None):
+        """Responsibilities: the attention weights of each point over the centroids.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        temperature : float >= 0, default=None
+            ``None`` uses ``temperature_``; ``0`` gives one-hot nearest-centroid rows.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_clusters)
+            ``softmax_j(-||x - c_j||^2 / T)``; rows sum to 1.
+        """
+        X = self._check_test_data(X)
+        T = self.temperature_ if temperature is None else temperature
+        if isinstance(T, bool) or not isinstance(T, Real) or not T >= 0:
+            raise ValueError(f"temperature must be a number >= 0, got {temperature!r}.")
+        dtype = torch.float64 if X.dtype == np.float64 else torch.float32
+        eye = np.eye(self.n_clusters)
+        if T == 0:
+            return eye[self._labels_inertia(X)[0]]
+        out = attention(X, self.cluster_centers_, eye, temperature=float(T), device=self.device, dtype=dtype)
+        return np.asarray(out, dtype=np.float64)
+
+    def predict_proba(self, X):
+        """Responsibilities at ``temperature_`` (see :meth:`soft_assignments`).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_clusters)
+        """
+        return self.soft_assignments(X)
+
+    def transform(self, X):
+        """Euclidean distances to the centroids (like :meth:`sklearn.cluster.KMeans.transform`).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_clusters)
+        """
+        X = self._check_test_data(X)
+        Xt, Ct = self._tensors(X)
+        return np.sqrt(sqdist_to_centers(Xt, Ct).cpu().numpy())
+
+    def fit_transform(self, X, y=None, sample_weight=None):
+        """Fit, then return the distances of ``X`` to the centroids.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : Ignored
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_clusters)
+        """
+        return self.fit(X, sample_weight=sample_weight).transform(X)
+
+    def score(self, X, y=None, sample_weight=None):
+        """Opposite of the k-means inertia of ``X`` (like :meth:`sklearn.cluster.KMeans.score`).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : Ignored
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        score : float
+        """
+        X = self._check_test_data(X)
+        sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
+        return -self._labels_inertia(X, sample_weight)[1]
+
+    @property
+    def _n_features_out(self):
+        return self.cluster_centers_.shape[0]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+# ---------------------------------------------------------------------- iterations
+
+
+def _split(C, log_p, V, lam, k, threshold):
+    """Split centroids with ``lambda_max > threshold`` (largest first) until there are ``k``."""
+    order = torch.argsort(lam, descending=True)
+    chosen = [int(j) for j in order if float(lam[j]) > threshold][: k - C.shape[0]]
+    if not chosen:
+        return C, log_p, V
+    idx = torch.tensor(chosen, device=C.device)
+    step = _ANNEAL_SPLIT * lam[idx].sqrt()[:, None] * V[idx]
+    C = C.clone()
+    C[idx] = C[idx] + step
+    log_p = log_p.clone()
+    log_p[idx] = log_p[idx] - np.log(2.0)
+    return torch.cat([C, C[idx] - 2 * step]), torch.cat([log_p, log_p[idx]]), torch.cat([V, V[idx]])
+
+
+def _merge(C, log_p, V, threshold):
+    """Merge centroids closer than ``sqrt(threshold)`` (mass-weighted mean, masses added)."""
+    m = C.shape[0]
+    if m < 2:
+        return C, log_p, V
+    d2 = ((C[:, None, :] - C[None, :, :]) ** 2).sum(2)
+    close = torch.triu(d2 < threshold, diagonal=1)
+    if not bool(close.any()):
+        return C, log_p, V
+    p = log_p.exp()
+    alive = torch.ones(m, dtype=torch.bool)
+    C, p = C.clone(), p.clone()
+    for i in range(m):
+        if not alive[i]:
+            continue
+        for j in close[i].nonzero().squeeze(1).tolist():
+            if alive[j]:
+                C[i] = (p[i] * C[i] + p[j] * C[j]) / (p[i] + p[j])
+                p[i] = p[i] + p[j]
+                alive[j] = False
+    alive = alive.to(C.device)
+    return C[alive], torch.log(p[alive]), V[alive]
+
+
+def _lloyd(X, w, centers, max_iter, tol, verbose):
+    """Lloyd's iterations exactly as scikit-learn's ``_kmeans_single_lloyd``.
+
+    Each iteration assigns every point to its nearest centre (ties to the lowest index), then
+    moves each centre to the weighted mean of its points, relocating empty clusters to the
+    points farthest from their centres. Stops when the labels stop changing (strict
+    convergence) or the summed squared centre shift is ``<= tol``; without strict convergence a
+    last assignment makes labels and centres consistent.
+    """
+    labels_old = None
+    n_iter = 0
+    for i in range(max_iter):
+        step = kmeans_step(X, centers, w)
+        labels = step["labels"]
+        new = _centers_from_sums(X, w, centers, step, labels)
+        shift = float(((new - centers) ** 2).sum())
+        centers = new
+        n_iter = i + 1
+        if labels_old is not None and torch.equal(labels, labels_old):
+            break  # strict convergence
+        if shift <= tol:
+            break
+        labels_old = labels
+    # Labels and inertia of the final centres (after strict convergence the labels cannot change).
+    step = kmeans_step(X, centers, w, update=False)
+    labels = step["labels"]
+    inertia = float((step["min_sqdist"].double() * w.double()).sum())
+    if verbose > 1:
+        sys.stderr.write(f"  Lloyd: {n_iter} iterations, inertia {inertia:.6g}\n")
+    return centers, labels, inertia, n_iter
+
+
+def _centers_from_sums(X, w, centers_old, step, labels):
+    sums, mass = step["sums"].clone(), step["mass"].clone()
+    empty = (mass == 0).nonzero().squeeze(1)
+    if empty.numel():
+        # scikit-learn's _relocate_empty_clusters_dense: move each empty centre to one of the
+        # points farthest from their (old) centre, taking it out of its cluster.
+        d2 = ((X - centers_old[labels]) ** 2).sum(1)
+        if float(d2.max()) > 0:
+            far = torch.from_numpy(np.argpartition(d2.cpu().numpy(), -empty.numel())[: -empty.numel() - 1 : -1].copy())
+            for j, idx in zip(empty.tolist(), far.tolist()):
+                old = int(labels[idx])
+                sums[old] -= X[idx] * w[idx]
+                sums[j] = X[idx] * w[idx]
+                mass[j] = w[idx]
+                mass[old] -= w[idx]
+    keep = mass > 0
+    return torch.where(keep[:, None], sums / torch.where(keep, mass, 1.0)[:, None], centers_old)
+
+
+def _soft_kmeans(X, w, centers, T, max_iter, tol, verbose):
+    """Soft k-means at a fixed temperature (equal priors) to a fixed point."""
+    n_iter = 0
+    for i in range(max_iter):
+        step = kmeans_step(X, centers, w, temperature=T)
+        mass = step["mass"]
+        keep = mass > 0
+        new = torch.where(keep[:, None], step["sums"] / torch.where(keep, mass, 1.0)[:, None], centers)
+        shift = float(((new - centers) ** 2).sum())
+        centers = new
+        n_iter = i + 1
+        if shift <= tol:
+            break
+    step = kmeans_step(X, centers, w, update=False)
+    inertia = float((step["min_sqdist"].double() * w.double()).sum())
+    return centers, step["labels"], inertia, n_iter

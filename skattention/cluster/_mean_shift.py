@@ -1,0 +1,287 @@
+"""AttentionMeanShift: mean shift as repeated attention of the modes over the data."""
+
+import math
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
+from sklearn.cluster import estimate_bandwidth, get_bin_seeds
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+
+from .._engine import attention, resolve_device
+from .._engine._cluster import kernel_sums, kmeans_step
+
+# bandwidth=None: scikit-learn's estimate_bandwidth (quantile 0.3) on at most this many points.
+_BANDWIDTH_MAX_SAMPLES = 10000
+
+
+class AttentionMeanShift(ClusterMixin, BaseEstimator):
+    """Mean shift as repeated attention: the modes attend over the data and move to the output.
+
+    Each iteration is one attention step with the seeds (modes) as queries and the training
+    points as keys and values, ``m <- sum_j a_j x_j`` with
+    ``a_j = softmax_j(-||m - x_j||^2 / (2 h^2))`` for the Gaussian kernel of bandwidth ``h``
+    (or the mean of the points within distance ``h`` for the flat kernel, i.e. a radius prior at
+    infinite temperature, which is scikit-learn's :class:`~sklearn.cluster.MeanShift`). Modes
+    that converged are merged greedily by decreasing kernel density; each point gets the
+    nearest remaining centre.
+
+    With ``blurring=True`` the points attend to *themselves* and move (Gaussian blurring mean
+    shift): ``X <- S(X) X``, the self-attention flow of THEORY.md, which is a drift-diffusion
+    that collapses the points into clusters; the collapsed groups are the clusters.
+
+    Parameters
+    ----------
+    bandwidth : float, default=None
+        Kernel bandwidth ``h`` (the standard deviation of the Gaussian kernel, the radius of the
+        flat one). ``None``: :func:`sklearn.cluster.estimate_bandwidth` (quantile 0.3, on at
+        most 10,000 points), the radius of scikit-learn's flat kernel; the Gaussian kernel then
+        uses ``h = r / sqrt(n_features + 2)``, which gives it the per-coordinate variance of the
+        uniform ball of radius ``r``. The value used is ``bandwidth_``.
+    kernel : {"gaussian", "flat"}, default="gaussian"
+        ``"gaussian"``: attention at temperature ``T = 2 h^2``. ``"flat"``: uniform attention
+        over the points within distance ``h`` (scikit-learn's MeanShift kernel).
+    blurring : bool, default=False
+        Move the points themselves (self-attention flow) instead of separate modes.
+    seeds : array-like of shape (n_seeds, n_features), default=None
+        Starting modes; ``None``: every point, or the binned points with ``bin_seeding``.
+        Ignored with ``blurring``.
+    bin_seeding : bool, default=False
+        Seed from a grid of cell size ``h`` (:func:`sklearn.cluster.get_bin_seeds`).
+    min_bin_freq : int, default=1
+        Keep only grid cells with at least this many points as seeds.
+    cluster_all : bool, default=True
+        ``False`` labels ``-1`` the points farther than ``h`` from every centre.
+    cluster_merge : float, default=None
+        Modes closer than this to a denser kept mode are merged into it; ``None``: ``h`` (as
+        scikit-learn's MeanShift).
+    max_iter : int, default=300
+        Maximum attention steps per seed (per flow with ``blurring``).
+    tol : float, default=1e-3
+        A mode (with ``blurring``: the whole flow) has converged when it moves less than
+        ``tol * h`` in one step (scikit-learn's MeanShift uses ``1e-3 h``).
+    device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
+        Where the attention steps run; fitted attributes are NumPy arrays.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        Merged modes, densest first.
+    labels_ : ndarray of shape (n_samples,)
+        Cluster of each training point (with ``blurring``: of its collapsed position).
+    bandwidth_ : float
+        Bandwidth used.
+    n_iter_ : int
+        Largest number of attention steps taken by a seed (by the flow with ``blurring``).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during fit, when ``X`` has string column names.
+
+    See Also
+    --------
+    sklearn.cluster.MeanShift : Flat-kernel mean shift.
+    AttentionKMeans : k-means as alternating cross-attention.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skattention.cluster import AttentionMeanShift
+    >>> X = np.array([[1, 1], [2, 1], [1, 0], [4, 7], [3, 5], [3, 6]])
+    >>> ms = AttentionMeanShift(bandwidth=2).fit(X)
+    >>> ms.labels_
+    array([0, 0, 0, 1, 1, 1])
+    >>> ms.predict([[0, 0], [5, 5]])
+    array([0, 1])
+    >>> len(ms.cluster_centers_)
+    2
+    """
+
+    _parameter_constraints: dict = {
+        "bandwidth": [Interval(Real, 0, None, closed="neither"), None],
+        "kernel": [StrOptions({"gaussian", "flat"})],
+        "blurring": ["boolean"],
+        "seeds": ["array-like", None],
+        "bin_seeding": ["boolean"],
+        "min_bin_freq": [Interval(Integral, 1, None, closed="left")],
+        "cluster_all": ["boolean"],
+        "cluster_merge": [Interval(Real, 0, None, closed="left"), None],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "device": [str, torch.device],
+    }
+
+    def __init__(self, *, bandwidth=None, kernel="gaussian", blurring=False, seeds=None, bin_seeding=False,
+                 min_bin_freq=1, cluster_all=True, cluster_merge=None, max_iter=300, tol=1e-3, device="auto"):
+        self.bandwidth = bandwidth
+        self.kernel = kernel
+        self.blurring = blurring
+        self.seeds = seeds
+        self.bin_seeding = bin_seeding
+        self.min_bin_freq = min_bin_freq
+        self.cluster_all = cluster_all
+        self.cluster_merge = cluster_merge
+        self.max_iter = max_iter
+        self.tol = tol
+        self.device = device
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None):
+        """Find the modes and label the points.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training points.
+        y : Ignored
+            Not used, present for API consistency.
+
+        Returns
+        -------
+        self : AttentionMeanShift
+            Fitted estimator.
+        """
+        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C")
+        device = resolve_device(self.device)
+        n = X.shape[0]
+        h = self.bandwidth
+        if h is None:
+            h = estimate_bandwidth(X, n_samples=None if n <= _BANDWIDTH_MAX_SAMPLES else _BANDWIDTH_MAX_SAMPLES,
+                                   random_state=0)
+            if not h > 0:
+                h = 1.0  # every point identical (or fewer than 2 distinct): any bandwidth gives one cluster
+            elif self.kernel == "gaussian":
+                # the Gaussian with the per-coordinate variance of the uniform ball of that radius
+                h = h / math.sqrt(X.shape[1] + 2)
+        h = float(h)
+        self.bandwidth_ = h
+        dtype = torch.float64 if X.dtype == np.float64 else torch.float32
+        Xt = torch.from_numpy(X).to(device)
+        engine = dict(device=device, dtype=dtype)
+        if self.kernel == "gaussian":
+            engine["temperature"] = 2.0 * h * h
+        else:
+            engine.update(temperature=math.inf, radius=h)
+        stop = self.tol * h
+
+        if self.blurring:
+            Y, n_iter = Xt.clone(), 0
+            for _ in range(self.max_iter):
+                Y_new = attention(Y, Y, Y, **engine)
+                shift = float(((Y_new - Y) ** 2).sum(1).max().sqrt())
+                Y, n_iter = Y_new, n_iter + 1
+                if shift <= stop:
+                    break
+            modes, point_positions = Y, Y
+        else:
+            modes, n_iter = self._shift_seeds(X, Xt, engine, h, stop, device, dtype)
+            point_positions = Xt
+        self.n_iter_ = n_iter
+
+        # intensity of each mode: kernel density of the data (flat kernel: points within h)
+        if self.kernel == "gaussian":
+            intensity = kernel_sums(modes, Xt, temperature=2.0 * h * h)
+        else:
+            intensity = kernel_sums(modes, Xt, radius=h)
+        centers = _merge_modes(modes.cpu().numpy(), intensity.cpu().numpy(),
+                               h if self.cluster_merge is None else float(self.cluster_merge))
+        self.cluster_centers_ = np.ascontiguousarray(centers, dtype=X.dtype)
+        self.labels_ = self._assign(point_positions, device, dtype)
+        return self
+
+    def _shift_seeds(self, X, Xt, engine, h, stop, device, dtype):
+        if self.seeds is not None:
+            seeds = check_array(self.seeds, dtype=X.dtype)
+            if seeds.shape[1] != X.shape[1]:
+                raise ValueError(f"seeds have {seeds.shape[1]} features but X has {X.shape[1]}.")
+        elif self.bin_seeding:
+            seeds = get_bin_seeds(X, h, self.min_bin_freq)
+        else:
+            seeds = X
+        modes = torch.from_numpy(np.array(seeds, dtype=X.dtype)).to(device)
+        active = torch.ones(modes.shape[0], dtype=torch.bool, device=device)
+        found = torch.ones_like(active)
+        n_iter = 0
+        for _ in range(self.max_iter):
+            idx = active.nonzero().squeeze(1)
+            if idx.numel() == 0:
+                break
+            n_iter += 1
+            old = modes[idx]
+            new = attention(old, Xt, Xt, on_empty="zero", **engine)
+            if self.kernel == "flat":
+                # a seed with no point within h stops where it is and is dropped (as in MeanShift)
+                empty = kernel_sums(old, Xt, radius=h) == 0
+                found[idx[empty]] = False
+                new = torch.where(empty[:, None], old, new)
+            shift = ((new - old) ** 2).sum(1).sqrt()
+            modes[idx] = new
+            active[idx[shift <= stop]] = False
+            if self.kernel == "flat":
+                active[idx[empty]] = False
+        if not bool(found.any()):
+            raise ValueError(
+                f"No point was within bandwidth={h:.6g} of any seed. Try a different seeding "
+                "strategy or increase the bandwidth."
+            )
+        return modes[found], n_iter
+
+    def _assign(self, points, device, dtype):
+        C = torch.from_numpy(self.cluster_centers_).to(device, dtype)
+        shift = C.mean(0)
+        step = kmeans_step(points.to(dtype) - shift, C - shift, None, update=False)
+        labels = step["labels"].cpu().numpy()
+        if not self.cluster_all:
+            far = step["min_sqdist"].cpu().numpy() > self.bandwidth_**2
+            labels = np.where(far, -1, labels)
+        return labels
+
+    def predict(self, X):
+        """Index of the nearest cluster centre of each point.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+            With ``cluster_all=False``, ``-1`` for points farther than ``bandwidth_`` from
+            every centre.
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
+        device = resolve_device(self.device)
+        dtype = torch.float64 if X.dtype == np.float64 else torch.float32
+        return self._assign(torch.from_numpy(X).to(device), device, dtype)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        return tags
+
+
+def _merge_modes(modes, intensity, radius):
+    """Greedy suppression, densest first: keep a mode unless a kept one lies within ``radius``.
+
+    This is scikit-learn's MeanShift post-processing (modes sorted by decreasing intensity,
+    then by decreasing coordinates; neighbours within ``radius`` of a kept mode removed).
+    """
+    keys = [modes[:, j] for j in range(modes.shape[1] - 1, -1, -1)] + [intensity]  # last = primary
+    order = np.lexsort(keys)[::-1]
+    modes = modes[order].astype(np.float64)
+    alive = np.ones(len(modes), dtype=bool)
+    kept = []
+    r2 = radius * radius
+    i = 0
+    while i < len(modes):
+        kept.append(i)
+        d2 = ((modes - modes[i]) ** 2).sum(1)
+        alive &= d2 > r2
+        rest = np.flatnonzero(alive[i + 1 :])
+        if rest.size == 0:
+            break
+        i = i + 1 + rest[0]
+    return modes[kept]

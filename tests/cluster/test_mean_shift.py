@@ -1,0 +1,82 @@
+"""AttentionMeanShift: the flat kernel is scikit-learn's MeanShift; Gaussian and blurring variants."""
+
+import pickle
+
+import numpy as np
+import pytest
+from sklearn.cluster import MeanShift, estimate_bandwidth
+from sklearn.datasets import make_blobs
+from sklearn.metrics import adjusted_rand_score
+
+from skattention.cluster import AttentionMeanShift
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    centers = [[0, 0], [6, 0], [0, 6], [6, 6]]
+    return make_blobs(n_samples=400, centers=centers, cluster_std=0.6, random_state=0)
+
+
+def _match(a, b):
+    """Max distance from each centre of ``a`` to the nearest centre of ``b``."""
+    return np.sqrt(((a[:, None] - b[None]) ** 2).sum(2)).min(1).max()
+
+
+def test_flat_kernel_is_sklearn_mean_shift(blobs):
+    X = blobs[0][::2]
+    for kw in [dict(bandwidth=1.5, bin_seeding=True), dict(bandwidth=1.0, cluster_all=False)]:
+        ours = AttentionMeanShift(kernel="flat", device="cpu", **kw).fit(X)
+        ref = MeanShift(**kw).fit(X)
+        np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, atol=1e-10)
+        np.testing.assert_array_equal(ours.labels_, ref.labels_)
+
+
+def test_gaussian_kernel_agrees_with_sklearn_on_blobs(blobs):
+    X, y = blobs
+    h = 1.5
+    ours = AttentionMeanShift(bandwidth=h, device="cpu").fit(X)
+    ref = MeanShift(bandwidth=h).fit(X)
+    assert len(ours.cluster_centers_) == len(ref.cluster_centers_) == 4
+    assert _match(ours.cluster_centers_, ref.cluster_centers_) < 0.3
+    assert adjusted_rand_score(ours.labels_, ref.labels_) == 1.0
+    assert adjusted_rand_score(ours.labels_, y) > 0.95
+
+
+def test_modes_are_fixed_points_of_attention(blobs):
+    X, _ = blobs
+    h = 1.0
+    ms = AttentionMeanShift(bandwidth=h, tol=1e-6, device="cpu").fit(X)
+    for c in ms.cluster_centers_:
+        w = np.exp(-((X - c) ** 2).sum(1) / (2 * h * h))
+        np.testing.assert_allclose(w @ X / w.sum(), c, atol=1e-4)
+
+
+def test_blurring_collapses_points_into_the_blobs(blobs):
+    X, y = blobs
+    ms = AttentionMeanShift(bandwidth=1.0, blurring=True, device="cpu").fit(X)
+    assert len(ms.cluster_centers_) == 4
+    assert adjusted_rand_score(ms.labels_, y) > 0.95
+    assert adjusted_rand_score(ms.predict(X), y) > 0.95
+
+
+def test_auto_bandwidth(blobs):
+    X, y = blobs
+    r = estimate_bandwidth(X, random_state=0)
+    flat = AttentionMeanShift(kernel="flat", device="cpu").fit(X)
+    assert flat.bandwidth_ == pytest.approx(r)
+    gauss = AttentionMeanShift(device="cpu").fit(X)
+    assert gauss.bandwidth_ == pytest.approx(r / 2.0)  # r / sqrt(n_features + 2)
+    assert len(gauss.cluster_centers_) == 4
+
+
+def test_predict_pickle_and_errors(blobs):
+    X, _ = blobs
+    ms = AttentionMeanShift(bandwidth=1.5, device="cpu").fit(X)
+    loaded = pickle.loads(pickle.dumps(ms))
+    np.testing.assert_array_equal(loaded.predict(X), ms.predict(X))
+    with pytest.raises(ValueError, match="No point was within bandwidth"):
+        AttentionMeanShift(bandwidth=0.1, kernel="flat", seeds=[[100.0, 100.0]]).fit(X)
+    with pytest.raises(ValueError, match="NaN"):
+        AttentionMeanShift().fit(np.array([[0.0, np.nan], [1.0, 1.0]]))
+    with pytest.raises(ValueError, match="bandwidth"):
+        AttentionMeanShift(bandwidth=-1.0).fit(X)
