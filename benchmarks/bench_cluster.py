@@ -33,32 +33,25 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from skattention.cluster import AttentionKMeans, AttentionMeanShift  # noqa: E402
+from skattention.manifold import spectral_cluster_count as manifold_cluster_count  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "cluster.json"
 SEEDS = list(range(10))
 
 
 def spectral_cluster_count(X, bandwidth, threshold=1e-2, max_samples=1000, random_state=0):
-    """Number of eigenvalues of ``I - S`` below ``threshold``: the clusters the attention flow forms.
+    """Clusters the attention flow forms: eigenvalues of ``I - S`` below ``threshold``.
 
-    ``S = row-softmax(-||x_i - x_j||^2 / (2 h^2))`` is the self-attention (Gaussian mean-shift)
-    operator on a subsample of at most ``max_samples`` points. ``S = D^-1 K`` with
-    ``K = exp(-||x_i - x_j||^2 / (2 h^2))`` and ``D = diag(K 1)`` is similar to the symmetric
-    ``D^-1/2 K D^-1/2``, so the eigenvalues of ``I - S`` are ``1 -`` those of that symmetric matrix
-    (real, computed by ``eigvalsh``). Each cluster separated from the rest by a gap much wider
-    than ``h`` contributes one near-zero eigenvalue (exactly zero for disconnected components).
+    :func:`skattention.manifold.spectral_cluster_count` with the mean-shift kernel
+    ``exp(-||x_i - x_j||^2 / (2 h^2))`` (``epsilon = 2 h^2``, ``alpha = 0``: raw self-attention)
+    on a subsample of at most ``max_samples`` points.
     """
     rng = np.random.RandomState(random_state)
     if X.shape[0] > max_samples:
         X = X[rng.choice(X.shape[0], max_samples, replace=False)]
-    sq = (X * X).sum(1)
-    d2 = np.maximum(sq[:, None] + sq[None, :] - 2 * X @ X.T, 0)
-    logk = -d2 / (2 * bandwidth**2)
-    logk -= logk.max()  # a common factor cancels in D^-1/2 K D^-1/2
-    K = np.exp(logk)
-    dinv = 1.0 / np.sqrt(K.sum(1))
-    eig = np.linalg.eigvalsh(dinv[:, None] * K * dinv[None, :])
-    return int(np.sum(1.0 - eig < threshold))
+    return manifold_cluster_count(
+        X, epsilon=2 * bandwidth**2, threshold=threshold, max_clusters=len(X), random_state=0,
+    )
 
 
 def datasets(quick=False):

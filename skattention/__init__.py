@@ -6,11 +6,16 @@ neighbours and Nadaraya-Watson regression are its exact special cases.
 
 from ._config import config_context, get_config, set_config
 from ._engine import attention, kneighbors, resolve_device
+from .cluster import AttentionKMeans, AttentionMeanShift
+from .manifold import AttentionDiffusionEmbedding
 from .neighbors import MetricAttentionClassifier, MetricAttentionRegressor, MetricAttentionTransformer
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AttentionDiffusionEmbedding",
+    "AttentionKMeans",
+    "AttentionMeanShift",
     "MetricAttentionClassifier",
     "MetricAttentionRegressor",
     "MetricAttentionTransformer",

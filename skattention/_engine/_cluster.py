@@ -168,36 +168,3 @@ def principal_axes(X, sample_weight, centers, temperature, log_prior, directions
         lam = acc.norm(dim=1)
         V = torch.where(lam[:, None] > 0, acc / lam.clamp(min=tiny)[:, None], V)
     return lam, V
-
-
-def kernel_sums(queries, keys, *, temperature=None, radius=None, working_memory=None):
-    """Kernel density sums per query, in blocks of queries x keys (bounded scratch memory).
-
-    ``temperature``: ``sum_j exp(-||q - k_j||^2 / T)`` (the Gaussian kernel with ``T = 2 h^2``);
-    ``radius``: the number of keys with ``||q - k_j|| <= radius`` (the flat kernel).
-    """
-    if (temperature is None) == (radius is None):
-        raise ValueError("pass exactly one of temperature and radius.")
-    n_q, d = queries.shape
-    n_k = keys.shape[0]
-    shift = keys.mean(0)
-    K = keys - shift
-    k_norm = (K * K).sum(1)
-    kt = K.T.contiguous()
-    mib = get_config()["working_memory"] if working_memory is None else working_memory
-    budget = int(mib * 2**20)
-    item = queries.element_size()
-    bk = min(n_k, 4096)
-    bq = max(1, min(n_q, budget // (3 * item * bk + item * d), max(1, _CPU_BLOCK_ENTRIES // bk)))
-    out = torch.zeros(n_q, dtype=queries.dtype, device=queries.device)
-    for qs in range(0, n_q, bq):
-        q = queries[qs : qs + bq] - shift
-        q_norm = (q * q).sum(1)[:, None]
-        acc = out[qs : qs + bq]
-        for ks in range(0, n_k, bk):
-            d2 = torch.addmm(k_norm[ks : ks + bk], q, kt[:, ks : ks + bk], alpha=-2.0).add_(q_norm).clamp_(min=0)
-            if radius is not None:
-                acc += (d2 <= radius * radius).sum(1).to(acc.dtype)
-            else:
-                acc += d2.mul_(-1.0 / temperature).exp_().sum(1)
-    return out

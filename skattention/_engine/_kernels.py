@@ -169,7 +169,8 @@ def gaussian_kernel_log_sums(queries, keys, temperature, *, device="auto", dtype
 
     Returns
     -------
-    log_sums : ndarray of shape (n_queries,)
+    log_sums : ndarray or Tensor of shape (n_queries,)
+        NumPy when ``queries`` is not a tensor, else a tensor on the compute device.
 
     Examples
     --------
@@ -184,4 +185,39 @@ def gaussian_kernel_log_sums(queries, keys, temperature, *, device="auto", dtype
     out = torch.full((Q.shape[0],), -math.inf, dtype=Q.dtype, device=Q.device)
     for qs, qe, ks, ke, d2 in _sqdist_blocks(Q, scorer, budget, "kernel sums", 2):
         out[qs:qe] = torch.logaddexp(out[qs:qe], torch.logsumexp(d2.mul_(-1.0 / temperature), 1))
-    return out.cpu().numpy()
+    return out if isinstance(queries, torch.Tensor) else out.cpu().numpy()
+
+
+@torch.no_grad()
+def ball_counts(queries, keys, radius, *, device="auto", dtype=None, working_memory=None):
+    """Number of keys within ``radius`` of each query (``||q - k|| <= radius``), streamed.
+
+    The flat kernel's density (mean shift's intensity of a mode).
+
+    Parameters
+    ----------
+    queries : array-like or Tensor of shape (n_queries, n_features)
+    keys : array-like or Tensor of shape (n_keys, n_features)
+    radius : float >= 0
+    device, dtype, working_memory
+        As in :func:`skattention.attention`.
+
+    Returns
+    -------
+    counts : ndarray or Tensor of int64, shape (n_queries,)
+        NumPy when ``queries`` is not a tensor, else a tensor on the compute device.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skattention._engine import ball_counts
+    >>> ball_counts(np.array([[0.0], [5.0]]), np.array([[0.0], [0.5], [2.0]]), 1.0)
+    array([2, 0])
+    """
+    if not (isinstance(radius, (int, float)) and 0 <= radius < math.inf):
+        raise ValueError(f"radius must be a finite number >= 0, got {radius!r}.")
+    Q, scorer, budget = _setup(queries, keys, device, dtype, working_memory)
+    out = torch.zeros(Q.shape[0], dtype=torch.long, device=Q.device)
+    for qs, qe, ks, ke, d2 in _sqdist_blocks(Q, scorer, budget, "ball counts", 2):
+        out[qs:qe] += (d2 <= radius * radius).sum(1)
+    return out if isinstance(queries, torch.Tensor) else out.cpu().numpy()

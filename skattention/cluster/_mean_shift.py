@@ -11,7 +11,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._engine import attention, resolve_device
-from .._engine._cluster import kernel_sums, kmeans_step
+from .._engine import ball_counts, gaussian_kernel_log_sums
+from .._engine._cluster import kmeans_step
 
 # bandwidth=None: scikit-learn's estimate_bandwidth (quantile 0.3) on at most this many points.
 _BANDWIDTH_MAX_SAMPLES = 10000
@@ -180,11 +181,12 @@ class AttentionMeanShift(ClusterMixin, BaseEstimator):
             point_positions = Xt
         self.n_iter_ = n_iter
 
-        # intensity of each mode: kernel density of the data (flat kernel: points within h)
+        # intensity of each mode: kernel density of the data (its log for the Gaussian kernel;
+        # only the order matters), the number of points within h for the flat kernel
         if self.kernel == "gaussian":
-            intensity = kernel_sums(modes, Xt, temperature=2.0 * h * h)
+            intensity = gaussian_kernel_log_sums(modes, Xt, 2.0 * h * h, device=Xt.device)
         else:
-            intensity = kernel_sums(modes, Xt, radius=h)
+            intensity = ball_counts(modes, Xt, h, device=Xt.device)
         centers = _merge_modes(modes.cpu().numpy(), intensity.cpu().numpy(),
                                h if self.cluster_merge is None else float(self.cluster_merge))
         self.cluster_centers_ = np.ascontiguousarray(centers, dtype=X.dtype)
@@ -213,7 +215,7 @@ class AttentionMeanShift(ClusterMixin, BaseEstimator):
             new = attention(old, Xt, Xt, on_empty="zero", **engine)
             if self.kernel == "flat":
                 # a seed with no point within h stops where it is and is dropped (as in MeanShift)
-                empty = kernel_sums(old, Xt, radius=h) == 0
+                empty = ball_counts(old, Xt, h, device=Xt.device) == 0
                 found[idx[empty]] = False
                 new = torch.where(empty[:, None], old, new)
             shift = ((new - old) ** 2).sum(1).sqrt()

@@ -111,7 +111,7 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
     >>> circle = np.c_[np.cos(theta), np.sin(theta)]
     >>> emb = AttentionDiffusionEmbedding(n_components=4, random_state=0).fit(circle)
     >>> np.round(emb.laplacian_eigenvalues_, 1)  # k^2 on the circle: 1, 1, 4, 4
-    array([1. , 1. , 4. , 4. ])
+    array([1., 1., 4., 4.])
     >>> new = np.array([[1.0, 0.0], [0.0, -1.0]])
     >>> emb.transform(new).shape
     (2, 4)
