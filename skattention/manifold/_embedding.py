@@ -16,6 +16,7 @@ from ._operator import (
     auto_epsilon,
     diffusion_coordinates,
     diffusion_operator,
+    knn_graph,
     signed_power,
     top_eigenpairs,
 )
@@ -181,15 +182,13 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         self.metric_ = self._fit_metric(X, y)
         Z = self._to_metric_space(X)
 
-        knn_d2 = None
-        if self.n_neighbors is not None:
-            knn_d2, _ = kneighbors(Z, Z, self.n_neighbors, device=device, dtype="float64")
+        knn = None if self.n_neighbors is None else knn_graph(Z, self.n_neighbors, device)
         if self.epsilon == "auto":
-            self.epsilon_, self.intrinsic_dimension_ = auto_epsilon(Z, knn_d2, rng, device)
+            self.epsilon_, self.intrinsic_dimension_ = auto_epsilon(Z, None if knn is None else knn[0], rng, device)
         else:
             self.epsilon_, self.intrinsic_dimension_ = float(self.epsilon), None
 
-        op = diffusion_operator(Z, self.epsilon_, self.alpha, self.n_neighbors, device)
+        op = diffusion_operator(Z, self.epsilon_, self.alpha, knn, device)
         mu, v = top_eigenpairs(op.A, self.n_components + 1, self.eigen_solver, device, rng)
         psi = diffusion_coordinates(op, mu, v)[:, 1:]
         mu = mu[1:]

@@ -15,6 +15,7 @@ import scipy.sparse as sp
 import torch
 from scipy.linalg import cho_factor, cho_solve
 from scipy.sparse.linalg import LinearOperator, eigsh
+from sklearn.neighbors import NearestNeighbors
 
 from .._engine import gaussian_kernel, kneighbors, resolve_device, sqdist_log_histogram
 
@@ -22,6 +23,8 @@ from .._engine import gaussian_kernel, kneighbors, resolve_device, sqdist_log_hi
 _BANDWIDTH_QUERIES = 1000
 # epsilon="auto" gives this fraction of the points the target number of effective neighbours.
 _COVERED_QUANTILE = 0.9
+# k-NN graphs on the CPU use a k-d tree up to this many dimensions (brute force beyond).
+_TREE_MAX_DIM = 15
 # "auto" eigen-solver: a full dense decomposition up to this many points (shift-invert beyond).
 _DENSE_EIGEN_MAX = 200
 # Shift-invert target just above the top eigenvalue 1 of A: the leading eigenvalues, which
@@ -122,16 +125,16 @@ class DiffusionOperator:
     radius: np.ndarray  # k-NN graph: distance to each point's k-th neighbour (itself first)
 
 
-def diffusion_operator(Z, epsilon, alpha, n_neighbors, device):
+def diffusion_operator(Z, epsilon, alpha, knn, device):
     """Build the symmetric conjugate of the alpha-normalised attention operator.
 
-    Dense: the n x n kernel is the only n x n array (normalised in place). k-NN: the symmetric
-    graph in which j is a neighbour of i if it is among i's ``n_neighbors`` nearest points
-    (i itself included) or i is among j's.
+    Dense (``knn=None``): the n x n kernel is the only n x n array (normalised in place). k-NN
+    (``knn=(d2, idx)`` from :func:`knn_graph`): the symmetric graph in which j is a neighbour of i
+    if it is among i's k nearest points (i itself included) or i is among j's.
     """
     n = Z.shape[0]
     radius = None
-    if n_neighbors is None:
+    if knn is None:
         K = gaussian_kernel(Z, Z, epsilon, device=device, dtype="float64")
         np.fill_diagonal(K, 1.0)  # exact self-affinity (the blockwise formula rounds)
         q = K.sum(1)
@@ -145,9 +148,9 @@ def diffusion_operator(Z, epsilon, alpha, n_neighbors, device):
         K *= inv_sqrt[None, :]
         A = K
     else:
-        d2, idx = knn_graph(Z, n_neighbors, device)
+        d2, idx = knn
         radius = np.sqrt(d2[:, -1])
-        rows = np.repeat(np.arange(n), n_neighbors)
+        rows = np.repeat(np.arange(n), idx.shape[1])
         K = sp.csr_matrix((np.exp(-d2.ravel() / epsilon), (rows, idx.ravel())), shape=(n, n))
         K = K.maximum(K.T).tocsr()  # the union graph; the kernel is symmetric
         K.setdiag(1.0)
@@ -162,8 +165,16 @@ def diffusion_operator(Z, epsilon, alpha, n_neighbors, device):
 
 
 def knn_graph(Z, n_neighbors, device):
-    """Squared distances and indices of each point's ``n_neighbors`` nearest points, itself first."""
-    d2, idx = kneighbors(Z, Z, n_neighbors, device=device, dtype="float64")
+    """Squared distances and indices of each point's ``n_neighbors`` nearest points, itself first.
+
+    On the CPU in low dimension a k-d tree (scikit-learn) finds them in about n log n; otherwise
+    the engine's exact blockwise top-k (n^2, but on any device).
+    """
+    if resolve_device(device).type == "cpu" and Z.shape[1] <= _TREE_MAX_DIM:
+        dist, idx = NearestNeighbors(n_neighbors=n_neighbors, algorithm="kd_tree").fit(Z).kneighbors(Z)
+        d2 = dist**2
+    else:
+        d2, idx = kneighbors(Z, Z, n_neighbors, device=device, dtype="float64")
     # Each point is its own nearest neighbour at distance exactly 0 (duplicates aside).
     d2[:, 0] = np.where(idx[:, 0] == np.arange(len(Z)), 0.0, d2[:, 0])
     return d2, idx

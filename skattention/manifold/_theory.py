@@ -12,8 +12,8 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 from sklearn.utils.validation import check_array
 
-from .._engine import attention, gaussian_kernel_log_sums, kneighbors, resolve_device
-from ._operator import auto_epsilon, diffusion_operator, top_eigenpairs
+from .._engine import attention, gaussian_kernel_log_sums, resolve_device
+from ._operator import auto_epsilon, diffusion_operator, knn_graph, top_eigenpairs
 
 
 @validate_params(
@@ -154,9 +154,9 @@ def spectral_cluster_count(
     rng = check_random_state(random_state)
     if n_neighbors is not None and n_neighbors > n:
         raise ValueError(f"n_neighbors={n_neighbors} must be at most n_samples={n}.")
-    knn_d2 = None if n_neighbors is None else kneighbors(X, X, n_neighbors, device=dev, dtype="float64")[0]
-    eps = epsilon if epsilon != "auto" else auto_epsilon(X, knn_d2, rng, dev)[0]
-    op = diffusion_operator(X, float(eps), alpha, n_neighbors, dev)
+    knn = None if n_neighbors is None else knn_graph(X, n_neighbors, dev)
+    eps = epsilon if epsilon != "auto" else auto_epsilon(X, None if knn is None else knn[0], rng, dev)[0]
+    op = diffusion_operator(X, float(eps), alpha, knn, dev)
     mu, _ = top_eigenpairs(op.A, min(max_clusters, n), "auto", dev, rng)
     gaps = np.sort(1.0 - mu)
     count = int(np.sum(gaps < threshold))

@@ -12,7 +12,7 @@ from sklearn.preprocessing import StandardScaler
 
 from skattention import MetricAttentionTransformer
 from skattention.manifold import AttentionDiffusionEmbedding
-from skattention.manifold._operator import diffusion_operator
+from skattention.manifold._operator import diffusion_operator, knn_graph
 
 
 def circle_angles(n, rng, uniform=True):
@@ -118,7 +118,8 @@ def test_operator_is_attention_with_the_density_log_prior(n_neighbors, alpha):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(120, 3))
     eps = 0.7
-    op = diffusion_operator(X, eps, alpha, n_neighbors, "cpu")
+    knn = None if n_neighbors is None else knn_graph(X, n_neighbors, "cpu")
+    op = diffusion_operator(X, eps, alpha, knn, "cpu")
     A = op.A.toarray() if sp.issparse(op.A) else op.A
     markov = A * np.sqrt(op.degree)[None, :] / np.sqrt(op.degree)[:, None]
     d2 = ((X[:, None] - X[None]) ** 2).sum(-1)
