@@ -165,7 +165,7 @@ def run_one(task, metric, seed, data):
     }
 
 
-def run(task, seeds):
+def run(task, seeds, suffix=""):
     torch.set_num_threads(1)
     data = load(task)
     out = {
@@ -183,7 +183,8 @@ def run(task, seeds):
             print(f"{task} {metric:6s} seed {seed}: loss {r['loss_curve'][-1]:.4f} "
                   f"test acc {r['test_accuracy']:.4f} ({r['seconds']:.1f}s)", flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"paper_{task}.json").write_text(json.dumps(out, indent=1))
+    out["name"] = task + suffix
+    (RESULTS / f"paper_{task}{suffix}.json").write_text(json.dumps(out, indent=1))
 
 
 # ----------------------------------------------------------------------------- summary
@@ -191,7 +192,7 @@ def run(task, seeds):
 
 def summarise(res):
     epochs = res["config"]["epochs"]
-    marks = sorted({max(1, epochs // 10), epochs // 4, epochs // 2, epochs})
+    marks = sorted({e for e in (epochs // 10, epochs // 4, epochs // 2, epochs) if e >= 1})
     rows = {}
     for metric, runs in res["runs"].items():
         L = np.array([r["loss_curve"] for r in runs])
@@ -206,22 +207,23 @@ def summarise(res):
     return rows
 
 
-def plot(task):
+def plot(name):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    res = json.loads((RESULTS / f"paper_{task}.json").read_text())
+    res = json.loads((RESULTS / f"paper_{name}.json").read_text())
+    task = name
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     colours = {"dot": "tab:red", "linear": "tab:blue", "mlp": "tab:green"}
     for metric, runs in res["runs"].items():
         L = np.array([r["loss_curve"] for r in runs])
         ep = np.arange(1, L.shape[1] + 1)
-        m, s = L.mean(0), L.std(0)
-        ax1.plot(ep, m, color=colours[metric], label=METHODS[metric])
-        ax1.fill_between(ep, L.min(0), L.max(0), color=colours[metric], alpha=0.15)
-        ax1.fill_between(ep, m - s, m + s, color=colours[metric], alpha=0.25)
+        ax1.plot(ep, L.mean(0), color=colours[metric], lw=2.5, label=f"{METHODS[metric]} (mean)")
+        ax1.fill_between(ep, L.min(0), L.max(0), color=colours[metric], alpha=0.12)
+        for curve in L:  # every seed: a mean +- std band hides bimodal outcomes
+            ax1.plot(ep, curve, color=colours[metric], lw=0.6, alpha=0.5)
         acc = [r["test_accuracy"] for r in runs]
         x = list(METHODS).index(metric)
         ax2.scatter(np.full(len(acc), x) + np.linspace(-0.15, 0.15, len(acc)), acc, color=colours[metric])
@@ -229,21 +231,21 @@ def plot(task):
     ax1.set_yscale("log")
     ax1.set_xlabel("epoch")
     ax1.set_ylabel("training cross-entropy")
-    ax1.set_title(f"{task}: mean, ±1 std (dark) and min-max (light) over {len(runs)} seeds")
+    ax1.set_title(f"{task}: mean (thick), each seed (thin), min-max band; {len(runs)} seeds")
     ax1.legend()
     ax2.set_xticks(range(len(METHODS)), list(METHODS.values()))
     ax2.set_ylabel("final test accuracy")
     ax2.set_title("final test accuracy per seed (mean ± std)")
     fig.tight_layout()
     IMAGES.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMAGES / f"paper_{task}.png", dpi=90)
+    fig.savefig(IMAGES / f"paper_{name}.png", dpi=90)
     plt.close(fig)
 
 
 def report():
     for path in sorted(RESULTS.glob("paper_*.json")):
         res = json.loads(path.read_text())
-        task = res["task"]
+        task = res.get("name", res["task"])
         try:
             plot(task)
         except ImportError:
@@ -254,6 +256,7 @@ def report():
         head = "| method | " + " | ".join(f"loss @ epoch {e}" for e in marks) + \
                " | test acc mean ± std | min - max | s/run |"
         print(head)
+        # (seed-level figures: the JSON; std is over seeds with ddof=1 for accuracies, ddof=0 for losses)
         print("|" + "---|" * (head.count("|") - 1))
         for metric, r in rows.items():
             cells = [f"{m:.4f} ± {s:.4f}" for m, s in r["loss_at"].values()]
@@ -267,12 +270,13 @@ if __name__ == "__main__":
     parser.add_argument("--task", choices=list(TASKS))
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--epochs", type=int, default=None, help="override the task's epochs")
+    parser.add_argument("--suffix", default="", help="results file paper_<task><suffix>.json")
     parser.add_argument("--plot", action="store_true", help="figures and tables from the saved JSON")
     args = parser.parse_args()
     if args.epochs:
         for cfg in TASKS.values():
             cfg["epochs"] = args.epochs
     if args.task:
-        run(args.task, args.seeds)
+        run(args.task, args.seeds, args.suffix)
     if args.plot:
         report()
