@@ -258,3 +258,34 @@ def test_invalid_arguments():
         layer(q, k, v, key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
     with pytest.raises(TypeError, match="bool or float"):
         layer(q, k, v, attn_mask=torch.zeros(4, 5, dtype=torch.long))
+
+
+def test_layer_modules_are_torch_only():
+    import ast
+    import pathlib
+
+    import skattention.nn
+
+    for name in ["_attention.py", "_ipn.py"]:
+        tree = ast.parse((pathlib.Path(skattention.nn.__file__).parent / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                assert not any(a.name.split(".")[0] == "sklearn" for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert node.module.split(".")[0] != "sklearn", name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("metric", METRICS)
+def test_fused_path_on_cuda_matches_the_explicit_path(metric, dtype):
+    layer = MetricAttention(64, 4, metric, batch_first=True).cuda()
+    x = torch.randn(2, 128, 64, device="cuda")
+    kpm = torch.zeros(2, 128, dtype=torch.bool, device="cuda")
+    kpm[1, 100:] = True
+    with torch.no_grad():
+        expected, _ = layer(x, x, x, key_padding_mask=kpm, need_weights=True)
+        layer = layer.to(dtype)
+        out, _ = layer(x.to(dtype), x.to(dtype), x.to(dtype), key_padding_mask=kpm, need_weights=False)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.float(), expected, rtol=tol, atol=tol)
