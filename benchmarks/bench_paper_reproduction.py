@@ -184,7 +184,27 @@ def run(task, seeds, suffix=""):
                   f"test acc {r['test_accuracy']:.4f} ({r['seconds']:.1f}s)", flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out["name"] = task + suffix
-    (RESULTS / f"paper_{task}{suffix}.json").write_text(json.dumps(out, indent=1))
+    (RESULTS / f"paper_{task}{suffix}.json").write_text(_compact_json(out))
+
+
+def _compact_json(out):
+    """One run per line, floats to 6 significant digits."""
+    def rounded(x):
+        if isinstance(x, float):
+            return float(f"{x:.6g}")
+        if isinstance(x, (list, tuple)):
+            return [rounded(v) for v in x]
+        if isinstance(x, dict):
+            return {k: rounded(v) for k, v in x.items()}
+        return x
+
+    out = rounded(out)
+    runs = out.pop("runs")
+    head = json.dumps(out, indent=1)[:-2]
+    body = ",\n".join(
+        f' "{m}": [\n' + ",\n".join("  " + json.dumps(r) for r in rs) + "\n ]" for m, rs in runs.items()
+    )
+    return head + ',\n "runs": {\n' + body + "\n }\n}\n"
 
 
 # ----------------------------------------------------------------------------- summary
