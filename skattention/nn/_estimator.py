@@ -1,0 +1,235 @@
+"""AttentionNetworkClassifier: a scikit-learn classifier training the seed paper's IPN."""
+
+import copy
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._engine import resolve_device
+from ._attention import METRICS
+from ._ipn import IPN
+
+_AUTO_BATCH = 512
+
+
+class AttentionNetworkClassifier(ClassifierMixin, BaseEstimator):
+    """Classifier training an IPN: attention blocks that propagate across the samples of a batch.
+
+    The network (:class:`skattention.nn.IPN`) is a linear layer, ``n_blocks`` residual attention
+    blocks ``h <- h + MetricAttention(h, h, h)`` in which every sample attends to the other
+    samples of its batch, and a linear layer giving the class logits. It is trained with Adam
+    (L2 weight decay) on the cross-entropy of minibatches; within a minibatch the samples attend
+    to each other (themselves included). This is the network of the seed paper's experiments
+    (THEORY.md section 1), comparing metric-attention (``"mlp"``), L2 self-attention
+    (``"linear"``) and self-attention (``"dot"``).
+
+    **Inference rule.** A query attends to the whole training set plus itself, never to the other
+    queries: the training samples propagate among themselves through the blocks, and each query
+    ``x`` follows them with keys ``training set + {x}``. So a prediction does not depend on the
+    other samples passed to ``predict``. Prediction runs in float64 (the network is copied), so
+    chunking the queries changes the result only at the level of float64 rounding.
+
+    Parameters
+    ----------
+    metric : {"mlp", "linear", "dot"}, default="mlp"
+        Attention of the blocks: ``"mlp"`` is metric-attention,
+        ``f(x, y) = ||phi(W x) - phi(W y)||^2`` with ``phi`` a residual tanh MLP; ``"linear"`` is
+        L2 self-attention ``||W x - W y||^2``; ``"dot"`` is dot-product self-attention.
+    width : int, default=32
+        Width of the hidden representation (the paper: 10 on two moons, 100 on MNIST).
+    n_blocks : int, default=2
+        Number of attention blocks.
+    num_heads : int, default=1
+        Heads per attention block (``width`` must be divisible by it).
+    max_iter : int, default=100
+        Number of epochs (passes over the training data).
+    batch_size : int or "auto", default="auto"
+        Samples per minibatch, i.e. per attention set. ``"auto"``: all samples up to 512.
+    learning_rate : float, default=3e-3
+        Adam learning rate (the paper: 1e-3 on two moons, 1e-4 on MNIST, with more epochs).
+    weight_decay : float, default=1e-4
+        Adam (L2) weight decay.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the initialisation and the minibatch order.
+    verbose : int, default=0
+        Print the loss every ``verbose`` epochs.
+    device : str or torch.device, default="cpu"
+        Training device (``"auto"``: CUDA when available).
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels.
+    network_ : skattention.nn.IPN
+        The trained network (float32, on the CPU), operating on standardised inputs.
+    loss_curve_ : list of float
+        Mean training cross-entropy of each epoch.
+    n_iter_ : int
+        Number of epochs run.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during fit, when ``X`` has string column names.
+
+    See Also
+    --------
+    skattention.MetricAttentionClassifier : Attention over the training set with a metric
+        trained by leave-one-out likelihood (no propagation blocks).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_moons
+    >>> from skattention.nn import AttentionNetworkClassifier
+    >>> X, y = make_moons(200, noise=0.2, random_state=0)
+    >>> clf = AttentionNetworkClassifier(width=10, max_iter=100, learning_rate=1e-2,
+    ...                                  random_state=0).fit(X[:150], y[:150])
+    >>> clf.predict_proba(X[150:]).shape
+    (50, 2)
+    >>> clf.score(X[150:], y[150:]) > 0.9
+    True
+    """
+
+    _parameter_constraints: dict = {
+        "metric": [StrOptions(set(METRICS))],
+        "width": [Interval(Integral, 1, None, closed="left")],
+        "n_blocks": [Interval(Integral, 0, None, closed="left")],
+        "num_heads": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "learning_rate": [Interval(Real, 0, None, closed="neither")],
+        "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "random_state": ["random_state"],
+        "verbose": ["verbose"],
+        "device": [str, torch.device],
+    }
+
+    def __init__(self, metric="mlp", *, width=32, n_blocks=2, num_heads=1, max_iter=100,
+                 batch_size="auto", learning_rate=3e-3, weight_decay=1e-4, random_state=None,
+                 verbose=0, device="cpu"):
+        self.metric = metric
+        self.width = width
+        self.n_blocks = n_blocks
+        self.num_heads = num_heads
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.random_state = random_state
+        self.verbose = verbose
+        self.device = device
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Train the network on (X, y).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data.
+        y : array-like of shape (n_samples,)
+            Class labels (numbers or strings).
+
+        Returns
+        -------
+        self : AttentionNetworkClassifier
+            The fitted classifier.
+        """
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        check_classification_targets(y)
+        self.classes_, y_encoded = np.unique(y, return_inverse=True)
+        if self.classes_.size < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs samples of at least 2 classes in the data, but the "
+                f"data contains only one class: {self.classes_[0]!r}."
+            )
+        if self.width % self.num_heads:
+            raise ValueError(f"width={self.width} must be divisible by num_heads={self.num_heads}.")
+        device = resolve_device(self.device)
+        rng = check_random_state(self.random_state)
+        self._x_mean = X.mean(0)
+        scale = X.std(0)
+        self._x_scale = np.where(scale > 0, scale, 1.0)
+        Xt = torch.tensor(self._standardise(X), dtype=torch.float32, device=device)
+        yt = torch.tensor(y_encoded, dtype=torch.long, device=device)
+        n = X.shape[0]
+        batch_size = min(n, _AUTO_BATCH if self.batch_size == "auto" else self.batch_size)
+        seed = int(rng.randint(np.iinfo(np.int32).max))
+        devices = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # private seeded RNG; the caller's is restored
+            torch.manual_seed(seed)
+            net = IPN(X.shape[1], self.classes_.size, width=self.width, n_blocks=self.n_blocks,
+                      metric=self.metric, num_heads=self.num_heads).to(device)
+            optimizer = torch.optim.Adam(net.parameters(), lr=self.learning_rate,
+                                         weight_decay=self.weight_decay)
+            self.loss_curve_ = []
+            net.train()
+            for epoch in range(self.max_iter):
+                order = torch.as_tensor(rng.permutation(n), device=device)
+                total = 0.0
+                for start in range(0, n, batch_size):
+                    idx = order[start:start + batch_size]
+                    optimizer.zero_grad()
+                    loss = torch.nn.functional.cross_entropy(net(Xt[idx]), yt[idx])
+                    loss.backward()
+                    optimizer.step()
+                    total += float(loss.detach()) * idx.numel()
+                self.loss_curve_.append(total / n)
+                if self.verbose and (epoch + 1) % int(self.verbose) == 0:
+                    print(f"epoch {epoch + 1}: loss {self.loss_curve_[-1]:.4f}")
+        self.network_ = net.to("cpu").eval()
+        self.n_iter_ = self.max_iter
+        self._fit_X = self._standardise(X).astype(np.float64)
+        return self
+
+    def _standardise(self, X):
+        return (X - self._x_mean) / self._x_scale
+
+    def predict_proba(self, X):
+        """Class probabilities: each query attends to the training set plus itself.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_queries, n_features)
+            Query points.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_queries, n_classes)
+            Class probabilities, columns ordered as ``classes_``.
+        """
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        net = copy.deepcopy(self.network_).double().eval()
+        with torch.no_grad():
+            logits = net(torch.tensor(self._standardise(X), dtype=torch.float64),
+                         context=torch.from_numpy(self._fit_X))
+            proba = torch.softmax(logits, dim=1).numpy()
+        return proba / proba.sum(axis=1, keepdims=True)
+
+    def predict(self, X):
+        """Most probable class of each query.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_queries, n_features)
+            Query points.
+
+        Returns
+        -------
+        y : ndarray of shape (n_queries,)
+            Predicted class labels.
+        """
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        tags.non_deterministic = str(self.device) != "cpu" and torch.cuda.is_available()
+        return tags

@@ -1,0 +1,112 @@
+"""IPN: the seed paper's propagation network, attention across the samples of a batch.
+
+``logits = W_out h_L + b_out`` with ``h_0 = W_in x + b_in`` and L propagation blocks
+``h_{l+1} = h_l + MetricAttention_l(h_l, h_l, h_l)``: every sample attends to the other samples
+of the set (the batch), so the network is a learned kernel smoother over samples
+(THEORY.md section 1). Torch only.
+"""
+
+import torch
+from torch import nn
+
+from ._attention import MetricAttention
+
+
+class IPN(nn.Module):
+    """Linear -> L attention blocks across the samples of a set -> linear -> logits.
+
+    Parameters
+    ----------
+    in_features : int
+    n_outputs : int
+        Number of logits (classes).
+    width : int, default=10
+        Width of the hidden representation (the paper: 10 on two moons, 100 on MNIST).
+    n_blocks : int, default=2
+        Number of propagation blocks L.
+    metric : {"mlp", "linear", "dot"}, default="mlp"
+        Attention of every block (see :class:`MetricAttention`): metric-attention, L2
+        self-attention or self-attention.
+    num_heads : int, default=1
+    residual : bool, default=True
+        ``h + attention(h)`` (True) or ``attention(h)`` (False, pure propagation ``H <- S H``).
+    **attention_kwargs
+        Passed to every :class:`MetricAttention` (``temperature``, ``learn_temperature``,
+        ``hidden_size``, ``dropout``...).
+
+    Notes
+    -----
+    ``forward(x)`` lets the n samples of ``x`` attend to each other (themselves included).
+    ``forward(x, context=c)`` is the inductive rule: the context samples propagate among
+    themselves only, and each sample of ``x`` attends to the context plus itself, never to the
+    other samples of ``x``; so its logits do not depend on which other samples are in ``x``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from skattention.nn import IPN
+    >>> _ = torch.manual_seed(0)
+    >>> net = IPN(2, 3, width=8, metric="mlp")
+    >>> train, test = torch.randn(50, 2), torch.randn(4, 2)
+    >>> tuple(net(train).shape)
+    (50, 3)
+    >>> alone = net(test[:1], context=train)
+    >>> together = net(test, context=train)[:1]
+    >>> bool(torch.allclose(alone, together, atol=1e-6))
+    True
+    """
+
+    def __init__(self, in_features, n_outputs, width=10, n_blocks=2, metric="mlp", num_heads=1,
+                 residual=True, **attention_kwargs):
+        super().__init__()
+        self.residual = residual
+        self.input = nn.Linear(in_features, width)
+        self.blocks = nn.ModuleList(
+            MetricAttention(width, num_heads, metric, batch_first=True, **attention_kwargs)
+            for _ in range(n_blocks)
+        )
+        self.output = nn.Linear(width, n_outputs)
+
+    def _step(self, block, h_query, h_keys, attn_mask=None):
+        out = block(h_query[None], h_keys[None], h_keys[None], attn_mask=attn_mask, need_weights=False)[0][0]
+        return h_query + out if self.residual else out
+
+    def forward(self, x, context=None, chunk_size=1024):
+        """Logits of the samples of ``x`` (n, in_features).
+
+        Parameters
+        ----------
+        x : Tensor of shape (n, in_features)
+        context : Tensor of shape (m, in_features), default=None
+            ``None``: the samples of ``x`` attend to each other. Otherwise each sample of ``x``
+            attends to the context and to itself only.
+        chunk_size : int, default=1024
+            With a context, queries per attention call (bounds memory; no effect on the result).
+
+        Returns
+        -------
+        logits : Tensor of shape (n, n_outputs)
+        """
+        h = self.input(x)
+        if context is None:
+            for block in self.blocks:
+                h = self._step(block, h, h)
+            return self.output(h)
+        hc = self.input(context)
+        contexts = []
+        for block in self.blocks:
+            contexts.append(hc)
+            hc = self._step(block, hc, hc)
+        outs = []
+        m = context.shape[0]
+        for start in range(0, x.shape[0], chunk_size):
+            hx = h[start:start + chunk_size]
+            c = hx.shape[0]
+            # query i may see the m context samples and key m + i (itself) only
+            mask = torch.ones(c, m + c, dtype=torch.bool, device=x.device)
+            mask[:, :m] = False
+            mask[:, m:].fill_diagonal_(False)
+            for block, hc_l in zip(self.blocks, contexts):
+                hx = self._step(block, hx, torch.cat([hc_l, hx]), attn_mask=mask)
+            outs.append(self.output(hx))
+        return torch.cat(outs) if outs else self.output(h)
