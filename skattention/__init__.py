@@ -9,6 +9,7 @@ from ._engine import attention, kneighbors, resolve_device
 from .cluster import AttentionKMeans, AttentionMeanShift
 from .manifold import AttentionDiffusionEmbedding
 from .neighbors import MetricAttentionClassifier, MetricAttentionRegressor, MetricAttentionTransformer
+from .nn import AttentionNetworkClassifier
 
 __version__ = "0.1.0.dev0"
 
@@ -16,6 +17,7 @@ __all__ = [
     "AttentionDiffusionEmbedding",
     "AttentionKMeans",
     "AttentionMeanShift",
+    "AttentionNetworkClassifier",
     "MetricAttentionClassifier",
     "MetricAttentionRegressor",
     "MetricAttentionTransformer",

@@ -24,6 +24,8 @@ def test_engine_has_no_sklearn_imports():
 
 def test_public_surface():
     for name in ["attention", "kneighbors", "MetricAttentionClassifier", "MetricAttentionRegressor",
+                 "MetricAttentionTransformer", "AttentionDiffusionEmbedding", "AttentionKMeans",
+                 "AttentionMeanShift", "AttentionNetworkClassifier",
                  "config_context", "get_config", "set_config", "resolve_device"]:
         assert name in skattention.__all__ and hasattr(skattention, name)
 

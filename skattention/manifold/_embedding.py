@@ -55,10 +55,12 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         ``(X, y)`` in ``fit`` (``metric_``).
     epsilon : float or "auto", default="auto"
         Kernel bandwidth, the attention temperature: ``exp(-f / epsilon)``. ``"auto"``: the
-        Berry–Giannakis–Harlim rule, the ``epsilon`` at which ``log sum_ij exp(-f_ij / epsilon)``
-        grows fastest with ``log epsilon``; twice that slope estimates the intrinsic dimension
-        (``intrinsic_dimension_``). Computed from the distances of up to 1,000 sampled points to
-        all points (dense) or from the k-NN distances (``n_neighbors``).
+        smallest bandwidth at which 90% of the points have at least ``sqrt(n_samples)`` effective
+        neighbours (kernel degree ``sum_j exp(-f_ij / epsilon)``), or ``n_neighbors / 3`` of
+        them with the k-NN operator, estimated on up to 2,000 sampled points (see
+        docs/manifold.md for why). ``intrinsic_dimension_`` is then the Berry–Giannakis–Harlim
+        estimate at that bandwidth: twice the slope of ``log sum_ij exp(-f_ij / epsilon)``
+        against ``log epsilon``.
     alpha : float in [0, 1], default=1.0
         Coifman–Lafon density normalisation (a log-prior ``-alpha log q_j`` on the attention).
     diffusion_time : float >= 0, default=1

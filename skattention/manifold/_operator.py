@@ -14,13 +14,13 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from scipy.linalg import cho_factor, cho_solve
-from scipy.sparse.linalg import LinearOperator, eigsh
+from scipy.sparse.linalg import LinearOperator, eigsh, splu
 from sklearn.neighbors import NearestNeighbors
 
 from .._engine import gaussian_kernel, kneighbors, resolve_device, sqdist_log_histogram
 
-# Queries sampled for the dense bandwidth rule: enough pairs for a smooth kernel-sum curve.
-_BANDWIDTH_QUERIES = 1000
+# Points sampled by the bandwidth rule (their 90th percentile is what it needs).
+_BANDWIDTH_QUERIES = 2000
 # epsilon="auto" gives this fraction of the points the target number of effective neighbours.
 _COVERED_QUANTILE = 0.9
 # k-NN graphs on the CPU use a k-d tree up to this many dimensions (brute force beyond).
@@ -56,7 +56,8 @@ def per_point_bandwidth(neighbor_d2, target_degree, quantile=_COVERED_QUANTILE):
 
     A point's effective number of neighbours is its kernel degree
     ``sum_j exp(-d_ij^2 / eps)`` (itself included) over the squared distances in its row of
-    ``neighbor_d2``; each point's own eps is found by bisection on ``log eps``.
+    ``neighbor_d2``; each point's own eps is found by bisection on ``log eps`` (40 halvings of a
+    range of a few dozen: log eps to 1e-10).
     """
     positive = neighbor_d2[neighbor_d2 > 0]
     if positive.size == 0:
@@ -64,7 +65,7 @@ def per_point_bandwidth(neighbor_d2, target_degree, quantile=_COVERED_QUANTILE):
     target = min(max(target_degree, 1.0 + 1e-3), neighbor_d2.shape[1] - 1e-3)
     lo = np.full(len(neighbor_d2), math.log(positive.min()) - 2.0)
     hi = np.full(len(neighbor_d2), math.log(positive.max()) + 4.0)
-    for _ in range(60):
+    for _ in range(40):
         mid = (lo + hi) / 2
         enough = np.exp(-neighbor_d2 / np.exp(mid)[:, None]).sum(1) >= target
         hi, lo = np.where(enough, mid, hi), np.where(enough, lo, mid)
@@ -97,13 +98,14 @@ def auto_epsilon(Z, knn_d2, random_state, device):
     eigenvalues, a fixed fraction of the data biases them with its large-scale shape), and
     ``n_neighbors / 3`` for the k-NN operator (the kernel has then decayed to about ``e^-3`` at
     the edge of the k-NN ball). Asking it of 90% of the points rather than on average keeps
-    sparse regions connected. Dense: computed on up to 1,000 sampled points. The dimension is
+    sparse regions connected. Computed on up to 2,000 sampled points. The dimension is
     :func:`kernel_sum_dimension` at that eps, from the same points' distances to all points
     (dense) or from the k-NN distances.
     """
     n = Z.shape[0]
     if knn_d2 is not None:
-        epsilon = per_point_bandwidth(knn_d2, knn_d2.shape[1] / 3.0)
+        rows = random_state.choice(n, _BANDWIDTH_QUERIES, replace=False) if n > _BANDWIDTH_QUERIES else slice(None)
+        epsilon = per_point_bandwidth(knn_d2[rows], knn_d2.shape[1] / 3.0)
         positive = knn_d2[knn_d2 > 0]
         counts, edges = np.histogram(np.log(positive), bins=512)
         return epsilon, kernel_sum_dimension(edges, counts.astype(float), epsilon)
@@ -197,7 +199,14 @@ def top_eigenpairs(A, k, eigen_solver, device, random_state):
         # (sigma I - A)^-1, far apart even when eps is small and they crowd below 1.
         v0 = random_state.uniform(-1, 1, n)
         if sp.issparse(A):
-            w, v = eigsh(A, k=k, sigma=_SHIFT, which="LM", v0=v0)
+            # sigma I - A is symmetric positive definite: a symmetric fill-reducing ordering and
+            # no pivoting (an LDL^T in effect) factorise it about 3x faster than scipy's default.
+            factor = splu(
+                (A - _SHIFT * sp.identity(n, format="csr")).tocsc(), permc_spec="MMD_AT_PLUS_A",
+                diag_pivot_thresh=0.0, options=dict(SymmetricMode=True),
+            )
+            inverse = LinearOperator((n, n), matvec=factor.solve, dtype=A.dtype)
+            w, v = eigsh(_never_applied(n), k=k, sigma=_SHIFT, which="LM", OPinv=inverse, v0=v0)
         else:
             A *= -1.0
             A.flat[:: n + 1] += _SHIFT  # sigma I - A, positive definite, factorised in place
