@@ -9,6 +9,9 @@
    eigenvalues: they are the Rayleigh quotients of its eigenvectors with the normalised
    Laplacian of its own affinity matrix.
 
+pydiffmap (``pip install pydiffmap``) is timed and scored too when it is installed; datafold
+would downgrade numpy and scikit-learn here, so it is not.
+
 Usage: python benchmarks/bench_diffusion.py [--sizes 2000 10000 50000] [--repeats 3] [--threads 2]
 Writes benchmarks/results/diffusion.json.
 """
@@ -24,9 +27,15 @@ import time
 import numpy as np
 import scipy.sparse as sp
 import torch
+from scipy.sparse.linalg import ArpackNoConvergence
 from sklearn.datasets import make_s_curve
 from sklearn.manifold import SpectralEmbedding
 from threadpoolctl import threadpool_limits
+
+try:  # optional: pip install pydiffmap (not a dependency of skattention)
+    from pydiffmap.diffusion_map import DiffusionMap
+except ImportError:
+    DiffusionMap = None
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from skattention.manifold import AttentionDiffusionEmbedding  # noqa: E402
@@ -100,6 +109,21 @@ def main():
                 circle_eigen_ratio_error_k2=ratio_error(ours_k2.laplacian_eigenvalues_),
                 spectral_embedding_circle_eigen_ratio_error_k2=ratio_error(spectral_embedding_eigenvalues(se_k2)[1:5]),
             )
+            if DiffusionMap is not None:  # pydiffmap: same k, its own BGH bandwidth, alpha=1
+                def pdm(data, k_, n_evecs):
+                    return DiffusionMap.from_sklearn(n_evecs=n_evecs, k=k_, alpha=1.0, epsilon="bgh").fit(data)
+                def attempt(fn):  # its ARPACK (non-symmetric, no shift-invert) may not converge
+                    try:
+                        return fn()
+                    except ArpackNoConvergence:
+                        return "no convergence"
+
+                t_pdm = attempt(lambda: timed(lambda: pdm(X, k, 2), repeats)[0])
+                row["pydiffmap_fit_s"] = t_pdm
+                if isinstance(t_pdm, float):
+                    row["ratio_vs_pydiffmap"] = t_ours / t_pdm
+                # its evals are those of the generator (negative): -evals ~ Laplacian eigenvalues
+                row["pydiffmap_circle_eigen_ratio_error_k2"] = attempt(lambda: ratio_error(-pdm(C, k2, 4).evals))
             if n <= 10000:  # the dense operator (n x n) as well
                 dense = AttentionDiffusionEmbedding(n_components=4, random_state=0)
                 row["dense_fit_s"], dense = timed(lambda: dense.fit(C), 1)
