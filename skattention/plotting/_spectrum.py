@@ -67,6 +67,8 @@ class DiffusionSpectrumDisplay:
         self.threshold_line_ = ax.axhline(self.threshold, color="grey", linestyle="--", label="threshold")
         if yscale == "symlog":
             ax.set_yscale("symlog", linthresh=self.threshold / 10)
+            if ev.size and ev.min() >= -self.threshold / 10:  # round-off below 0: no negative decades
+                ax.set_ylim(bottom=-self.threshold / 100)
         elif yscale != "linear":
             raise ValueError(f"yscale must be 'symlog' or 'linear', got {yscale!r}.")
         ax.set_xlabel("rank")
