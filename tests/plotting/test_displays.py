@@ -147,3 +147,15 @@ def test_import_without_matplotlib_and_clear_error(monkeypatch):
     assert fresh.EmbeddingDisplay is not EmbeddingDisplay
     with pytest.raises(ImportError, match=r"skattention\[plot\]"):
         fresh.EmbeddingDisplay([[0.0, 1.0]]).plot()
+
+
+def test_attention_weights_through_a_pipeline(blobs):
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = blobs
+    pipe = make_pipeline(StandardScaler(), MetricAttentionClassifier("euclidean", device="cpu")).fit(X, y)
+    disp = AttentionWeightsDisplay.from_estimator(pipe, X, X[0], n_weights=5)
+    weights, indices = pipe[-1].attention_weights(pipe[0].transform(X[:1]), n_weights=5)
+    np.testing.assert_allclose(disp.scatter_.get_array(), weights[0][::-1])  # drawn smallest first
+    np.testing.assert_allclose(disp.scatter_.get_offsets(), X[indices[0][::-1]])  # in the input space
