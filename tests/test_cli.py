@@ -75,3 +75,111 @@ def test_module_entry_point_and_help():
     out = subprocess.run([sys.executable, "-m", "skattention", "compare", "--data", "/nonexistent.csv", "--target", "y"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "Traceback" not in out.stderr and "cannot read" in out.stderr
+
+
+# --------------------------------------------------------------------------- embed, cluster, --plot
+
+
+def _blobs_csv(tmp_path, with_target=True):
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(120, centers=[[0, 0, 0], [8, 0, 0], [0, 8, 0]], random_state=0)
+    path = tmp_path / "blobs.csv"
+    header = "a,b,c" + (",kind" if with_target else "")
+    rows = [",".join(f"{v:.6f}" for v in x) + (f",k{t}" if with_target else "") for x, t in zip(X, y)]
+    path.write_text(header + "\n" + "\n".join(rows) + "\n")
+    return path, X, y
+
+
+def test_embed_json_on_digits_subset(capsys):
+    assert main(["embed", "--max-samples", "200", "--n-components", "3", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["n_samples"] == 200 and res["n_features"] == 64 and res["dataset"].startswith("digits")
+    assert len(res["eigenvalues"]) == 3 and res["eigenvalues"] == sorted(res["eigenvalues"], reverse=True)
+    assert all(0 < mu < 1 for mu in res["eigenvalues"])
+    assert res["epsilon"] > 0 and 1 < res["intrinsic_dimension"] < 64 and res["time_s"] > 0
+
+
+def test_embed_csv_without_target_and_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path, X, _ = _blobs_csv(tmp_path, with_target=False)
+    png = tmp_path / "emb.png"
+    assert main(["embed", "--data", str(path), "--epsilon", "2.0", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "120 x 3" in out and "epsilon: 2" in out and f"figure written to {png}" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cluster_scores_against_the_target_and_plots(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path, _, _ = _blobs_csv(tmp_path)
+    png = tmp_path / "clusters.png"
+    assert main(["cluster", "--data", str(path), "--target", "kind", "--json", "--plot", str(png)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["n_clusters"] == 3 and res["scored_against_target"] and res["plot"] == str(png)
+    assert [r["model"] for r in res["results"]] == ["AttentionKMeans", "KMeans"]
+    for r in res["results"]:  # three well separated blobs: both recover them exactly
+        assert r["ari"] == pytest.approx(1.0) and r["nmi"] == pytest.approx(1.0)
+    assert res["results"][0]["inertia"] == pytest.approx(res["results"][1]["inertia"], rel=1e-6)
+    assert png.stat().st_size > 1000
+
+
+def test_cluster_without_target_prints_a_table(tmp_path, capsys):
+    path, _, _ = _blobs_csv(tmp_path, with_target=False)
+    assert main(["cluster", "--data", str(path), "--n-clusters", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "2 clusters" in out and "ARI" not in out
+    assert sum(line.startswith(("AttentionKMeans", "KMeans")) for line in out.splitlines()) == 2
+
+
+def test_compare_plot_draws_one_bar_per_model(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import skattention._cli as cli
+
+    drawn = {}
+    original = cli._plot_scores
+
+    def spy(fig, dataset, results):
+        original(fig, dataset, results)
+        drawn["bars"] = [p.get_width() for p in fig.axes[0].patches]
+        drawn["means"] = [r["mean"] for r in results]
+
+    monkeypatch.setattr(cli, "_plot_scores", spy)
+    all_models = cli._models
+    monkeypatch.setattr(cli, "_models", lambda task, device: all_models(task, device)[:3])  # the fast ones
+    png = tmp_path / "scores.png"
+    assert main(["compare", "--cv", "2", "--max-samples", "150", "--plot", str(png)]) == 0
+    assert len(drawn["bars"]) == 3 and drawn["bars"] == pytest.approx(drawn["means"])
+    assert png.exists() and "figure written" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["embed", "--max-samples", "1"], "--max-samples must be at least 2"),
+        (["embed", "--epsilon", "-1"], "--epsilon must be a positive number"),
+        (["embed", "--n-components", "1", "--plot", "x.png"], "--plot needs --n-components 2"),
+        (["embed", "--target", "y"], "--target needs --data"),
+        (["cluster", "--max-samples", "20", "--n-clusters", "50"], "--n-clusters must be between 1 and the 20"),
+    ],
+)
+def test_embed_and_cluster_one_line_errors(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("skattention: error:") and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_plot_without_matplotlib_is_a_one_line_error(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    assert main(["cluster", "--max-samples", "50", "--plot", "c.png"]) == 2
+    assert "skattention[plot]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["embed", "cluster"])
+def test_subcommand_help_shows_examples(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and f"skattention {command}" in out and "--plot" in out and "--json" in out
