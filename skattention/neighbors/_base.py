@@ -125,8 +125,11 @@ class _BaseMetricAttention(BaseEstimator):
                 f"warm_start: X has {X.shape[1]} features but the map was trained on {self.map_.n_features}."
             )
         if not warm:
-            self._x_mean = X.mean(0)
-            scale = X.std(0)
+            # float64 statistics: the float32 variance of data at a tiny scale (~1e-20 and
+            # below) underflows to 0 and would leave the data unscaled.
+            self._x_mean = X.mean(0, dtype=np.float64).astype(X.dtype)
+            scale = X.std(0, dtype=np.float64)
+            scale = scale.astype(X.dtype) if np.all(scale < np.finfo(X.dtype).max) else scale
             self._x_scale = np.where(scale > 0, scale, 1.0)
         Xs = self._standardise(X)
         seed = int(rng.randint(np.iinfo(np.int32).max))
@@ -199,7 +202,11 @@ class _BaseMetricAttention(BaseEstimator):
             with np.errstate(divide="ignore"):
                 log_w = np.log(weight[: Z.shape[0]])
             start = _neighbor_scale(Z, queries, weight[: Z.shape[0]], log_w, self.device)
-        return torch.tensor(math.log(start), dtype=dtype, device=device, requires_grad=True)
+        # A starting temperature whose exp under- or overflows the training dtype would become
+        # 0 or inf, the limits without a gradient: keep it well inside the dtype's range.
+        info = torch.finfo(dtype)
+        log_start = min(max(math.log(start), 0.5 * math.log(info.tiny)), 0.5 * math.log(info.max))
+        return torch.tensor(log_start, dtype=dtype, device=device, requires_grad=True)
 
     def _validation_split(self, n, stratify, rng):
         if not self.early_stopping:
