@@ -139,7 +139,7 @@ def matrices(draw, min_rows=0, max_rows=7, min_cols=0, max_cols=4):
         X = X > 0
     elif np.dtype(dtype).kind in "iu":
         info = np.iinfo(dtype)
-        X = np.clip(np.round(X), info.min, info.max)
+        X = np.clip(np.round(X), info.min // 2, info.max // 2)  # exactly representable bounds
     elif np.dtype(dtype).kind == "f":
         big = np.finfo(dtype).max / 4  # large but finite in its own dtype
         X = np.clip(X, -big, big)

@@ -11,6 +11,7 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
+from ..utils._param_validation import Count
 from sklearn.utils.validation import _check_sample_weight, check_array, check_is_fitted, validate_data
 
 from .._engine import attention, resolve_device
@@ -132,12 +133,12 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
     """
 
     _parameter_constraints: dict = {
-        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "n_clusters": [Count(Integral, 1, None, closed="left")],
         "temperature": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
         "metric": [StrOptions({"euclidean"})],
         "init": [StrOptions({"k-means++", "random"}), callable, "array-like"],
-        "n_init": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "n_init": [StrOptions({"auto"}), Count(Integral, 1, None, closed="left")],
+        "max_iter": [Count(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "device": [str, torch.device],
         "random_state": ["random_state"],

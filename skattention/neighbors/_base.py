@@ -11,6 +11,7 @@ from sklearn.base import BaseEstimator
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state, gen_batches
 from sklearn.utils._param_validation import Interval, StrOptions
+from ..utils._param_validation import Count
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from .._engine import attention, kneighbors, resolve_device
@@ -48,21 +49,21 @@ class _BaseMetricAttention(BaseEstimator):
     _parameter_constraints: dict = {
         "metric": [StrOptions(set(_ENGINE_METRIC))],
         "temperature": [Interval(Real, 0, None, closed="both"), StrOptions({"auto"})],
-        "n_neighbors": [Interval(Integral, 1, None, closed="left"), None],
+        "n_neighbors": [Count(Integral, 1, None, closed="left"), None],
         "radius": [Interval(Real, 0, None, closed="neither"), None],
-        "n_components": [Interval(Integral, 1, None, closed="left"), None],
-        "hidden_size": [Interval(Integral, 1, None, closed="left")],
-        "n_blocks": [Interval(Integral, 0, None, closed="left")],
+        "n_components": [Count(Integral, 1, None, closed="left"), None],
+        "hidden_size": [Count(Integral, 1, None, closed="left")],
+        "n_blocks": [Count(Integral, 0, None, closed="left")],
         "activation": [StrOptions({"relu", "tanh", "gelu"})],
         "dropout": [Interval(Real, 0, 1, closed="left")],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "max_iter": [Count(Integral, 1, None, closed="left")],
+        "batch_size": [Count(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "sample_rate": [Interval(Real, 0, 1, closed="right"), StrOptions({"auto"})],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
-        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+        "n_iter_no_change": [Count(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "warm_start": ["boolean"],
         "random_state": ["random_state"],
