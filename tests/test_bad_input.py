@@ -312,6 +312,16 @@ def test_wrong_parameter_values(name, data, value):
         check_clear_error(exc, param)
 
 
+@pytest.mark.parametrize("bandwidth", [1e-300, 1e300])
+def test_mean_shift_extreme_bandwidth(bandwidth):
+    """2 * bandwidth**2 (the attention temperature) under- or overflows: the error names the
+    bandwidth, not the engine's temperature."""
+    X = np.random.default_rng(0).normal(size=(12, 2))
+    est = make("AttentionMeanShift", bandwidth=bandwidth)
+    with pytest.raises(ValueError, match="bandwidth"):
+        est.fit(X)
+
+
 # --------------------------------------------------------------------------- attention()
 
 

@@ -163,6 +163,12 @@ class AttentionMeanShift(ClusterMixin, BaseEstimator):
         Xt = torch.from_numpy(X).to(device)
         engine = dict(device=device, dtype=dtype)
         if self.kernel == "gaussian":
+            if not 0.0 < 2.0 * h * h < math.inf:
+                raise ValueError(
+                    f"bandwidth={h:.6g} is out of range for the Gaussian kernel: its temperature "
+                    f"2 * bandwidth**2 = {2.0 * h * h:.6g} must be positive and finite; rescale "
+                    "the data or choose another bandwidth."
+                )
             engine["temperature"] = 2.0 * h * h
         else:
             engine.update(temperature=math.inf, radius=h)
