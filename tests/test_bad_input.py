@@ -364,3 +364,24 @@ def test_attention_function(q, k, v_cols, temperature, n_neighbors, radius, cont
 
 def test_attention_importable():
     assert skattention.attention is attention
+
+
+@pytest.mark.parametrize("log_t", [-200.0, 200.0])
+def test_training_with_a_temperature_outside_float32(log_t):
+    """A learned temperature whose exp under- or overflows float32 (0 or inf: the limits without
+    a gradient) used to end the backward pass with torch's "element 0 of tensors does not
+    require grad"."""
+    from skattention._engine._maps import build_map
+    from skattention._engine._training import train_metric
+
+    torch.manual_seed(0)
+    X = torch.randn(10, 2)
+    values = torch.nn.functional.one_hot(torch.arange(10) % 2).float()
+    metric_map = build_map("linear", np.eye(2))
+    log_temperature = torch.tensor(log_t, requires_grad=True)
+    history, _ = train_metric(
+        metric_map, log_temperature, X, values, "log_loss", torch.ones(10), max_iter=2,
+        batch_size=5, n_candidates=10, learning_rate=1e-2, weight_decay=0.0,
+        n_iter_no_change=10, tol=0.0, generator=torch.Generator().manual_seed(0),
+    )
+    assert history.n_iter == 2 and np.isfinite(history.loss_curve).all()
