@@ -385,3 +385,27 @@ def test_training_with_a_temperature_outside_float32(log_t):
         n_iter_no_change=10, tol=0.0, generator=torch.Generator().manual_seed(0),
     )
     assert history.n_iter == 2 and np.isfinite(history.loss_curve).all()
+
+
+@pytest.mark.parametrize("name", ["MetricAttentionClassifier", "MetricAttentionRegressor", "MetricAttentionTransformer"])
+def test_learned_metric_on_tiny_scale_data(name):
+    """Found by the suite: float32 data at scale 1e-31 has a float32 variance of 0, so it was left
+    unscaled, its starting temperature underflowed to 0 and training raised torch's
+    RuntimeError. The statistics are now float64 and the temperature stays in range."""
+    rng = np.random.default_rng(0)
+    X = (rng.normal(size=(8, 2)) * 1e-31).astype(np.float32)
+    exc = run_estimator(name, X, make_y(name, 8, rng))
+    assert exc is None, exc
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kmeans_values_too_large_for_distances(dtype):
+    """Found by the suite: at |x| ~ 1e299 the squared distances overflow, and transform
+    returned inf."""
+    X = np.random.default_rng(0).normal(size=(8, 2)) * (np.finfo(dtype).max ** 0.5)
+    X = X.astype(dtype)
+    with pytest.raises(ValueError, match="too large"):
+        make("AttentionKMeans").fit(X)
+    est = make("AttentionKMeans").fit(np.random.default_rng(0).normal(size=(8, 2)).astype(dtype))
+    with pytest.raises(ValueError, match="too large"):
+        est.transform(X)
