@@ -124,7 +124,7 @@ def train_metric(
             queries = keys[own_d] if symmetric else metric_map.query(X[batch_d])
             out = attention(
                 queries, keys, values[cand_d],
-                metric=metric_map.kind, temperature=torch.exp(log_temperature),
+                metric=metric_map.kind, temperature=_exp_in_range(log_temperature),
                 log_prior=log_prior[cand_d], exclude_self=own_d, on_empty="zero",
             )
             per_point = _loss(out, values[batch_d], loss)
@@ -188,3 +188,10 @@ def validation_score(metric_map, log_temperature, X, values, log_prior, validati
     mean = (weight_val[:, None] * values_val).sum(0) / total
     sst = float((weight_val * ((values_val - mean) ** 2).sum(1)).sum() / total)
     return (1.0 - val_loss / sst if sst > 0 else -val_loss), val_loss
+
+
+def _exp_in_range(log_t):
+    """``exp(log_t)`` kept inside the dtype's normal range: an exp that under- or overflows to 0
+    or inf is the limit without a gradient, and the backward pass would fail."""
+    info = torch.finfo(log_t.dtype)
+    return torch.exp(log_t.clamp(0.5 * math.log(info.tiny), 0.5 * math.log(info.max)))

@@ -11,6 +11,7 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
+from ..utils._param_validation import Count
 from sklearn.utils.validation import _check_sample_weight, check_array, check_is_fitted, validate_data
 
 from .._engine import attention, resolve_device
@@ -132,12 +133,12 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
     """
 
     _parameter_constraints: dict = {
-        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "n_clusters": [Count(Integral, 1, None, closed="left")],
         "temperature": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
         "metric": [StrOptions({"euclidean"})],
         "init": [StrOptions({"k-means++", "random"}), callable, "array-like"],
-        "n_init": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "n_init": [StrOptions({"auto"}), Count(Integral, 1, None, closed="left")],
+        "max_iter": [Count(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "device": [str, torch.device],
         "random_state": ["random_state"],
@@ -179,6 +180,7 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
             Fitted estimator.
         """
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", copy=False)
+        _check_distance_range(X)
         sample_weight = _check_sample_weight(sample_weight, X, dtype=X.dtype, ensure_non_negative=True)
         if not np.any(sample_weight > 0):
             raise ValueError("All sample weights are zero: at least one sample needs positive weight.")
@@ -365,7 +367,8 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
 
     def _check_test_data(self, X):
         check_is_fitted(self)
-        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
+        return _check_distance_range(X)
 
     def _tensors(self, X):
         device = resolve_device(self.device)
@@ -616,3 +619,17 @@ def _soft_kmeans(X, w, centers, T, max_iter, tol, verbose):
     step = kmeans_step(X, centers, w, update=False)
     inertia = float((step["min_sqdist"].double() * w.double()).sum())
     return centers, step["labels"], inertia, n_iter
+
+
+def _check_distance_range(X):
+    """Reject values whose squared Euclidean distances overflow X's dtype (inf distances)."""
+    if X.size:
+        limit = np.sqrt(np.finfo(X.dtype).max / X.shape[1]) / 2
+        largest = float(np.max(np.abs(X)))
+        if largest > limit:
+            raise ValueError(
+                f"X contains values too large for squared Euclidean distances in {X.dtype} "
+                f"(largest magnitude {largest:.3g}, limit {limit:.3g}): they overflow to "
+                "infinity; rescale the data."
+            )
+    return X

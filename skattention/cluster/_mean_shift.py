@@ -8,6 +8,7 @@ import torch
 from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
 from sklearn.cluster import estimate_bandwidth, get_bin_seeds
 from sklearn.utils._param_validation import Interval, StrOptions
+from ..utils._param_validation import Count
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._engine import attention, resolve_device
@@ -106,10 +107,10 @@ class AttentionMeanShift(ClusterMixin, BaseEstimator):
         "blurring": ["boolean"],
         "seeds": ["array-like", None],
         "bin_seeding": ["boolean"],
-        "min_bin_freq": [Interval(Integral, 1, None, closed="left")],
+        "min_bin_freq": [Count(Integral, 1, None, closed="left")],
         "cluster_all": ["boolean"],
         "cluster_merge": [Interval(Real, 0, None, closed="left"), None],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Count(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "device": [str, torch.device],
     }
@@ -162,6 +163,12 @@ class AttentionMeanShift(ClusterMixin, BaseEstimator):
         Xt = torch.from_numpy(X).to(device)
         engine = dict(device=device, dtype=dtype)
         if self.kernel == "gaussian":
+            if not 0.0 < 2.0 * h * h < math.inf:
+                raise ValueError(
+                    f"bandwidth={h:.6g} is out of range for the Gaussian kernel: its temperature "
+                    f"2 * bandwidth**2 = {2.0 * h * h:.6g} must be positive and finite; rescale "
+                    "the data or choose another bandwidth."
+                )
             engine["temperature"] = 2.0 * h * h
         else:
             engine.update(temperature=math.inf, radius=h)
@@ -195,7 +202,10 @@ class AttentionMeanShift(ClusterMixin, BaseEstimator):
 
     def _shift_seeds(self, X, Xt, engine, h, stop, device, dtype):
         if self.seeds is not None:
-            seeds = check_array(self.seeds, dtype=X.dtype)
+            try:
+                seeds = check_array(self.seeds, dtype=X.dtype, input_name="seeds")
+            except ValueError as exc:
+                raise ValueError(f"seeds must be an array of shape (n_seeds, n_features): {exc}") from exc
             if seeds.shape[1] != X.shape[1]:
                 raise ValueError(f"seeds have {seeds.shape[1]} features but X has {X.shape[1]}.")
         elif self.bin_seeding:

@@ -9,6 +9,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from ..utils._param_validation import Count
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import attention, kneighbors, resolve_device
@@ -121,12 +122,12 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
     """
 
     _parameter_constraints: dict = {
-        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "n_components": [Count(Integral, 1, None, closed="left")],
         "metric": [StrOptions({"euclidean"}), HasMethods(["fit", "transform"])],
         "epsilon": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "alpha": [Interval(Real, 0, 1, closed="both")],
         "diffusion_time": [Interval(Real, 0, None, closed="left")],
-        "n_neighbors": [Interval(Integral, 1, None, closed="left"), None],
+        "n_neighbors": [Count(Integral, 1, None, closed="left"), None],
         "eigen_solver": [StrOptions({"auto", "dense", "arpack"})],
         "device": [str, torch.device],
         "random_state": ["random_state"],

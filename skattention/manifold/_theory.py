@@ -10,6 +10,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
+from ..utils._param_validation import Count
 from sklearn.utils.validation import check_array
 
 from .._engine import attention, gaussian_kernel_log_sums, resolve_device
@@ -86,10 +87,10 @@ def attention_generator(X, f_values, eps, alpha=0.0, *, device="auto"):
     {
         "X": ["array-like"],
         "epsilon": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
-        "n_neighbors": [Interval(Integral, 1, None, closed="left"), None],
+        "n_neighbors": [Count(Integral, 1, None, closed="left"), None],
         "alpha": [Interval(Real, 0, 1, closed="both")],
         "threshold": [Interval(Real, 0, 1, closed="neither")],
-        "max_clusters": [Interval(Integral, 1, None, closed="left")],
+        "max_clusters": [Count(Integral, 1, None, closed="left")],
         "return_eigenvalues": ["boolean"],
         "device": [str, None],
         "random_state": ["random_state"],

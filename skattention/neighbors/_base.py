@@ -11,6 +11,7 @@ from sklearn.base import BaseEstimator
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state, gen_batches
 from sklearn.utils._param_validation import Interval, StrOptions
+from ..utils._param_validation import Count
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from .._engine import attention, kneighbors, resolve_device
@@ -48,21 +49,21 @@ class _BaseMetricAttention(BaseEstimator):
     _parameter_constraints: dict = {
         "metric": [StrOptions(set(_ENGINE_METRIC))],
         "temperature": [Interval(Real, 0, None, closed="both"), StrOptions({"auto"})],
-        "n_neighbors": [Interval(Integral, 1, None, closed="left"), None],
+        "n_neighbors": [Count(Integral, 1, None, closed="left"), None],
         "radius": [Interval(Real, 0, None, closed="neither"), None],
-        "n_components": [Interval(Integral, 1, None, closed="left"), None],
-        "hidden_size": [Interval(Integral, 1, None, closed="left")],
-        "n_blocks": [Interval(Integral, 0, None, closed="left")],
+        "n_components": [Count(Integral, 1, None, closed="left"), None],
+        "hidden_size": [Count(Integral, 1, None, closed="left")],
+        "n_blocks": [Count(Integral, 0, None, closed="left")],
         "activation": [StrOptions({"relu", "tanh", "gelu"})],
         "dropout": [Interval(Real, 0, 1, closed="left")],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "max_iter": [Count(Integral, 1, None, closed="left")],
+        "batch_size": [Count(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "sample_rate": [Interval(Real, 0, 1, closed="right"), StrOptions({"auto"})],
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
-        "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+        "n_iter_no_change": [Count(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "warm_start": ["boolean"],
         "random_state": ["random_state"],
@@ -125,8 +126,11 @@ class _BaseMetricAttention(BaseEstimator):
                 f"warm_start: X has {X.shape[1]} features but the map was trained on {self.map_.n_features}."
             )
         if not warm:
-            self._x_mean = X.mean(0)
-            scale = X.std(0)
+            # float64 statistics: the float32 variance of data at a tiny scale (~1e-20 and
+            # below) underflows to 0 and would leave the data unscaled.
+            self._x_mean = X.mean(0, dtype=np.float64).astype(X.dtype)
+            scale = X.std(0, dtype=np.float64)
+            scale = scale.astype(X.dtype) if np.all(scale < np.finfo(X.dtype).max) else scale
             self._x_scale = np.where(scale > 0, scale, 1.0)
         Xs = self._standardise(X)
         seed = int(rng.randint(np.iinfo(np.int32).max))
@@ -199,7 +203,11 @@ class _BaseMetricAttention(BaseEstimator):
             with np.errstate(divide="ignore"):
                 log_w = np.log(weight[: Z.shape[0]])
             start = _neighbor_scale(Z, queries, weight[: Z.shape[0]], log_w, self.device)
-        return torch.tensor(math.log(start), dtype=dtype, device=device, requires_grad=True)
+        # A starting temperature whose exp under- or overflows the training dtype would become
+        # 0 or inf, the limits without a gradient: keep it well inside the dtype's range.
+        info = torch.finfo(dtype)
+        log_start = min(max(math.log(start), 0.5 * math.log(info.tiny)), 0.5 * math.log(info.max))
+        return torch.tensor(log_start, dtype=dtype, device=device, requires_grad=True)
 
     def _validation_split(self, n, stratify, rng):
         if not self.early_stopping:

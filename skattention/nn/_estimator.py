@@ -8,6 +8,7 @@ import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
+from ..utils._param_validation import Count
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -97,11 +98,11 @@ class AttentionNetworkClassifier(ClassifierMixin, BaseEstimator):
 
     _parameter_constraints: dict = {
         "metric": [StrOptions(set(METRICS))],
-        "width": [Interval(Integral, 1, None, closed="left")],
-        "n_blocks": [Interval(Integral, 0, None, closed="left")],
-        "num_heads": [Interval(Integral, 1, None, closed="left")],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "width": [Count(Integral, 1, None, closed="left")],
+        "n_blocks": [Count(Integral, 0, None, closed="left")],
+        "num_heads": [Count(Integral, 1, None, closed="left")],
+        "max_iter": [Count(Integral, 1, None, closed="left")],
+        "batch_size": [Count(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
         "random_state": ["random_state"],
