@@ -97,11 +97,11 @@ def main():
             t_sk, _ = timed(lambda: SpectralEmbedding(n_components=2, affinity="nearest_neighbors", n_neighbors=k, random_state=0).fit(X), repeats)
             C = circle(n)
             ours = AttentionDiffusionEmbedding(n_components=4, n_neighbors=k, random_state=0).fit(C)
-            se = SpectralEmbedding(n_components=5, affinity="nearest_neighbors", n_neighbors=k, random_state=0).fit(C)
-            se_lam = spectral_embedding_eigenvalues(se)[1:5]  # the first column is the trivial one
+            se = SpectralEmbedding(n_components=4, affinity="nearest_neighbors", n_neighbors=k, random_state=0).fit(C)
+            se_lam = spectral_embedding_eigenvalues(se)[:4]  # embedding_ already drops the trivial vector
             k2 = args.eigen_neighbors
             ours_k2 = AttentionDiffusionEmbedding(n_components=4, n_neighbors=k2, random_state=0).fit(C)
-            se_k2 = SpectralEmbedding(n_components=5, affinity="nearest_neighbors", n_neighbors=k2, random_state=0).fit(C)
+            se_k2 = SpectralEmbedding(n_components=4, affinity="nearest_neighbors", n_neighbors=k2, random_state=0).fit(C)
             row = dict(
                 n=n, n_neighbors=k, fit_s=t_ours, spectral_embedding_fit_s=t_sk, ratio=t_ours / t_sk,
                 circle_eigen_ratio_error=ratio_error(ours.laplacian_eigenvalues_),
@@ -109,7 +109,7 @@ def main():
                 circle_laplacian_eigenvalues=ours.laplacian_eigenvalues_.tolist(),
                 eigen_neighbors=k2,
                 circle_eigen_ratio_error_k2=ratio_error(ours_k2.laplacian_eigenvalues_),
-                spectral_embedding_circle_eigen_ratio_error_k2=ratio_error(spectral_embedding_eigenvalues(se_k2)[1:5]),
+                spectral_embedding_circle_eigen_ratio_error_k2=ratio_error(spectral_embedding_eigenvalues(se_k2)[:4]),
             )
             if DiffusionMap is not None and n <= args.pydiffmap_max_n:  # same k, its BGH bandwidth, alpha=1
                 def pdm(data, k_, n_evecs):

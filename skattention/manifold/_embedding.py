@@ -57,7 +57,7 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
     epsilon : float or "auto", default="auto"
         Kernel bandwidth, the attention temperature: ``exp(-f / epsilon)``. ``"auto"``: the
         smallest bandwidth at which 90% of the points have at least ``sqrt(n_samples)`` effective
-        neighbours (kernel degree ``sum_j exp(-f_ij / epsilon)``), or ``n_neighbors / 3`` of
+        neighbours (kernel degree ``sum_j exp(-f_ij / epsilon)``), or ``0.9 n_neighbors`` of
         them with the k-NN operator, estimated on up to 2,000 sampled points (see
         docs/manifold.md for why). ``intrinsic_dimension_`` is then the Berry–Giannakis–Harlim
         estimate at that bandwidth: twice the slope of ``log sum_ij exp(-f_ij / epsilon)``
