@@ -214,7 +214,9 @@ def top_eigenpairs(A, k, eigen_solver, device, random_state):
         else:
             A *= -1.0
             A.flat[:: n + 1] += _SHIFT  # sigma I - A, positive definite, factorised in place
-            factor = cho_factor(A, overwrite_a=True, check_finite=False)
+            # A is symmetric, so its transpose (a Fortran-ordered view) is the same matrix:
+            # LAPACK factorises it in place instead of copying n x n.
+            factor = cho_factor(A.T, overwrite_a=True, check_finite=False)
             inverse = LinearOperator((n, n), matvec=lambda x: -cho_solve(factor, x, check_finite=False), dtype=A.dtype)
             # In shift-invert mode ARPACK only applies OPinv = (A - sigma I)^-1; A is never used.
             w, v = eigsh(_never_applied(n), k=k, sigma=_SHIFT, which="LM", OPinv=inverse, v0=v0)
