@@ -11,11 +11,12 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from ..utils._param_validation import Count
 from sklearn.utils.validation import _check_sample_weight, check_array, check_is_fitted, validate_data
 
 from .._engine import attention, resolve_device
 from .._engine._cluster import kmeans_step, principal_axes, sqdist_to_centers
+from ..utils._device import DevicePortableMixin
+from ..utils._param_validation import Count
 
 # Deterministic annealing (temperature="auto"), run on a subsample of at most this many points;
 # the exact Lloyd iterations that follow use every point.
@@ -30,7 +31,7 @@ _ANNEAL_MERGE = 1e-2  # centroids closer than ||c_i - c_j||^2 < 1e-2 T are merge
 _ANNEAL_SPLIT = 0.05  # a split centroid's children start at c +- 0.05 sqrt(lambda_max) v
 
 
-class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
+class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, DevicePortableMixin, BaseEstimator):
     """K-means as alternating attention: points attend to centroids, centroids attend to points.
 
     The E-step is the attention of each point over the centroids,

@@ -8,18 +8,19 @@ import torch
 from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
 from sklearn.cluster import estimate_bandwidth, get_bin_seeds
 from sklearn.utils._param_validation import Interval, StrOptions
-from ..utils._param_validation import Count
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._engine import attention, resolve_device
 from .._engine import ball_counts, gaussian_kernel_log_sums
 from .._engine._cluster import kmeans_step
+from ..utils._device import DevicePortableMixin
+from ..utils._param_validation import Count
 
 # bandwidth=None: scikit-learn's estimate_bandwidth (quantile 0.3) on at most this many points.
 _BANDWIDTH_MAX_SAMPLES = 10000
 
 
-class AttentionMeanShift(ClusterMixin, BaseEstimator):
+class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
     """Mean shift as repeated attention: the modes attend over the data and move to the output.
 
     Each iteration is one attention step with the seeds (modes) as queries and the training

@@ -9,10 +9,11 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
-from ..utils._param_validation import Count
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import attention, kneighbors, resolve_device
+from ..utils._device import DevicePortableMixin
+from ..utils._param_validation import Count
 from ._operator import (
     auto_epsilon,
     diffusion_coordinates,
@@ -28,7 +29,7 @@ from ._operator import (
 _RADIUS_SLACK = 1e-6
 
 
-class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, DevicePortableMixin, BaseEstimator):
     """Diffusion-map embedding with the attention matrix as the diffusion operator.
 
     The attention of the training points over themselves,

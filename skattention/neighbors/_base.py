@@ -11,12 +11,13 @@ from sklearn.base import BaseEstimator
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state, gen_batches
 from sklearn.utils._param_validation import Interval, StrOptions
-from ..utils._param_validation import Count
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from .._engine import attention, kneighbors, resolve_device
 from .._engine._maps import build_map
 from .._engine._training import train_metric
+from ..utils._device import DevicePortableMixin
+from ..utils._param_validation import Count
 
 # temperature="auto" with the fixed metric: leave-one-out choice on a geometric grid around the
 # nearest-neighbour scale (weighted median squared distance from a point to its nearest distinct one).
@@ -37,7 +38,7 @@ _AUTO_BATCH = (64, 512)
 _EMBED_CHUNK = 65536
 
 
-class _BaseMetricAttention(BaseEstimator):
+class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
     """Training, storage and engine calls shared by the metric-attention estimators.
 
     The fixed metric ("euclidean") stores the training set as keys. Learned metrics standardise

@@ -8,18 +8,19 @@ import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from ..utils._param_validation import Count
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import resolve_device
+from ..utils._device import DevicePortableMixin
+from ..utils._param_validation import Count
 from ._attention import METRICS
 from ._ipn import IPN
 
 _AUTO_BATCH = 512
 
 
-class AttentionNetworkClassifier(ClassifierMixin, BaseEstimator):
+class AttentionNetworkClassifier(ClassifierMixin, DevicePortableMixin, BaseEstimator):
     """Classifier training an IPN: attention blocks that propagate across the samples of a batch.
 
     The network (:class:`skattention.nn.IPN`) is a linear layer, ``n_blocks`` residual attention

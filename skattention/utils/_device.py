@@ -1,0 +1,42 @@
+"""Moving fitted models between machines with different accelerators."""
+
+import warnings
+
+import torch
+
+
+def _available(device):
+    """Whether a ``device`` parameter value names a device this machine has."""
+    if device is None or (isinstance(device, str) and device == "auto"):
+        return True
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        return True  # not a device at all: left for parameter validation to report
+    if dev.type == "cuda":
+        return torch.cuda.is_available() and (dev.index is None or dev.index < torch.cuda.device_count())
+    if dev.type == "mps":
+        return hasattr(torch.backends, "mps") and torch.backends.mps.is_available()
+    return True
+
+
+class DevicePortableMixin:
+    """Unpickling where the configured accelerator is missing falls back to the CPU, with a warning.
+
+    Fitted attributes are NumPy arrays or CPU torch modules, so a model fitted on a GPU loads
+    anywhere; only the ``device`` parameter still names the GPU. As skorch does, loading such
+    a model on a machine without that device warns and sets ``device="cpu"``, so that
+    ``predict`` works instead of failing on the missing device.
+    """
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        device = getattr(self, "device", None)
+        if not _available(device):
+            warnings.warn(
+                f"{type(self).__name__} was configured with device={device!r}, which this machine "
+                "does not have; it was loaded with device='cpu'.",
+                UserWarning,
+                stacklevel=2,
+            )
+            self.device = "cpu"

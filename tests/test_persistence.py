@@ -1,0 +1,92 @@
+"""Fitted models move between processes and machines: pickles, fresh processes, missing GPUs."""
+
+import pickle
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import make_blobs
+
+from skattention import (
+    AttentionDiffusionEmbedding,
+    AttentionKMeans,
+    AttentionMeanShift,
+    AttentionNetworkClassifier,
+    MetricAttentionClassifier,
+)
+
+X, y = make_blobs(120, centers=3, n_features=4, random_state=0)
+
+
+def output(est):
+    for method in ("predict_proba", "transform", "predict"):
+        if hasattr(est, method):
+            return getattr(est, method)(X[:30])
+    raise AssertionError(type(est).__name__)
+
+
+FITTED = [
+    MetricAttentionClassifier(max_iter=3, random_state=0),
+    AttentionDiffusionEmbedding(random_state=0),
+    AttentionKMeans(n_clusters=3, random_state=0),
+    AttentionMeanShift(),
+    AttentionNetworkClassifier(width=8, max_iter=5, random_state=0),
+]
+
+
+@pytest.mark.parametrize("est", FITTED, ids=lambda e: type(e).__name__)
+def test_model_configured_for_a_missing_gpu_loads_on_the_cpu_with_a_warning(est, monkeypatch):
+    est = est.fit(X, y)
+    expected = output(est)
+    est.device = "cuda:0"  # as fitted on a GPU machine: fitted state is NumPy / CPU modules
+    blob = pickle.dumps(est)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.warns(UserWarning, match=r"device='cuda:0'.*loaded with device='cpu'"):
+        restored = pickle.loads(blob)
+    assert restored.device == "cpu"
+    np.testing.assert_array_equal(output(restored), expected)
+    # a CPU model loads silently
+    restored.device = "cpu"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pickle.loads(pickle.dumps(restored))
+
+
+_FIT_AND_DUMP = textwrap.dedent(
+    """
+    import pickle, sys
+    import numpy as np
+    from sklearn.datasets import make_blobs
+    from skattention import MetricAttentionClassifier
+    X, y = make_blobs(120, centers=3, n_features=4, random_state=0)
+    est = MetricAttentionClassifier(max_iter=5, random_state=0).fit(X, y)
+    sys.stdout.buffer.write(pickle.dumps((est, est.predict_proba(X[:30]))))
+    """
+)
+
+
+def _run(code, stdin=None):
+    out = subprocess.run([sys.executable, "-c", code], input=stdin, capture_output=True, check=True)
+    return out.stdout
+
+
+def test_random_state_gives_bit_identical_models_across_processes_and_pickles_load_in_a_fresh_one():
+    first_est, first = pickle.loads(_run(_FIT_AND_DUMP))
+    second_est, second = pickle.loads(_run(_FIT_AND_DUMP))
+    # bit-identical across processes (CPU), and equal to a fit in this process
+    np.testing.assert_array_equal(first, second)
+    here = MetricAttentionClassifier(max_iter=5, random_state=0).fit(X, y).predict_proba(X[:30])
+    np.testing.assert_array_equal(first, here)
+    for a, b in zip(first_est.map_.state_dict().values(), second_est.map_.state_dict().values()):
+        assert torch.equal(a, b)
+    # a pickle made here predicts the same in a fresh interpreter
+    loaded = _run(
+        "import pickle, sys; est, X = pickle.loads(sys.stdin.buffer.read()); "
+        "sys.stdout.buffer.write(pickle.dumps(est.predict_proba(X)))",
+        stdin=pickle.dumps((first_est, X[:30])),
+    )
+    np.testing.assert_array_equal(pickle.loads(loaded), first)
