@@ -60,7 +60,9 @@ _FIT_AND_DUMP = textwrap.dedent(
     """
     import pickle, sys
     import numpy as np
+    import torch
     from sklearn.datasets import make_blobs
+    torch.set_num_threads(int(sys.argv[1]))  # float reductions depend on the thread count
     from skattention import MetricAttentionClassifier
     X, y = make_blobs(120, centers=3, n_features=4, random_state=0)
     est = MetricAttentionClassifier(max_iter=5, random_state=0).fit(X, y)
@@ -70,7 +72,10 @@ _FIT_AND_DUMP = textwrap.dedent(
 
 
 def _run(code, stdin=None):
-    out = subprocess.run([sys.executable, "-c", code], input=stdin, capture_output=True, check=True)
+    # Same torch thread count as this process: bit-identity holds at a given thread count
+    # (the order of floating-point reductions depends on it).
+    threads = str(torch.get_num_threads())
+    out = subprocess.run([sys.executable, "-c", code, threads], input=stdin, capture_output=True, check=True)
     return out.stdout
 
 

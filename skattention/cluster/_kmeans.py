@@ -254,7 +254,6 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
             self.temperature_ = 2.0 * self.inertia_ / (total * n_features) if self.inertia_ > 0 else 0.0
         else:
             self.temperature_ = T
-        self._n_threads = 1
         return self
 
     def _resolve_n_init(self, T):

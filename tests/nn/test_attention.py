@@ -9,7 +9,6 @@ from torch import nn
 from skattention import attention
 from skattention.nn import MetricAttention
 
-torch.set_num_threads(1)
 METRICS = ["mlp", "linear", "dot"]
 
 

@@ -7,7 +7,6 @@ from sklearn.datasets import make_moons
 
 from skattention.nn import IPN, AttentionNetworkClassifier
 
-torch.set_num_threads(1)
 
 
 @pytest.mark.parametrize("metric", ["mlp", "linear", "dot"])
