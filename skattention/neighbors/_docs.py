@@ -70,7 +70,7 @@ LEARNING = """n_components : int, default=None
         starting again.
     random_state : int, RandomState instance or None, default=None
         Seeds initialisation, the validation split, minibatches, candidate sampling and dropout.
-        An int gives bit-identical models on the CPU.
+        An int gives bit-identical models on the CPU at a given torch thread count.
     verbose : int, default=0
         Print one line per epoch (loss and validation score) to standard error."""
 

@@ -59,7 +59,8 @@ class MetricAttentionTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMix
     warm_start : bool, default=False
         Continue training the fitted map on the next ``fit``.
     random_state : int, RandomState instance or None, default=None
-        Seeds everything random in training; an int gives bit-identical maps on the CPU.
+        Seeds everything random in training; an int gives bit-identical maps on the CPU at a
+        given torch thread count.
     verbose : int, default=0
         Print one line per epoch to standard error.
     {DEVICE}
