@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from .._config import get_config
+from ._attention import _budget_bytes
 
 # On the CPU, blocks of about 2**18 distance entries stay in cache and amortise the Python overhead.
 _CPU_BLOCK_ENTRIES = 1 << 18
@@ -27,8 +27,7 @@ _ACCEL_BLOCK_ROWS = 1 << 20
 
 
 def _block_rows(n, k, d, itemsize, device, working_memory):
-    mib = get_config()["working_memory"] if working_memory is None else working_memory
-    budget = int(mib * 2**20)
+    budget = _budget_bytes(working_memory)
     # per row: distances, logits/responsibilities and their temporaries (4 x k), the weighted
     # copy of the row (d), norms, labels and weights.
     per_row = itemsize * (4 * k + d + 4) + 8
@@ -127,8 +126,7 @@ def sqdist_to_centers(X, centers, working_memory=None):
     n, d = X.shape
     k = centers.shape[0]
     out = torch.empty((n, k), dtype=X.dtype, device=X.device)
-    mib = get_config()["working_memory"] if working_memory is None else working_memory
-    budget = int(mib * 2**20)
+    budget = _budget_bytes(working_memory)
     rows = max(1, min(n, budget // (2 * X.element_size() * k * d + 1), max(1, _CPU_BLOCK_ENTRIES // (k * d))))
     for s in range(0, n, rows):
         diff = X[s : s + rows, None, :] - centers[None, :, :]

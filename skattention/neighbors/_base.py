@@ -18,6 +18,7 @@ from .._engine._maps import build_map
 from .._engine._training import train_metric
 from ..utils._device import DevicePortableMixin
 from ..utils._param_validation import Count
+from ..utils._validation import standardisation
 
 # temperature="auto" with the fixed metric: leave-one-out choice on a geometric grid around the
 # nearest-neighbour scale (weighted median squared distance from a point to its nearest distinct one).
@@ -127,12 +128,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                 f"warm_start: X has {X.shape[1]} features but the map was trained on {self.map_.n_features}."
             )
         if not warm:
-            # float64 statistics: the float32 variance of data at a tiny scale (~1e-20 and
-            # below) underflows to 0 and would leave the data unscaled.
-            self._x_mean = X.mean(0, dtype=np.float64).astype(X.dtype)
-            scale = X.std(0, dtype=np.float64)
-            scale = scale.astype(X.dtype) if np.all(scale < np.finfo(X.dtype).max) else scale
-            self._x_scale = np.where(scale > 0, scale, 1.0)
+            self._x_mean, self._x_scale = standardisation(X)
         Xs = self._standardise(X)
         seed = int(rng.randint(np.iinfo(np.int32).max))
         fork_devices = [device] if device.type == "cuda" else []

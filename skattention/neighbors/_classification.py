@@ -4,9 +4,9 @@ import numpy as np
 from sklearn.base import ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.class_weight import compute_class_weight
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import validate_data
 
+from ..utils._validation import encode_classes
 from . import _docs
 from ._base import _BaseMetricAttention
 
@@ -154,16 +154,10 @@ class MetricAttentionClassifier(ClassifierMixin, _BaseMetricAttention):
             The fitted classifier.
         """
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
-        check_classification_targets(y)
-        classes, y_encoded = np.unique(y, return_inverse=True)
+        classes, y_encoded = encode_classes(self, y)
         if self.warm_start and hasattr(self, "classes_") and not np.array_equal(classes, self.classes_):
             raise ValueError("warm_start needs the same classes as the previous fit.")
         self.classes_ = classes
-        if self.classes_.size < 2:
-            raise ValueError(
-                f"{type(self).__name__} needs samples of at least 2 classes in the data, but the "
-                f"data contains only one class: {self.classes_[0]!r}."
-            )
         key_weight = None
         if self.class_weight is not None:
             per_class = compute_class_weight(self.class_weight, classes=self.classes_, y=y)

@@ -4,9 +4,9 @@ import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.class_weight import compute_class_weight
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..utils._validation import encode_classes
 from . import _docs
 from ._base import _BaseMetricAttention
 
@@ -189,13 +189,7 @@ class MetricAttentionTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMix
             The fitted transformer.
         """
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
-        check_classification_targets(y)
-        self.classes_, y_encoded = np.unique(y, return_inverse=True)
-        if self.classes_.size < 2:
-            raise ValueError(
-                f"{type(self).__name__} needs samples of at least 2 classes in the data, but the "
-                f"data contains only one class: {self.classes_[0]!r}."
-            )
+        self.classes_, y_encoded = encode_classes(self, y)
         key_weight = None
         if self.class_weight is not None:
             key_weight = compute_class_weight(self.class_weight, classes=self.classes_, y=y)[y_encoded]

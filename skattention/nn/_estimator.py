@@ -1,6 +1,7 @@
 """AttentionNetworkClassifier: a scikit-learn classifier training the seed paper's IPN."""
 
 import copy
+import sys
 from numbers import Integral, Real
 
 import numpy as np
@@ -8,12 +9,12 @@ import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import resolve_device
 from ..utils._device import DevicePortableMixin
 from ..utils._param_validation import Count
+from ..utils._validation import encode_classes, standardisation
 from ._attention import METRICS
 from ._ipn import IPN
 
@@ -60,7 +61,7 @@ class AttentionNetworkClassifier(ClassifierMixin, DevicePortableMixin, BaseEstim
     random_state : int, RandomState instance or None, default=None
         Seeds the initialisation and the minibatch order.
     verbose : int, default=0
-        Print the loss every ``verbose`` epochs.
+        Write the loss to standard error every ``verbose`` epochs.
     device : str or torch.device, default="cpu"
         Training device (``"auto"``: CUDA when available).
 
@@ -143,20 +144,12 @@ class AttentionNetworkClassifier(ClassifierMixin, DevicePortableMixin, BaseEstim
             The fitted classifier.
         """
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
-        check_classification_targets(y)
-        self.classes_, y_encoded = np.unique(y, return_inverse=True)
-        if self.classes_.size < 2:
-            raise ValueError(
-                f"{type(self).__name__} needs samples of at least 2 classes in the data, but the "
-                f"data contains only one class: {self.classes_[0]!r}."
-            )
+        self.classes_, y_encoded = encode_classes(self, y)
         if self.width % self.num_heads:
             raise ValueError(f"width={self.width} must be divisible by num_heads={self.num_heads}.")
         device = resolve_device(self.device)
         rng = check_random_state(self.random_state)
-        self._x_mean = X.mean(0)
-        scale = X.std(0)
-        self._x_scale = np.where(scale > 0, scale, 1.0)
+        self._x_mean, self._x_scale = standardisation(X)
         Xt = torch.tensor(self._standardise(X), dtype=torch.float32, device=device)
         yt = torch.tensor(y_encoded, dtype=torch.long, device=device)
         n = X.shape[0]
@@ -183,7 +176,7 @@ class AttentionNetworkClassifier(ClassifierMixin, DevicePortableMixin, BaseEstim
                     total += float(loss.detach()) * idx.numel()
                 self.loss_curve_.append(total / n)
                 if self.verbose and (epoch + 1) % int(self.verbose) == 0:
-                    print(f"epoch {epoch + 1}: loss {self.loss_curve_[-1]:.4f}")
+                    sys.stderr.write(f"{type(self).__name__} epoch {epoch + 1}: loss {self.loss_curve_[-1]:.4f}\n")
         self.network_ = net.to("cpu").eval()
         self.n_iter_ = self.max_iter
         self._fit_X = self._standardise(X).astype(np.float64)

@@ -72,3 +72,11 @@ def test_classifier_minibatches_and_reproducibility():
 def test_classifier_rejects_bad_heads():
     with pytest.raises(ValueError, match="divisible"):
         AttentionNetworkClassifier(width=5, num_heads=2).fit(np.zeros((4, 2)), [0, 1, 0, 1])
+
+
+def test_verbose_writes_to_stderr_not_stdout(capsys):
+    X, y = make_moons(60, noise=0.2, random_state=0)
+    AttentionNetworkClassifier(width=8, max_iter=2, verbose=1, random_state=0).fit(X, y)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("AttentionNetworkClassifier epoch") == 2

@@ -1,0 +1,29 @@
+"""Input preparation shared by the estimators (scikit-learn side)."""
+
+import numpy as np
+from sklearn.utils.multiclass import check_classification_targets
+
+
+def standardisation(X):
+    """Per-feature mean and scale that standardise ``X`` (scale 1 for constant features).
+
+    The statistics are computed in float64: the float32 variance of data at a tiny scale
+    (~1e-20 and below) underflows to 0 and would leave the data unscaled. They are returned in
+    ``X``'s dtype unless the scale overflows it.
+    """
+    mean = X.mean(0, dtype=np.float64).astype(X.dtype)
+    scale = X.std(0, dtype=np.float64)
+    scale = scale.astype(X.dtype) if np.all(scale < np.finfo(X.dtype).max) else scale
+    return mean, np.where(scale > 0, scale, 1.0)
+
+
+def encode_classes(estimator, y):
+    """``(classes, y_encoded)`` of classification targets; a clear error for a single class."""
+    check_classification_targets(y)
+    classes, y_encoded = np.unique(y, return_inverse=True)
+    if classes.size < 2:
+        raise ValueError(
+            f"{type(estimator).__name__} needs samples of at least 2 classes in the data, but the "
+            f"data contains only one class: {classes[0]!r}."
+        )
+    return classes, y_encoded
