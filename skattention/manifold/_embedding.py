@@ -194,7 +194,7 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
 
         op = diffusion_operator(Z, self.epsilon_, self.alpha, knn, device)
         mu, v = top_eigenpairs(op.A, self.n_components + 1, self.eigen_solver, device, rng)
-        psi = diffusion_coordinates(op, mu, v)[:, 1:]
+        psi = diffusion_coordinates(op, v)[:, 1:]
         mu = mu[1:]
         del op.A, v
 

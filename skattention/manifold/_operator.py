@@ -34,25 +34,6 @@ _DENSE_EIGEN_MAX = 200
 _SHIFT = 1.0 + 1e-6
 
 
-def _kernel_sum_curve(log_edges, counts):
-    """``(log_eps, log_pairs)``: log of sum_ij exp(-d_ij^2 / eps) over the histogrammed pairs."""
-    if len(log_edges) == 0 or counts.sum() == 0:
-        raise ValueError("all points coincide: there is no scale to choose a bandwidth from.")
-    centres = np.exp((log_edges[:-1] + log_edges[1:]) / 2)
-    keep = counts > 0
-    centres, log_counts = centres[keep], np.log(counts[keep])
-    log_eps = np.linspace(log_edges[0] - 2.0, log_edges[-1] + 4.0, 800)
-    terms = log_counts[None, :] - centres[None, :] / np.exp(log_eps)[:, None]
-    top = terms.max(1, keepdims=True)
-    return log_eps, (top + np.log(np.exp(terms - top).sum(1, keepdims=True)))[:, 0]
-
-
-def _dimension_at(log_eps, log_pairs, epsilon):
-    """Twice the slope of log kernel sum against log eps at ``epsilon`` (Berry–Giannakis–Harlim)."""
-    slope = np.gradient(log_pairs, log_eps)
-    return float(2.0 * np.interp(math.log(epsilon), log_eps, slope))
-
-
 def per_point_bandwidth(neighbor_d2, target_degree, quantile=_COVERED_QUANTILE):
     """The smallest eps giving a ``quantile`` of the points ``target_degree`` effective neighbours.
 
@@ -231,7 +212,7 @@ def _never_applied(n):
     return LinearOperator((n, n), matvec=fail, dtype=np.float64)
 
 
-def diffusion_coordinates(op, eigenvalues, eigenvectors):
+def diffusion_coordinates(op, eigenvectors):
     """Right eigenvectors psi = D^-1/2 v of the Markov operator, with unit mean square under its
     stationary distribution, and a deterministic sign (largest entry positive)."""
     psi = eigenvectors / np.sqrt(op.degree)[:, None] * math.sqrt(op.degree.sum())
