@@ -1,6 +1,6 @@
 """
 Diffusion embedding of the S-curve and of digits, with out-of-sample points
-==========================================================================
+===========================================================================
 
 AttentionDiffusionEmbedding uses the attention matrix of the training points as a diffusion
 operator (diffusion maps). Unlike scikit-learn's SpectralEmbedding it embeds *new* points:

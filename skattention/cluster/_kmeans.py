@@ -109,7 +109,7 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         isotropic Gaussian mixture with the variance of the final clusters.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Names of features seen during fit, when ``X`` has string column names.
 
     See Also

@@ -80,7 +80,7 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         Largest number of attention steps taken by a seed (by the flow with ``blurring``).
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Names of features seen during fit, when ``X`` has string column names.
 
     See Also

@@ -99,7 +99,7 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
     metric_ : transformer or None
         The fitted metric transformer.
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Defined when ``X`` has string feature names.
 
     See Also
