@@ -93,7 +93,7 @@ html_static_path = ["_static"]
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
-    "header_links_before_dropdown": 5,
+    "header_links_before_dropdown": 4,
 }
 html_show_sourcelink = False
 
