@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from .._config import get_config
 from ._device import resolve_device, resolve_dtype
+from ._progress import track
 from ._scores import METRICS, Scorer
 
 # On the CPU a score block of about 2**20 entries (4 MiB in float32) stays in cache; larger
@@ -53,6 +54,7 @@ def attention(
     dtype=None,
     working_memory=None,
     backend="auto",
+    progress=False,
 ):
     """Propagate ``values`` from ``keys`` to ``queries`` with exact, memory-bounded attention.
 
@@ -107,6 +109,9 @@ def attention(
     backend : {"auto", "stream", "sdpa"}, default="auto"
         ``"auto"`` uses ``scaled_dot_product_attention`` for dense attention with a per-key prior
         and a finite positive temperature, and the streaming path otherwise.
+    progress : int or bool, default=False
+        Verbosity: a progress bar over the query blocks (on standard error, tqdm when installed)
+        when there are several and the call lasts more than a couple of seconds.
 
     Returns
     -------
@@ -163,7 +168,7 @@ def attention(
     common = dict(
         scorer=scorer, Q=Q, V=V2, T=T, prior_vec=prior_vec, prior_fn=prior_fn,
         radius=radius, self_index=self_index, on_empty=on_empty, budget=budget,
-        inplace=not grad,
+        inplace=not grad, progress=progress,
     )
     with torch.set_grad_enabled(grad):
         sdpa_ok = (
@@ -218,6 +223,7 @@ def kneighbors(
     device="auto",
     dtype=None,
     working_memory=None,
+    progress=False,
 ):
     """The ``n_neighbors`` nearest keys of each query under a pseudo-metric (blockwise top-k).
 
@@ -231,7 +237,7 @@ def kneighbors(
     queries : array-like or Tensor of shape (n_queries, n_features)
     keys : array-like or Tensor of shape (n_keys, n_features)
     n_neighbors : int
-    metric, radius, log_prior, exclude_self, device, dtype, working_memory
+    metric, radius, log_prior, exclude_self, device, dtype, working_memory, progress
         As in :func:`attention`.
 
     Returns
@@ -261,7 +267,7 @@ def kneighbors(
     ctx = _context(1.0, P.prior_vec, P.prior_fn, P.radius, P.self_index, inplace=True)
     dists, indices = [], []
     with torch.no_grad():
-        for qs, qe, q, q_index, top in _topk_blocks(P.scorer, P.Q, P.n_neighbors, ctx, P.budget, 0, "kneighbors"):
+        for qs, qe, q, q_index, top in _topk_blocks(P.scorer, P.Q, P.n_neighbors, ctx, P.budget, 0, "kneighbors", progress):
             valid = top.r > _NEG_INF
             f = P.scorer.query_offset(q)[:, None] - top.r
             if P.scorer.is_distance:
@@ -658,7 +664,8 @@ def _empty_rows(l, qs, on_empty, radius):
 # --------------------------------------------------------------------------- streaming path
 
 
-def _stream_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on_empty, budget, inplace, n_weights):
+def _stream_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on_empty, budget, inplace, n_weights,
+                      progress=False):
     n_q, n_k, dv = Q.shape[0], scorer.n_keys, V.shape[1]
     item = Q.element_size()
     ctx = _context(T, prior_vec, prior_fn, radius, self_index, inplace)
@@ -676,7 +683,7 @@ def _stream_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, 
     )
     single_block = bk >= n_k and not argmax and not n_weights
     outs, weights, indices = [], [], []
-    for qs in range(0, n_q, bq):
+    for qs in track(range(0, n_q, bq), progress, desc="attention", unit="block"):
         qe = min(n_q, qs + bq)
         q = scorer.prepare_queries(Q[qs:qe])
         q_index = torch.arange(qs, qe, device=q.device)[:, None] if prior_fn is not None else None
@@ -765,7 +772,7 @@ def _cat_or_empty(parts, shape, like, dtype=None):
 # --------------------------------------------------------------------------- k-NN path
 
 
-def _topk_blocks(scorer, Q, k, ctx, budget, query_bytes, what):
+def _topk_blocks(scorer, Q, k, ctx, budget, query_bytes, what, progress=False):
     """Yield ``(qs, qe, q, q_index, top)`` per query block, ``top`` holding the k best keys.
 
     Selection runs without autograd; callers recompute what they differentiate.
@@ -778,7 +785,7 @@ def _topk_blocks(scorer, Q, k, ctx, budget, query_bytes, what):
         query_bytes=query_bytes + 3 * k * (item + 8) + 2 * item * Q.shape[1],
         budget=budget, device=Q.device, what=what,
     )
-    for qs in range(0, n_q, bq):
+    for qs in track(range(0, n_q, bq), progress, desc=what, unit="block"):
         qe = min(n_q, qs + bq)
         q = scorer.prepare_queries(Q[qs:qe])
         q_index = torch.arange(qs, qe, device=q.device)[:, None] if ctx["prior_fn"] is not None else None
@@ -794,11 +801,12 @@ def _topk_blocks(scorer, Q, k, ctx, budget, query_bytes, what):
         yield qs, qe, q, q_index, top
 
 
-def _knn_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on_empty, budget, inplace, k, n_weights, grad):
+def _knn_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on_empty, budget, inplace, k, n_weights, grad,
+                   progress=False):
     dv = V.shape[1]
     ctx = _context(T, prior_vec, prior_fn, radius, self_index, inplace=True)
     gather_bytes = k * Q.element_size() * (dv + (scorer.dim if grad else 0) + 6)
-    blocks = _topk_blocks(scorer, Q, k, ctx, budget, gather_bytes, f"k-NN attention with n_neighbors={k}")
+    blocks = _topk_blocks(scorer, Q, k, ctx, budget, gather_bytes, f"k-NN attention with n_neighbors={k}", progress)
     outs, weights, indices = [], [], []
     for qs, qe, q, q_index, top in blocks:
         valid = top.r > _NEG_INF
@@ -842,7 +850,8 @@ def _sdpa_pays(scorer, V):
     return V.shape[1] <= 2 * (scorer.dim + 2) + 16
 
 
-def _sdpa_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on_empty, budget, inplace, strict):
+def _sdpa_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on_empty, budget, inplace, strict,
+                    progress=False):
     keys, offset = scorer.keys, scorer.key_offset
     prior = prior_vec
     if prior is not None and bool(torch.isneginf(prior).any()):
@@ -869,7 +878,7 @@ def _sdpa_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on
     backends = [torch.nn.attention.SDPBackend.FLASH_ATTENTION, torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION]
     outs = []
     try:
-        for qs in range(0, n_q, _SDPA_QUERY_BLOCK):
+        for qs in track(range(0, n_q, _SDPA_QUERY_BLOCK), progress, desc="attention", unit="block"):
             q = scorer.prepare_queries(Q[qs : qs + _SDPA_QUERY_BLOCK])
             if extra is not None:
                 q = torch.cat([q, torch.ones_like(q[:, :1])], 1)

@@ -1,6 +1,5 @@
 """AttentionKMeans: k-means as alternating cross-attention, with deterministic annealing."""
 
-import sys
 import warnings
 from numbers import Integral, Real
 
@@ -15,6 +14,7 @@ from sklearn.utils.validation import _check_sample_weight, check_array, check_is
 
 from .._engine import attention, resolve_device
 from .._engine._cluster import kmeans_step, principal_axes, sqdist_to_centers
+from .._engine._progress import progress_bar, write
 from ..utils._device import DevicePortableMixin
 from ..utils._param_validation import Count
 
@@ -90,7 +90,11 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
     random_state : int, RandomState instance or None, default=None
         Seeds the initialisation, the annealing subsample and its noise.
     verbose : int, default=0
-        Print the inertia of each run (and annealing progress) to standard error.
+        ``0``: silent. ``1``: progress bars on standard error over the ``n_init`` runs (with the
+        best inertia) and, when they last more than a couple of seconds, over the annealing
+        levels and the iterations of a run (tqdm when installed, else plain lines;
+        ``pip install skattention[progress]``). ``2``: the bar over the runs and one line per
+        run, per annealing level and per Lloyd run instead of the inner bars.
 
     Attributes
     ----------
@@ -209,6 +213,7 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         Xt = torch.from_numpy(Xc).to(device)
         wt = torch.from_numpy(np.ascontiguousarray(sample_weight)).to(device)
         best = None
+        runs = progress_bar(self.verbose, total=n_init, desc="AttentionKMeans fit", unit="run")
         for run in range(n_init):
             def initial_centers():
                 centers0 = self._init_centroids(Xc, init, rng, sample_weight)
@@ -223,11 +228,14 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
                 ct, labels, inertia, n_iter = _lloyd(Xt, wt, ct, self.max_iter, tol, self.verbose)
             else:
                 ct, labels, inertia, n_iter = _soft_kmeans(Xt, wt, ct, T, self.max_iter, tol, self.verbose)
-            if self.verbose:
-                sys.stderr.write(f"AttentionKMeans run {run}: inertia {inertia:.6g}, {n_anneal} annealing "
-                                 f"and {n_iter} {'Lloyd' if not T else 'soft'} iterations\n")
+            if self.verbose >= 2:
+                runs.write(f"AttentionKMeans run {run}: inertia {inertia:.6g}, {n_anneal} annealing "
+                           f"and {n_iter} {'Lloyd' if not T else 'soft'} iterations")
             if best is None or inertia < best[2]:
                 best = (ct, labels, inertia, n_anneal + n_iter)
+            runs.set_postfix(inertia=f"{inertia:.6g}", best=f"{best[2]:.6g}", refresh=False)
+            runs.update()
+        runs.close()
 
         ct, labels, inertia, n_iter = best
         centers = ct.cpu().numpy().astype(X.dtype, copy=False) + X_mean
@@ -325,6 +333,7 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         if not t_crit > 0:
             return init_centers(), 0
         T, t_min, n_iter = t_crit, _ANNEAL_MIN_RATIO * t_crit, 0
+        levels = _inner_bar(self.verbose, desc="annealing", unit="level")
         while True:
             if C.shape[0] > 1:
                 for _ in range(_ANNEAL_MAX_INNER):
@@ -345,8 +354,10 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
             else:
                 hardness = 0.0
             m = C.shape[0]
-            if self.verbose > 1:
-                sys.stderr.write(f"  annealing T={T:.4g}: {m} centroids, hardness {hardness:.4f}\n")
+            levels.set_postfix(T=f"{T:.4g}", centroids=m, hardness=f"{hardness:.4f}", refresh=False)
+            levels.update()
+            if self.verbose >= 2:
+                write(f"  annealing T={T:.4g}: {m} centroids, hardness {hardness:.4f}")
             if (m == k and hardness >= _ANNEAL_HARDNESS) or T < t_min:
                 break
             T_next = T * _ANNEAL_COOLING
@@ -355,6 +366,7 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
                     lam, V = principal_axes(Xs, ws, C, T, log_p, V, n_iter=_ANNEAL_POWER_ITER)
                 C, log_p, V = _split(C, log_p, V, lam, k, threshold=T_next / 2.0)
             T = T_next
+        levels.close()
         if C.shape[0] < k:  # still too few (near-duplicate data): split the widest clusters anyway
             lam, V = principal_axes(Xs, ws, C, max(T, 1e-300), log_p, V, n_iter=_ANNEAL_POWER_ITER)
             C, log_p, V = _split(C, log_p, V, lam, k, threshold=0.0)
@@ -563,6 +575,7 @@ def _lloyd(X, w, centers, max_iter, tol, verbose):
     """
     labels_old = None
     n_iter = 0
+    bar = _inner_bar(verbose, total=max_iter, desc="Lloyd")
     for i in range(max_iter):
         step = kmeans_step(X, centers, w)
         labels = step["labels"]
@@ -570,17 +583,20 @@ def _lloyd(X, w, centers, max_iter, tol, verbose):
         shift = float(((new - centers) ** 2).sum())
         centers = new
         n_iter = i + 1
+        bar.set_postfix(shift=f"{shift:.3g}", refresh=False)
+        bar.update()
         if labels_old is not None and torch.equal(labels, labels_old):
             break  # strict convergence
         if shift <= tol:
             break
         labels_old = labels
+    bar.close()
     # Labels and inertia of the final centres (after strict convergence the labels cannot change).
     step = kmeans_step(X, centers, w, update=False)
     labels = step["labels"]
     inertia = float((step["min_sqdist"].double() * w.double()).sum())
-    if verbose > 1:
-        sys.stderr.write(f"  Lloyd: {n_iter} iterations, inertia {inertia:.6g}\n")
+    if verbose >= 2:
+        write(f"  Lloyd: {n_iter} iterations, inertia {inertia:.6g}")
     return centers, labels, inertia, n_iter
 
 
@@ -606,6 +622,7 @@ def _centers_from_sums(X, w, centers_old, step, labels):
 def _soft_kmeans(X, w, centers, T, max_iter, tol, verbose):
     """Soft k-means at a fixed temperature (equal priors) to a fixed point."""
     n_iter = 0
+    bar = _inner_bar(verbose, total=max_iter, desc="soft k-means")
     for i in range(max_iter):
         step = kmeans_step(X, centers, w, temperature=T)
         mass = step["mass"]
@@ -614,11 +631,20 @@ def _soft_kmeans(X, w, centers, T, max_iter, tol, verbose):
         shift = float(((new - centers) ** 2).sum())
         centers = new
         n_iter = i + 1
+        bar.set_postfix(shift=f"{shift:.3g}", refresh=False)
+        bar.update()
         if shift <= tol:
             break
+    bar.close()
     step = kmeans_step(X, centers, w, update=False)
     inertia = float((step["min_sqdist"].double() * w.double()).sum())
     return centers, step["labels"], inertia, n_iter
+
+
+def _inner_bar(verbose, total=None, desc=None, unit="it"):
+    """Bar of an inner loop (annealing levels, iterations of a run): shown at ``verbose=1``
+    once it lasts a couple of seconds; ``verbose >= 2`` writes lines instead."""
+    return progress_bar(verbose == 1, total=total, desc=desc, unit=unit, inner=True)
 
 
 def _check_distance_range(X):

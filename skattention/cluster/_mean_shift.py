@@ -13,6 +13,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from .._engine import attention, resolve_device
 from .._engine import ball_counts, gaussian_kernel_log_sums
 from .._engine._cluster import kmeans_step
+from .._engine._progress import progress_bar
 from ..utils._device import DevicePortableMixin
 from ..utils._param_validation import Count
 
@@ -67,6 +68,10 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         ``tol * h`` in one step (scikit-learn's MeanShift uses ``1e-3 h``).
     device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
         Where the attention steps run; fitted attributes are NumPy arrays.
+    verbose : int, default=0
+        ``0``: silent. ``1``: a progress bar on standard error over the attention steps, with
+        the number of seeds still moving (with ``blurring``: the largest shift); tqdm when
+        installed, else plain lines (``pip install skattention[progress]``).
 
     Attributes
     ----------
@@ -114,10 +119,12 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         "max_iter": [Count(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "device": [str, torch.device],
+        "verbose": ["verbose"],
     }
 
     def __init__(self, *, bandwidth=None, kernel="gaussian", blurring=False, seeds=None, bin_seeding=False,
-                 min_bin_freq=1, cluster_all=True, cluster_merge=None, max_iter=300, tol=1e-3, device="auto"):
+                 min_bin_freq=1, cluster_all=True, cluster_merge=None, max_iter=300, tol=1e-3, device="auto",
+                 verbose=0):
         self.bandwidth = bandwidth
         self.kernel = kernel
         self.blurring = blurring
@@ -129,6 +136,7 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         self.max_iter = max_iter
         self.tol = tol
         self.device = device
+        self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
@@ -177,12 +185,15 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
 
         if self.blurring:
             Y, n_iter = Xt.clone(), 0
-            for _ in range(self.max_iter):
-                Y_new = attention(Y, Y, Y, **engine)
-                shift = float(((Y_new - Y) ** 2).sum(1).max().sqrt())
-                Y, n_iter = Y_new, n_iter + 1
-                if shift <= stop:
-                    break
+            with self._progress() as bar:
+                for _ in range(self.max_iter):
+                    Y_new = attention(Y, Y, Y, **engine)
+                    shift = float(((Y_new - Y) ** 2).sum(1).max().sqrt())
+                    Y, n_iter = Y_new, n_iter + 1
+                    bar.set_postfix(shift=f"{shift:.3g}", refresh=False)
+                    bar.update()
+                    if shift <= stop:
+                        break
             modes, point_positions = Y, Y
         else:
             modes, n_iter = self._shift_seeds(X, Xt, engine, h, stop, device, dtype)
@@ -217,10 +228,13 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         active = torch.ones(modes.shape[0], dtype=torch.bool, device=device)
         found = torch.ones_like(active)
         n_iter = 0
+        bar = self._progress()
         for _ in range(self.max_iter):
             idx = active.nonzero().squeeze(1)
             if idx.numel() == 0:
                 break
+            bar.set_postfix(moving=idx.numel(), refresh=False)
+            bar.update()
             n_iter += 1
             old = modes[idx]
             new = attention(old, Xt, Xt, on_empty="zero", **engine)
@@ -234,12 +248,16 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
             active[idx[shift <= stop]] = False
             if self.kernel == "flat":
                 active[idx[empty]] = False
+        bar.close()
         if not bool(found.any()):
             raise ValueError(
                 f"No point was within bandwidth={h:.6g} of any seed. Try a different seeding "
                 "strategy or increase the bandwidth."
             )
         return modes[found], n_iter
+
+    def _progress(self):
+        return progress_bar(self.verbose, total=self.max_iter, desc="AttentionMeanShift fit", unit="step")
 
     def _assign(self, points, device, dtype):
         C = torch.from_numpy(self.cluster_centers_).to(device, dtype)

@@ -12,6 +12,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import attention, kneighbors, resolve_device
+from .._engine._progress import progress_bar
 from ..utils._device import DevicePortableMixin
 from ..utils._param_validation import Count
 from ._operator import (
@@ -81,6 +82,11 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         Where kernels, neighbours and attention run. The fitted model holds NumPy arrays only.
     random_state : int, RandomState instance or None, default=None
         Seeds the bandwidth rule's sample of points and the Lanczos starting vector.
+    verbose : int, default=0
+        ``0``: silent. ``1``: progress bars on standard error over the steps of ``fit``
+        (neighbours, bandwidth, operator, eigenpairs), over the Lanczos iterations and over
+        the query blocks of a long ``transform`` (tqdm when installed, else plain lines;
+        ``pip install skattention[progress]``).
 
     Attributes
     ----------
@@ -132,6 +138,7 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         "eigen_solver": [StrOptions({"auto", "dense", "arpack"})],
         "device": [str, torch.device],
         "random_state": ["random_state"],
+        "verbose": ["verbose"],
     }
 
     def __init__(
@@ -146,6 +153,7 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         eigen_solver="auto",
         device="auto",
         random_state=None,
+        verbose=0,
     ):
         self.n_components = n_components
         self.metric = metric
@@ -156,6 +164,7 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         self.eigen_solver = eigen_solver
         self.device = device
         self.random_state = random_state
+        self.verbose = verbose
 
     # The metric transformer is validated by its own fit.
     @_fit_context(prefer_skip_nested_validation=False)
@@ -186,14 +195,31 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         self.metric_ = self._fit_metric(X, y)
         Z = self._to_metric_space(X)
 
-        knn = None if self.n_neighbors is None else knn_graph(Z, self.n_neighbors, device)
-        if self.epsilon == "auto":
-            self.epsilon_, self.intrinsic_dimension_ = auto_epsilon(Z, None if knn is None else knn[0], rng, device)
-        else:
-            self.epsilon_, self.intrinsic_dimension_ = float(self.epsilon), None
+        steps = ["k-NN graph"] * (self.n_neighbors is not None) + ["bandwidth"] * (self.epsilon == "auto")
+        steps += ["operator", "eigenpairs"]
+        with progress_bar(self.verbose, total=len(steps), desc=f"{type(self).__name__} fit", unit="step") as bar:
+            steps = iter(steps)
 
-        op = diffusion_operator(Z, self.epsilon_, self.alpha, knn, device)
-        mu, v = top_eigenpairs(op.A, self.n_components + 1, self.eigen_solver, device, rng)
+            def step_done():
+                bar.update()
+                bar.set_postfix_str(next(steps, "done"))
+
+            bar.set_postfix_str(next(steps))
+            knn = None
+            if self.n_neighbors is not None:
+                knn = knn_graph(Z, self.n_neighbors, device)
+                step_done()
+            if self.epsilon == "auto":
+                self.epsilon_, self.intrinsic_dimension_ = auto_epsilon(Z, None if knn is None else knn[0], rng, device)
+                step_done()
+            else:
+                self.epsilon_, self.intrinsic_dimension_ = float(self.epsilon), None
+
+            op = diffusion_operator(Z, self.epsilon_, self.alpha, knn, device)
+            step_done()
+            mu, v = top_eigenpairs(op.A, self.n_components + 1, self.eigen_solver, device, rng,
+                                   progress=self.verbose)
+            step_done()
         psi = diffusion_coordinates(op, v)[:, 1:]
         mu = mu[1:]
         del op.A, v
@@ -241,11 +267,12 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         Z = self._to_metric_space(X)
         radius = None
         if self.n_neighbors is not None:
-            d2, _ = kneighbors(Z, self._fit_Z, self.n_neighbors, device=self.device, dtype="float64")
+            d2, _ = kneighbors(Z, self._fit_Z, self.n_neighbors, device=self.device, dtype="float64",
+                               progress=self.verbose)
             radius = (np.sqrt(d2[:, -1]) * (1 + _RADIUS_SLACK), self._radius * (1 + _RADIUS_SLACK))
         out = attention(
             Z, self._fit_Z, self._nystrom_values, temperature=self.epsilon_, log_prior=self._log_prior,
-            radius=radius, device=self.device, dtype="float64",
+            radius=radius, device=self.device, dtype="float64", progress=self.verbose,
         )
         return np.asarray(out, dtype=np.float64)
 

@@ -18,6 +18,7 @@ from scipy.sparse.linalg import LinearOperator, eigsh, splu
 from sklearn.neighbors import NearestNeighbors
 
 from .._engine import gaussian_kernel, kneighbors, resolve_device, sqdist_log_histogram
+from .._engine._progress import progress_bar
 
 # Points sampled by the bandwidth rule (their 90th percentile is what it needs).
 _BANDWIDTH_QUERIES = 2000
@@ -167,10 +168,12 @@ def knn_graph(Z, n_neighbors, device):
     return d2, idx
 
 
-def top_eigenpairs(A, k, eigen_solver, device, random_state):
+def top_eigenpairs(A, k, eigen_solver, device, random_state, progress=False):
     """The ``k`` largest eigenvalues of the symmetric ``A`` (descending) and their eigenvectors.
 
     ``A`` is consumed: the dense shift-invert path factorises ``sigma I - A`` in its memory.
+    ``progress``: verbosity; a counter of the Lanczos solves on standard error when they last
+    more than a couple of seconds.
     """
     n = A.shape[0]
     if eigen_solver == "auto":
@@ -190,15 +193,22 @@ def top_eigenpairs(A, k, eigen_solver, device, random_state):
                 (A - _SHIFT * sp.identity(n, format="csr")).tocsc(), permc_spec="MMD_AT_PLUS_A",
                 diag_pivot_thresh=0.0, options=dict(SymmetricMode=True),
             )
-            inverse = LinearOperator((n, n), matvec=factor.solve, dtype=A.dtype)
-            w, v = eigsh(_never_applied(n), k=k, sigma=_SHIFT, which="LM", OPinv=inverse, v0=v0)
+            solve = factor.solve
         else:
             A *= -1.0
             A.flat[:: n + 1] += _SHIFT  # sigma I - A, positive definite, factorised in place
             # A is symmetric, so its transpose (a Fortran-ordered view) is the same matrix:
             # LAPACK factorises it in place instead of copying n x n.
             factor = cho_factor(A.T, overwrite_a=True, check_finite=False)
-            inverse = LinearOperator((n, n), matvec=lambda x: -cho_solve(factor, x, check_finite=False), dtype=A.dtype)
+
+            def solve(x):
+                return -cho_solve(factor, x, check_finite=False)
+        with progress_bar(progress, desc="Lanczos", unit="solve", inner=True) as bar:
+            def counted_solve(x):
+                bar.update()
+                return solve(x)
+
+            inverse = LinearOperator((n, n), matvec=counted_solve, dtype=A.dtype)
             # In shift-invert mode ARPACK only applies OPinv = (A - sigma I)^-1; A is never used.
             w, v = eigsh(_never_applied(n), k=k, sigma=_SHIFT, which="LM", OPinv=inverse, v0=v0)
         order = np.argsort(w)[::-1]

@@ -2,7 +2,6 @@
 
 import copy
 import math
-import sys
 from numbers import Integral, Real
 
 import numpy as np
@@ -15,6 +14,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 
 from .._engine import attention, kneighbors, resolve_device
 from .._engine._maps import build_map
+from .._engine._progress import progress_bar
 from .._engine._training import train_metric
 from ..utils._device import DevicePortableMixin
 from ..utils._param_validation import Count
@@ -163,15 +163,18 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                 min(_AUTO_BATCH[1], max(_AUTO_BATCH[0], math.ceil(n_train / 16)))
                 if self.batch_size == "auto" else self.batch_size
             )
-            history, state = train_metric(
-                metric_map, log_t, Xt, Vt, loss, Wt, validation=validation,
-                max_iter=self.max_iter, batch_size=batch_size, n_candidates=n_candidates,
-                learning_rate=self.learning_rate, weight_decay=self.weight_decay,
-                n_iter_no_change=self.n_iter_no_change, tol=self.tol, generator=generator,
-                history=getattr(self, "_history", None) if warm else None,
-                optimizer_state=getattr(self, "_optimizer_state", None) if warm else None,
-                callback=self._progress_callback(),
-            )
+            previous = getattr(self, "_history", None) if warm else None
+            with progress_bar(self.verbose, total=self.max_iter, desc=f"{type(self).__name__} fit",
+                              unit="epoch") as bar:
+                history, state = train_metric(
+                    metric_map, log_t, Xt, Vt, loss, Wt, validation=validation,
+                    max_iter=self.max_iter, batch_size=batch_size, n_candidates=n_candidates,
+                    learning_rate=self.learning_rate, weight_decay=self.weight_decay,
+                    n_iter_no_change=self.n_iter_no_change, tol=self.tol, generator=generator,
+                    history=previous,
+                    optimizer_state=getattr(self, "_optimizer_state", None) if warm else None,
+                    callback=self._progress_callback(bar, previous.n_iter if previous else 0),
+                )
         self.map_ = metric_map.to(device="cpu", dtype=torch.float32)
         self._optimizer_state = _to_cpu(state)
         self._history = history
@@ -221,14 +224,22 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         train_idx, val_idx = train_test_split(idx, test_size=n_val, random_state=rng, stratify=strat)
         return torch.as_tensor(np.sort(train_idx)), torch.as_tensor(np.sort(val_idx))
 
-    def _progress_callback(self):
+    def _progress_callback(self, bar, first):
+        """Per-epoch report: the bar's postfix shows the loss and validation score; with
+        ``verbose >= 2`` also one line per epoch (on standard error, above the bar)."""
         if not self.verbose:
             return None
         name = type(self).__name__
 
         def report(epoch, loss, score):
-            extra = "" if score is None else f", validation score {score:.4f}"
-            sys.stderr.write(f"{name} epoch {epoch}/{self.max_iter}: loss {loss:.4f}{extra}\n")
+            postfix = {"loss": f"{loss:.4f}"}
+            if score is not None:
+                postfix["val_score"] = f"{score:.4f}"
+            bar.set_postfix(postfix, refresh=False)
+            bar.update()
+            if self.verbose >= 2:
+                extra = "" if score is None else f", validation score {score:.4f}"
+                bar.write(f"{name} epoch {epoch - first}/{self.max_iter}: loss {loss:.4f}{extra}")
 
         return report
 
@@ -315,7 +326,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
     def _propagate(self, X):
         """Attention of the rows of ``X`` over the training set, applied to the fitted values."""
         Z = self._embed(self._validate_queries(X))
-        out = attention(Z, self._fit_Z, self._fit_values, **self._engine_kwargs())
+        out = attention(Z, self._fit_Z, self._fit_values, progress=self.verbose, **self._engine_kwargs())
         return np.asarray(out, dtype=np.float64)
 
     def attention_weights(self, X=None, n_weights=None):
@@ -353,7 +364,8 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             )
         _, weights, indices = attention(
             self._embed(X), self._fit_Z, self._fit_values, exclude_self=exclude_self,
-            return_weights=True, n_weights=n_weights, on_empty="zero", **self._engine_kwargs(),
+            return_weights=True, n_weights=n_weights, on_empty="zero", progress=self.verbose,
+            **self._engine_kwargs(),
         )
         return np.asarray(weights, dtype=np.float64), indices
 

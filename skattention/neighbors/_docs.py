@@ -72,7 +72,9 @@ LEARNING = """n_components : int, default=None
         Seeds initialisation, the validation split, minibatches, candidate sampling and dropout.
         An int gives bit-identical models on the CPU at a given torch thread count.
     verbose : int, default=0
-        Print one line per epoch (loss and validation score) to standard error."""
+        ``0``: silent. ``1``: a progress bar on standard error over the training epochs (loss
+        and validation score) and over long predictions (tqdm when installed, else plain lines;
+        ``pip install skattention[progress]``). ``2``: also one line per epoch."""
 
 DEVICE = """device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
         Where training and attention run. ``"auto"``: CUDA when available, else the CPU. The

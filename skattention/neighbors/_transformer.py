@@ -62,7 +62,9 @@ class MetricAttentionTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMix
         Seeds everything random in training; an int gives bit-identical maps on the CPU at a
         given torch thread count.
     verbose : int, default=0
-        Print one line per epoch to standard error.
+        ``0``: silent. ``1``: a progress bar on standard error over the training epochs (loss
+        and validation score; tqdm when installed, else plain lines;
+        ``pip install skattention[progress]``). ``2``: also one line per epoch.
     {DEVICE}
 
     Attributes

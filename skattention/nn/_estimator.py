@@ -1,7 +1,6 @@
 """AttentionNetworkClassifier: a scikit-learn classifier training the seed paper's IPN."""
 
 import copy
-import sys
 from numbers import Integral, Real
 
 import numpy as np
@@ -12,6 +11,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import resolve_device
+from .._engine._progress import progress_bar
 from ..utils._device import DevicePortableMixin
 from ..utils._param_validation import Count
 from ..utils._validation import encode_classes, standardisation
@@ -61,7 +61,9 @@ class AttentionNetworkClassifier(ClassifierMixin, DevicePortableMixin, BaseEstim
     random_state : int, RandomState instance or None, default=None
         Seeds the initialisation and the minibatch order.
     verbose : int, default=0
-        Write the loss to standard error every ``verbose`` epochs.
+        ``0``: silent. ``1``: a progress bar over the epochs with the training loss, on standard
+        error (tqdm when installed, else plain lines; ``pip install skattention[progress]``).
+        ``2``: also one line per epoch.
     device : str or torch.device, default="cpu"
         Training device (``"auto"``: CUDA when available).
 
@@ -164,19 +166,23 @@ class AttentionNetworkClassifier(ClassifierMixin, DevicePortableMixin, BaseEstim
                                          weight_decay=self.weight_decay)
             self.loss_curve_ = []
             net.train()
-            for epoch in range(self.max_iter):
-                order = torch.as_tensor(rng.permutation(n), device=device)
-                total = 0.0
-                for start in range(0, n, batch_size):
-                    idx = order[start:start + batch_size]
-                    optimizer.zero_grad()
-                    loss = torch.nn.functional.cross_entropy(net(Xt[idx]), yt[idx])
-                    loss.backward()
-                    optimizer.step()
-                    total += float(loss.detach()) * idx.numel()
-                self.loss_curve_.append(total / n)
-                if self.verbose and (epoch + 1) % int(self.verbose) == 0:
-                    sys.stderr.write(f"{type(self).__name__} epoch {epoch + 1}: loss {self.loss_curve_[-1]:.4f}\n")
+            with progress_bar(self.verbose, total=self.max_iter, desc=f"{type(self).__name__} fit",
+                              unit="epoch") as bar:
+                for epoch in range(self.max_iter):
+                    order = torch.as_tensor(rng.permutation(n), device=device)
+                    total = 0.0
+                    for start in range(0, n, batch_size):
+                        idx = order[start:start + batch_size]
+                        optimizer.zero_grad()
+                        loss = torch.nn.functional.cross_entropy(net(Xt[idx]), yt[idx])
+                        loss.backward()
+                        optimizer.step()
+                        total += float(loss.detach()) * idx.numel()
+                    self.loss_curve_.append(total / n)
+                    bar.set_postfix(loss=f"{total / n:.4f}", refresh=False)
+                    bar.update()
+                    if self.verbose >= 2:
+                        bar.write(f"{type(self).__name__} epoch {epoch + 1}/{self.max_iter}: loss {total / n:.4f}")
         self.network_ = net.to("cpu").eval()
         self.n_iter_ = self.max_iter
         self._fit_X = self._standardise(X).astype(np.float64)

@@ -148,6 +148,11 @@ def test_verbose_reports_epochs_on_stderr_only(noisy_classification, capsys):
     MetricAttentionClassifier(max_iter=2, verbose=1, random_state=0).fit(Xtr, ytr)
     captured = capsys.readouterr()
     assert captured.out == ""
+    assert "MetricAttentionClassifier fit" in captured.err
+    assert "loss=" in captured.err and "val_score=" in captured.err
+    MetricAttentionClassifier(max_iter=2, verbose=2, random_state=0).fit(Xtr, ytr)
+    captured = capsys.readouterr()
+    assert captured.out == ""
     assert "epoch 1/2" in captured.err and "validation score" in captured.err
     MetricAttentionClassifier(max_iter=2, random_state=0).fit(Xtr, ytr)
     assert capsys.readouterr().err == ""

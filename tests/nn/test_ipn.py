@@ -79,4 +79,8 @@ def test_verbose_writes_to_stderr_not_stdout(capsys):
     AttentionNetworkClassifier(width=8, max_iter=2, verbose=1, random_state=0).fit(X, y)
     captured = capsys.readouterr()
     assert captured.out == ""
+    assert "AttentionNetworkClassifier fit" in captured.err and "loss=" in captured.err
+    AttentionNetworkClassifier(width=8, max_iter=2, verbose=2, random_state=0).fit(X, y)
+    captured = capsys.readouterr()
+    assert captured.out == ""
     assert captured.err.count("AttentionNetworkClassifier epoch") == 2
