@@ -1,6 +1,6 @@
 """Does ``GridSearchCV(n_jobs=2)`` oversubscribe the cores? Wall time and torch threads per worker.
 
-    python benchmarks/bench_threads.py            # n=4000, d=32, 8 candidates x 3 folds
+    python benchmarks/bench_threads.py            # n=2000, d=32, max_iter=5, 8 candidates x 3 folds
     python benchmarks/bench_threads.py --quick    # a small smoke run
 
 Each configuration runs in a fresh subprocess (so torch's thread settings start from the
@@ -88,9 +88,9 @@ def _run(name, n, d, max_iter):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small smoke run")
-    parser.add_argument("--n", type=int, default=4000)
+    parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--d", type=int, default=32)
-    parser.add_argument("--max-iter", type=int, default=20)
+    parser.add_argument("--max-iter", type=int, default=5)
     parser.add_argument("--output", default=str(pathlib.Path(__file__).parent / "results" / "threads.json"))
     parser.add_argument("--_child", help=argparse.SUPPRESS)
     args = parser.parse_args()
