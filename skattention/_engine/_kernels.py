@@ -147,8 +147,21 @@ def sqdist_log_histogram(queries, keys, *, n_bins=512, self_index=None, device="
     hi = max(hi, lo + 1e-6)
     counts = torch.zeros(n_bins, dtype=torch.float64, device=Q.device)
     for logs, _ in positive_logs():
-        counts += torch.histc(logs, bins=n_bins, min=lo, max=hi).to(torch.float64)
+        counts += _histc(logs, n_bins, lo, hi)
     return np.linspace(lo, hi, n_bins + 1), counts.cpu().numpy(), n_zero
+
+
+def _histc(x, n_bins, lo, hi, deterministic=None):
+    """``torch.histc`` as float64 counts. CUDA's histc has no deterministic implementation (it
+    raises under ``torch.use_deterministic_algorithms(True)``); there, count with an integer
+    ``bincount`` of the same bin indices instead."""
+    if deterministic is None:
+        deterministic = x.is_cuda and torch.are_deterministic_algorithms_enabled()
+    if not deterministic:
+        return torch.histc(x, bins=n_bins, min=lo, max=hi).to(torch.float64)
+    inside = x[(x >= lo) & (x <= hi)]
+    bins = ((inside - lo) * (n_bins / (hi - lo))).long().clamp_(0, n_bins - 1)
+    return torch.bincount(bins, minlength=n_bins).to(torch.float64)
 
 
 @torch.no_grad()

@@ -15,7 +15,7 @@ from sklearn.utils.validation import _check_sample_weight, check_array, check_is
 from .._engine import attention, resolve_device
 from .._engine._cluster import kmeans_step, principal_axes, sqdist_to_centers
 from .._engine._progress import progress_bar, write
-from ..utils._device import DevicePortableMixin
+from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._param_validation import Count
 
 # Deterministic annealing (temperature="auto"), run on a subsample of at most this many points;
@@ -519,6 +519,8 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
+        # The centroid update sums with index_add_, float atomics on CUDA.
+        tags.non_deterministic = _cuda_nondeterministic(self.device)
         return tags
 
 

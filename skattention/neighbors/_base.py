@@ -16,7 +16,7 @@ from .._engine import attention, kneighbors, resolve_device
 from .._engine._maps import build_map
 from .._engine._progress import progress_bar
 from .._engine._training import train_metric
-from ..utils._device import DevicePortableMixin
+from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._param_validation import Count
 from ..utils._validation import standardisation
 
@@ -372,10 +372,9 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
-        # Learned metrics train with nondeterministic kernels on accelerators; CPU runs are exact.
-        tags.non_deterministic = (
-            self.metric in _LEARNED and str(self.device) != "cpu" and torch.cuda.is_available()
-        )
+        # Learned metrics train with CUDA float atomics (backward of gather/indexing and of the
+        # fused attention kernels); fixed metrics run forward kernels only, which repeat exactly.
+        tags.non_deterministic = self.metric in _LEARNED and _cuda_nondeterministic(self.device)
         return tags
 
 

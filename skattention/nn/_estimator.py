@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import resolve_device
 from .._engine._progress import progress_bar
-from ..utils._device import DevicePortableMixin
+from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._param_validation import Count
 from ..utils._validation import encode_classes, standardisation
 from ._attention import METRICS
@@ -232,5 +232,5 @@ class AttentionNetworkClassifier(ClassifierMixin, DevicePortableMixin, BaseEstim
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
-        tags.non_deterministic = str(self.device) != "cpu" and torch.cuda.is_available()
+        tags.non_deterministic = _cuda_nondeterministic(self.device)
         return tags

@@ -40,3 +40,21 @@ class DevicePortableMixin:
                 stacklevel=2,
             )
             self.device = "cpu"
+
+
+def _cuda_nondeterministic(device):
+    """Whether work on ``device`` may differ between runs: CUDA float atomics (``index_add_``,
+    the backward of ``gather``/indexing and of fused attention) unless
+    ``torch.use_deterministic_algorithms(True)`` is in effect. The CPU is always exact.
+
+    For the ``non_deterministic`` estimator tag; ``device="auto"`` counts as CUDA when a GPU is
+    visible, as it resolves to one.
+    """
+    if torch.are_deterministic_algorithms_enabled() or not torch.cuda.is_available():
+        return False
+    if device is None or (isinstance(device, str) and device == "auto"):
+        return True
+    try:
+        return torch.device(device).type == "cuda"
+    except (RuntimeError, TypeError):
+        return False

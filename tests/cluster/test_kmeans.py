@@ -168,6 +168,7 @@ def test_cuda_without_gpu_is_a_clear_error(blobs):
         AttentionKMeans(2, device="cuda").fit(blobs[0])
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_gpu_matches_cpu(blobs):
     X, _ = blobs

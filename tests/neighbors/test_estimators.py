@@ -196,6 +196,7 @@ def test_cuda_without_gpu_is_a_clear_error(cls, iris):
         est.predict(X)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("cls", ESTIMATORS, ids=ESTIMATOR_IDS)
 def test_cuda_matches_cpu(cls, iris):

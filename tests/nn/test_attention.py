@@ -274,6 +274,7 @@ def test_layer_modules_are_torch_only():
                 assert node.module.split(".")[0] != "sklearn", name
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("metric", METRICS)

@@ -1,0 +1,95 @@
+"""torch's intra-op thread count follows the joblib / threadpoolctl conventions.
+
+torch's CPU kernels run on an OpenMP pool (libgomp) whose size is a per-thread OpenMP setting,
+which is what ``threadpoolctl`` sets and what joblib's process backends set through
+``OMP_NUM_THREADS`` in their workers. So ``GridSearchCV(n_jobs=2)`` gives each worker
+``cpu_count // 2`` torch threads, with no code in skattention; these tests keep it that way.
+"""
+
+import os
+import threading
+
+import joblib
+import numpy as np
+import pytest
+import torch
+from threadpoolctl import threadpool_limits
+
+from skattention import MetricAttentionClassifier
+
+
+def _torch_threads(estimator=None, X=None, y=None):
+    return float(torch.get_num_threads())
+
+
+def _expected_worker_threads(n_jobs):
+    # joblib keeps an OMP_NUM_THREADS the parent already has, else uses cpu_count // n_jobs.
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        return int(os.environ["OMP_NUM_THREADS"])
+    return max(1, joblib.cpu_count() // n_jobs)
+
+
+def test_threadpool_limits_sets_torch_threads():
+    before = torch.get_num_threads()
+    with threadpool_limits(limits=1):
+        assert torch.get_num_threads() == 1
+        X = np.random.default_rng(0).normal(size=(60, 3))
+        y = (X[:, 0] > 0).astype(int)
+        clf = MetricAttentionClassifier("euclidean", device="cpu").fit(X, y)
+        clf.predict(X)
+        assert torch.get_num_threads() == 1  # the estimator does not reset it
+    assert torch.get_num_threads() == before
+
+
+def test_threadpool_limits_openmp_only():
+    with threadpool_limits(limits=1, user_api="openmp"):
+        assert torch.get_num_threads() == 1
+
+
+def test_grid_search_loky_workers_split_the_cores():
+    from sklearn.model_selection import GridSearchCV
+
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    y = (X[:, 0] > 0).astype(int)
+    search = GridSearchCV(
+        MetricAttentionClassifier("euclidean", device="cpu"), {"temperature": [0.5, 1.0]}, cv=2,
+        n_jobs=2, scoring={"acc": "accuracy", "threads": _torch_threads}, refit=False,
+    )
+    with joblib.parallel_config(backend="loky"):
+        search.fit(X, y)
+    threads = {search.cv_results_[f"split{i}_test_threads"][j] for i in range(2) for j in range(2)}
+    assert threads == {_expected_worker_threads(2)}
+
+
+def test_threads_started_after_set_num_threads_inherit_it():
+    # The recipe for joblib's threading backend (docs/scaling.md): threadpoolctl limits only
+    # the calling thread, so set torch's process default before the search starts its threads.
+    before = torch.get_num_threads()
+    seen = {}
+
+    def worker(key):
+        seen[key] = torch.get_num_threads()
+
+    try:
+        torch.set_num_threads(1)
+        t = threading.Thread(target=worker, args=("after",))
+        t.start()
+        t.join()
+    finally:
+        torch.set_num_threads(before)
+    assert seen["after"] == 1
+
+
+@pytest.mark.skipif(joblib.cpu_count() < 2, reason="needs 2 cores to tell the limits apart")
+def test_threadpool_limits_do_not_reach_new_threads():
+    # Documented limitation: OpenMP thread counts are per thread.
+    seen = {}
+
+    def worker():
+        seen["thread"] = torch.get_num_threads()
+
+    with threadpool_limits(limits=1):
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+    assert seen["thread"] == torch.get_num_threads()
