@@ -11,7 +11,7 @@ Bottom: handwritten digits (64-D); the attention embedding also places 300 held-
 (crosses) that it never saw during ``fit``.
 
 Usage: ``python examples/plot_diffusion_embedding.py [OUTPUT.png]`` (needs matplotlib, the
-``plot`` extra).
+``plot`` extra); with ``OUTPUT.png`` the figure is also written there.
 """
 
 import sys
@@ -29,7 +29,7 @@ from sklearn.neighbors import KNeighborsClassifier  # noqa: E402
 
 from skattention.manifold import AttentionDiffusionEmbedding  # noqa: E402
 
-output = sys.argv[1] if len(sys.argv) > 1 else "diffusion_embedding.png"
+output = sys.argv[1] if len(sys.argv) > 1 else None  # a path: also write the figure there
 fig, axes = plt.subplots(2, 2, figsize=(10, 9))
 
 # S-curve: both on the same 10-nearest-neighbour graph size
@@ -66,5 +66,7 @@ print(f"digits: 5-NN accuracy of held-out digits placed by transform (10 compone
       f"{knn.score(emb10.transform(X_test), y_test):.3f}")
 
 fig.tight_layout()
-fig.savefig(output, dpi=80)
-print(f"figure written to {output}")
+if output:
+    fig.savefig(output, dpi=80)
+    print(f"figure written to {output}")
+plt.show()

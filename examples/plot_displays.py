@@ -8,7 +8,8 @@ The four displays of skattention.plotting on one figure
 - DiffusionSpectrumDisplay: the smallest eigenvalues of I - S on four blobs; four near zero.
 - EmbeddingDisplay: the digits embedded by AttentionDiffusionEmbedding, coloured by digit.
 
-Usage: ``python examples/plot_displays.py [OUTPUT.png]`` (needs matplotlib, the ``plot`` extra).
+Usage: ``python examples/plot_displays.py [OUTPUT.png]`` (needs matplotlib, the
+``plot`` extra); with ``OUTPUT.png`` the figure is also written there.
 """
 
 import sys
@@ -27,7 +28,7 @@ from skattention.plotting import (  # noqa: E402
     TrainingCurveDisplay,
 )
 
-output = sys.argv[1] if len(sys.argv) > 1 else "displays.png"
+output = sys.argv[1] if len(sys.argv) > 1 else None  # a path: also write the figure there
 fig, axes = plt.subplots(2, 2, figsize=(12, 10))
 
 X, y = load_wine(return_X_y=True)
@@ -44,6 +45,9 @@ emb = AttentionDiffusionEmbedding(n_components=2, alpha=0.5, random_state=0).fit
 EmbeddingDisplay.from_estimator(emb, digits, labels, ax=axes[1, 1], s=6, title="digits: attention diffusion embedding")
 
 fig.tight_layout()
-fig.savefig(output, dpi=80)
 print(f"wine: top weight {weights.weights.max():.3f} over {len(weights.weights)} points; "
-      f"blobs: {spectrum.n_clusters_} near-zero eigenvalues of I - S; figure written to {output}")
+      f"blobs: {spectrum.n_clusters_} near-zero eigenvalues of I - S")
+if output:
+    fig.savefig(output, dpi=80)
+    print(f"figure written to {output}")
+plt.show()
