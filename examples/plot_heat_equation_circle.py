@@ -162,7 +162,7 @@ ax.legend(fontsize=8)
 
 # %%
 # The spectrum: ``-k^2``, twice each
-# ---------------------------------
+# ----------------------------------
 # The generator's eigenvalues from :class:`~skattention.AttentionDiffusionEmbedding`
 # (``laplacian_eigenvalues_`` = ``(1 - mu) / (eps / 2)`` for the eigenvalues ``mu`` of the
 # attention matrix), on 2,000 random samples of a uniform and of a non-uniform density
