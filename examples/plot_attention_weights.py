@@ -75,6 +75,8 @@ ax = fig.add_subplot(top[0])
 display = AttentionWeightsDisplay.from_estimator(clf, X_train, X_test[q], n_weights=8, ax=ax)
 ax.set_title(f"test digit {q} (label {y_test[q]}), predicted {clf.predict(X_test[q:q + 1])[0]}: "
              "its 8 largest attention weights (PCA plane)", fontsize=10)
+# the figure is completed in the next cell
+# sphinx_gallery_defer_figures
 
 # %%
 # The same query as images: the 8 training digits with the largest attention weights, and the

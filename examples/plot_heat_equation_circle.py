@@ -101,6 +101,7 @@ for (step, f), color in zip(snapshots.items(), ["black", "tab:blue", "tab:orange
 ax.set_xlabel("theta")
 ax.set_title("attention steps (dots) vs the heat equation (lines)", fontsize=10)
 ax.legend(fontsize=8)
+# sphinx_gallery_defer_figures
 
 # %%
 # The error shrinks like ``eps``
@@ -130,6 +131,7 @@ ax.set_xlabel("eps (attention temperature 2 eps)")
 ax.set_ylabel("max |attention flow - exact|")
 ax.set_title("evenly spaced samples: error vs bandwidth", fontsize=10)
 ax.legend(fontsize=8)
+# sphinx_gallery_defer_figures
 
 # %%
 # Random samples: error vs ``n``, and what the density normalisation does
@@ -159,6 +161,7 @@ ax.set_xlabel("n (uniform random samples)")
 ax.set_ylabel("RMS error at tau = 0.05")
 ax.set_title("random samples: error vs n", fontsize=10)
 ax.legend(fontsize=8)
+# sphinx_gallery_defer_figures
 
 # %%
 # The spectrum: ``-k^2``, twice each

@@ -59,6 +59,8 @@ for ax, (name, (model, data)) in zip(axes.ravel(), models.items()):
 lloyd = AttentionKMeans(n_clusters=3, temperature=0, random_state=0, device="cpu").fit_predict(X)
 print(f"AttentionKMeans(temperature=0) vs KMeans, same seed: ARI between their labels "
       f"{adjusted_rand_score(labels['KMeans'], lloyd):.3f}")
+# the figure is completed in the next cell
+# sphinx_gallery_defer_figures
 
 # %%
 # Where annealing matters: the initialisation

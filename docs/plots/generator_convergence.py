@@ -9,6 +9,7 @@ Runs at documentation build time (a few seconds on one CPU thread).
 """
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import numpy as np
 
 from skattention.manifold import attention_generator
@@ -47,6 +48,7 @@ for alpha, style in [(0.0, "-"), (1.0, "--")]:
     ax_fun.plot(theta, exact, "k" + style, lw=1.2, label=f"limit, alpha = {alpha:g}")
 ax_err.set(xlabel="eps (attention temperature 2 eps)", ylabel="RMS error against the limit",
            title="Generator error on the circle, density 1 + 0.5 cos")
+ax_err.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # minor labels overlap
 ax_err.legend(fontsize=7, ncol=2)
 ax_fun.set(xlabel="theta", ylabel="(S f - f) / (eps / 2)", title=f"f = sin(theta), n = {sizes[-1]}")
 ax_fun.legend(fontsize=7, markerscale=6)
