@@ -16,6 +16,7 @@ from ..utils._device import DevicePortableMixin
 from ..utils._param_validation import Count
 from ._operator import (
     auto_epsilon,
+    dense_memory,
     diffusion_coordinates,
     diffusion_operator,
     knn_graph,
@@ -186,13 +187,15 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         self.metric_ = self._fit_metric(X, y)
         Z = self._to_metric_space(X)
 
+        # Fail before any work when the dense n x n arrays cannot fit working_memory.
+        scratch = dense_memory(n, self.n_neighbors, self.eigen_solver, self.n_components + 1)
         knn = None if self.n_neighbors is None else knn_graph(Z, self.n_neighbors, device)
         if self.epsilon == "auto":
             self.epsilon_, self.intrinsic_dimension_ = auto_epsilon(Z, None if knn is None else knn[0], rng, device)
         else:
             self.epsilon_, self.intrinsic_dimension_ = float(self.epsilon), None
 
-        op = diffusion_operator(Z, self.epsilon_, self.alpha, knn, device)
+        op = diffusion_operator(Z, self.epsilon_, self.alpha, knn, device, working_memory=scratch)
         mu, v = top_eigenpairs(op.A, self.n_components + 1, self.eigen_solver, device, rng)
         psi = diffusion_coordinates(op, v)[:, 1:]
         mu = mu[1:]
