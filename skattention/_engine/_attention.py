@@ -868,19 +868,36 @@ def _sdpa_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on
         extra = offset
     if prior is not None:
         extra = prior * T if extra is None else extra + prior * T
-    k_aug = keys * scorer.coef
-    if extra is not None:
-        k_aug = torch.cat([k_aug, extra[:, None]], 1)
-    width = max(k_aug.shape[1], dv)
+    # Scratch: padded copies of the keys and values (n_keys x width each, plus the unmasked
+    # keys' copies), and per query its padded row, its output row and the kernel's per-row
+    # state. When they do not fit the budget the streaming path (blocks of keys) is used instead.
+    d, augmented = keys.shape[1], extra is not None
+    width = max(d + augmented, dv)
     width = -(-width // 8) * 8
-    k_aug = F.pad(k_aug, (0, width - k_aug.shape[1]))
+    item = Q.element_size()
+    key_bytes = keys.shape[0] * item * (2 * width + 2 + (d + dv + 1 if keys is not scorer.keys else 0))
+    query_bytes = 4 * width * item
+    if key_bytes + query_bytes > budget:
+        if strict:
+            raise MemoryError(
+                f"backend='sdpa' needs {(key_bytes + query_bytes) / 2**20:.1f} MiB of scratch memory "
+                f"for its padded keys and values but the budget is {budget / 2**20:.1f} MiB; raise "
+                "working_memory (skattention.config_context(working_memory=...)) or use backend='stream'."
+            )
+        return None
+    query_block = max(1, min(_SDPA_QUERY_BLOCK, (budget - key_bytes) // query_bytes))
+    k_aug = keys.new_zeros((keys.shape[0], width))
+    torch.mul(keys, scorer.coef, out=k_aug[:, :d])
+    if augmented:
+        k_aug[:, d] = extra
+    del extra
     v_pad = F.pad(V, (0, width - dv))
     backends = [torch.nn.attention.SDPBackend.FLASH_ATTENTION, torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION]
     outs = []
     try:
-        for qs in track(range(0, n_q, _SDPA_QUERY_BLOCK), progress, desc="attention", unit="block"):
-            q = scorer.prepare_queries(Q[qs : qs + _SDPA_QUERY_BLOCK])
-            if extra is not None:
+        for qs in track(range(0, n_q, query_block), progress, desc="attention", unit="block"):
+            q = scorer.prepare_queries(Q[qs : qs + query_block])
+            if augmented:
                 q = torch.cat([q, torch.ones_like(q[:, :1])], 1)
             q = F.pad(q, (0, width - q.shape[1]))
             with torch.nn.attention.sdpa_kernel(backends):

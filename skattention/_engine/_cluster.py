@@ -40,7 +40,7 @@ def _block_rows(n, k, d, itemsize, device, working_memory):
 
 
 def kmeans_step(X, centers, sample_weight, *, temperature=0.0, log_prior=None, update=True,
-                working_memory=None):
+                working_memory=None, shift=None):
     """One E-step (and M-step sums) of hard or soft k-means, streamed over blocks of points.
 
     Parameters
@@ -60,6 +60,8 @@ def kmeans_step(X, centers, sample_weight, *, temperature=0.0, log_prior=None, u
         Accumulate the M-step sums; ``False`` only assigns (hard).
     working_memory : float, default=None
         Scratch budget in MiB; ``None`` reads ``skattention.get_config()``.
+    shift : Tensor of shape (d,), default=None
+        Hard steps: subtract it from each block of ``X`` (centring without a copy of ``X``).
 
     Returns
     -------
@@ -73,7 +75,7 @@ def kmeans_step(X, centers, sample_weight, *, temperature=0.0, log_prior=None, u
     k = centers.shape[0]
     T = float(temperature)
     c_norm = (centers * centers).sum(1)
-    rows = _block_rows(n, k, d, X.element_size(), X.device, working_memory)
+    rows = _block_rows(n, k, d + (d if shift is not None else 0), X.element_size(), X.device, working_memory)
     sums = torch.zeros((k, d), dtype=X.dtype, device=X.device) if update else None
     mass = torch.zeros(k, dtype=X.dtype, device=X.device) if update else None
     if T > 0 and update:
@@ -100,7 +102,7 @@ def kmeans_step(X, centers, sample_weight, *, temperature=0.0, log_prior=None, u
     ct = centers.T.contiguous()
     for s in range(0, n, rows):
         e = min(n, s + rows)
-        x = X[s:e]
+        x = X[s:e] if shift is None else X[s:e] - shift
         # ||c||^2 - 2 x.c: the distance up to the per-row constant ||x||^2 (scikit-learn's form)
         partial = torch.addmm(c_norm, x, ct, alpha=-2.0)
         best, lab = partial.min(1)

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from ._attention import attention
+from ._attention import _budget_bytes, attention
 
 _LOG_EPS = 1e-7  # floor of a propagated class probability inside the log-loss
 
@@ -122,18 +122,26 @@ def train_metric(
                 continue  # a batch of zero-weight points carries no loss
             keys = metric_map.key(X[cand_d])
             queries = keys[own_d] if symmetric else metric_map.query(X[batch_d])
-            out = attention(
-                queries, keys, values[cand_d],
-                metric=metric_map.kind, temperature=_exp_in_range(log_temperature),
-                log_prior=log_prior[cand_d], exclude_self=own_d, on_empty="zero",
-            )
-            per_point = _loss(out, values[batch_d], loss)
-            batch_loss = (w * per_point).sum() / w.sum()
+            temperature = _exp_in_range(log_temperature)
+            # Under autograd a step's scores stay alive until backward: a batch too large for
+            # working_memory is split into chunks whose gradients are accumulated (same sum).
+            rows = batch_rows(candidates.numel(), values.shape[1], keys.shape[1], X.element_size())
             optimizer.zero_grad(set_to_none=True)
-            batch_loss.backward()
+            batch_loss, w_sum = 0.0, w.sum()
+            for s in range(0, batch.numel(), rows):
+                e = min(batch.numel(), s + rows)
+                out = attention(
+                    queries[s:e], keys, values[cand_d],
+                    metric=metric_map.kind, temperature=temperature,
+                    log_prior=log_prior[cand_d], exclude_self=own_d[s:e], on_empty="zero",
+                )
+                per_point = _loss(out, values[batch_d[s:e]], loss)
+                part = (w[s:e] * per_point).sum() / w_sum
+                part.backward(retain_graph=e < batch.numel())
+                batch_loss += float(part.detach())
             optimizer.step()
-            total += float(batch_loss.detach()) * float(w.sum())
-            total_weight += float(w.sum())
+            total += batch_loss * float(w_sum)
+            total_weight += float(w_sum)
         epoch_loss = total / total_weight if total_weight > 0 else 0.0
         history.loss_curve.append(epoch_loss)
         history.n_iter += 1
@@ -161,6 +169,25 @@ def train_metric(
             log_temperature.copy_(best_state[1])
     metric_map.eval()
     return history, optimizer.state_dict()
+
+
+def batch_rows(n_candidates, n_values, dim, itemsize, working_memory=None):
+    """Most minibatch rows whose training step fits ``working_memory`` (MiB; ``None``: config).
+
+    Under autograd the (rows x n_candidates) scores of a step, their exponentials and, in the
+    backward pass, their gradients coexist: about 4 values and a mask byte per pair (measured:
+    13 bytes per pair in float32), plus per-row outputs, targets and gradients.
+    """
+    budget = _budget_bytes(working_memory)
+    per_row = n_candidates * (4 * itemsize + 2) + itemsize * (4 * n_values + 4 * dim + 8)
+    if per_row > budget:
+        raise MemoryError(
+            f"training attends each point to {n_candidates} candidate points: one point needs "
+            f"{per_row / 2**20:.2f} MiB of scratch memory but the budget is {budget / 2**20:.2f} MiB; "
+            "raise working_memory (skattention.config_context(working_memory=...)) or lower "
+            "sample_rate (fewer candidates per minibatch)."
+        )
+    return int(budget // per_row)
 
 
 def _loss(out, target, loss):

@@ -390,10 +390,18 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         Ct = torch.from_numpy(np.ascontiguousarray(self.cluster_centers_ - shift)).to(device, dtype)
         return Xt, Ct
 
-    def _labels_inertia(self, X, sample_weight=None):
-        Xt, Ct = self._tensors(X)
-        step = kmeans_step(Xt, Ct, None, update=False)
+    def _labels_inertia(self, X, sample_weight=None, inertia=True):
+        # Centred block by block inside the step: no centred copy of X (working_memory).
+        device = resolve_device(self.device)
+        dtype = torch.float64 if X.dtype == np.float64 else torch.float32
+        shift = self.cluster_centers_.mean(0)
+        Xt = torch.from_numpy(np.ascontiguousarray(X)).to(device, dtype)
+        Ct = torch.from_numpy(np.ascontiguousarray(self.cluster_centers_ - shift)).to(device, dtype)
+        shift_t = torch.from_numpy(np.ascontiguousarray(shift)).to(device, dtype)
+        step = kmeans_step(Xt, Ct, None, update=False, shift=shift_t)
         labels = step["labels"].cpu().numpy()
+        if not inertia:
+            return labels, None
         d2 = step["min_sqdist"].cpu().numpy().astype(np.float64)
         w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
         return labels, float(d2 @ w)
@@ -410,7 +418,7 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         labels : ndarray of shape (n_samples,)
         """
         X = self._check_test_data(X)
-        return self._labels_inertia(X)[0]
+        return self._labels_inertia(X, inertia=False)[0]
 
     def fit_predict(self, X, y=None, sample_weight=None):
         """Fit, then return ``labels_``.
@@ -448,7 +456,7 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         dtype = torch.float64 if X.dtype == np.float64 else torch.float32
         eye = np.eye(self.n_clusters)
         if T == 0:
-            return eye[self._labels_inertia(X)[0]]
+            return eye[self._labels_inertia(X, inertia=False)[0]]
         out = attention(X, self.cluster_centers_, eye, temperature=float(T), device=self.device, dtype=dtype)
         return np.asarray(out, dtype=np.float64)
 
@@ -653,7 +661,7 @@ def _check_distance_range(X):
     """Reject values whose squared Euclidean distances overflow X's dtype (inf distances)."""
     if X.size:
         limit = np.sqrt(np.finfo(X.dtype).max / X.shape[1]) / 2
-        largest = float(np.max(np.abs(X)))
+        largest = max(float(X.max()), -float(X.min()))  # no |X| copy (working_memory)
         if largest > limit:
             raise ValueError(
                 f"X contains values too large for squared Euclidean distances in {X.dtype} "

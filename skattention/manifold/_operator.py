@@ -19,6 +19,7 @@ from sklearn.neighbors import NearestNeighbors
 
 from .._engine import gaussian_kernel, kneighbors, resolve_device, sqdist_log_histogram
 from .._engine._progress import progress_bar
+from .._engine._attention import _budget_bytes
 
 # Points sampled by the bandwidth rule (their 90th percentile is what it needs).
 _BANDWIDTH_QUERIES = 2000
@@ -47,12 +48,20 @@ def per_point_bandwidth(neighbor_d2, target_degree, quantile=_COVERED_QUANTILE):
     if positive.size == 0:
         raise ValueError("all points coincide: there is no scale to choose a bandwidth from.")
     target = min(max(target_degree, 1.0 + 1e-3), neighbor_d2.shape[1] - 1e-3)
-    lo = np.full(len(neighbor_d2), math.log(positive.min()) - 2.0)
-    hi = np.full(len(neighbor_d2), math.log(positive.max()) + 4.0)
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        enough = np.exp(-neighbor_d2 / np.exp(mid)[:, None]).sum(1) >= target
-        hi, lo = np.where(enough, mid, hi), np.where(enough, lo, mid)
+    lo0, hi0 = math.log(positive.min()) - 2.0, math.log(positive.max()) + 4.0
+    del positive
+    n, k = neighbor_d2.shape
+    hi = np.empty(n)
+    # Rows are independent: blocks of rows keep the (rows, k) temporaries within working_memory.
+    rows = max(1, _budget_bytes(None) // (3 * 8 * k))
+    for start in range(0, n, rows):
+        d2 = neighbor_d2[start : start + rows]
+        lo_b, hi_b = np.full(len(d2), lo0), np.full(len(d2), hi0)
+        for _ in range(40):
+            mid = (lo_b + hi_b) / 2
+            enough = np.exp(-d2 / np.exp(mid)[:, None]).sum(1) >= target
+            hi_b, lo_b = np.where(enough, mid, hi_b), np.where(enough, lo_b, mid)
+        hi[start : start + rows] = hi_b
     return float(np.exp(np.quantile(hi, quantile)))
 
 
@@ -113,17 +122,43 @@ class DiffusionOperator:
     radius: np.ndarray  # k-NN graph: distance to each point's k-th neighbour (itself first)
 
 
-def diffusion_operator(Z, epsilon, alpha, knn, device):
+def dense_memory(n, n_neighbors, eigen_solver, k):
+    """Check that the dense n x n arrays of a diffusion fit fit ``working_memory``.
+
+    The dense operator is one n x n float64 array (the shift-invert Cholesky factorises it in
+    place); a full ``eigh`` adds its eigenvectors and LAPACK workspace (about 3 n^2 more).
+    Returns the MiB left for the kernel blocks (``None``: the whole budget, nothing dense) or
+    raises ``MemoryError`` naming ``working_memory`` and suggesting ``n_neighbors``.
+    """
+    budget = _budget_bytes(None)
+    full_eigh = eigen_solver == "dense" or (eigen_solver == "auto" and n <= _DENSE_EIGEN_MAX) or k >= n - 1
+    if n_neighbors is not None and not full_eigh:
+        return None
+    need = 8 * n * n * ((0 if n_neighbors is not None else 1) + (3 if full_eigh else 0))
+    # the kernel blocks need a little room besides (a few rows of distances)
+    if need + 64 * n > budget:
+        what = f"a dense {n} x {n} operator" if n_neighbors is None else f"a dense {n} x {n} eigen-decomposition"
+        hint = "set n_neighbors (a sparse k-NN operator)" if n_neighbors is None else "use eigen_solver='arpack'"
+        raise MemoryError(
+            f"AttentionDiffusionEmbedding needs {need / 2**20:.1f} MiB for {what} but the budget "
+            f"is {budget / 2**20:.1f} MiB; {hint} or raise working_memory "
+            "(skattention.config_context(working_memory=...))."
+        )
+    return (budget - need) / 2**20
+
+
+def diffusion_operator(Z, epsilon, alpha, knn, device, working_memory=None):
     """Build the symmetric conjugate of the alpha-normalised attention operator.
 
-    Dense (``knn=None``): the n x n kernel is the only n x n array (normalised in place). k-NN
-    (``knn=(d2, idx)`` from :func:`knn_graph`): the symmetric graph in which j is a neighbour of i
-    if it is among i's k nearest points (i itself included) or i is among j's.
+    Dense (``knn=None``): the n x n kernel is the only n x n array (normalised in place), built in
+    blocks within ``working_memory`` (MiB of scratch besides it). k-NN (``knn=(d2, idx)`` from
+    :func:`knn_graph`): the symmetric graph in which j is a neighbour of i if it is among i's k
+    nearest points (i itself included) or i is among j's.
     """
     n = Z.shape[0]
     radius = None
     if knn is None:
-        K = gaussian_kernel(Z, Z, epsilon, device=device, dtype="float64")
+        K = gaussian_kernel(Z, Z, epsilon, device=device, dtype="float64", working_memory=working_memory)
         np.fill_diagonal(K, 1.0)  # exact self-affinity (the blockwise formula rounds)
         q = K.sum(1)
         if alpha:

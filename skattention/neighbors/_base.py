@@ -15,7 +15,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 from .._engine import attention, kneighbors, resolve_device
 from .._engine._maps import build_map
 from .._engine._progress import progress_bar
-from .._engine._training import train_metric
+from .._engine._training import batch_rows, train_metric
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._param_validation import Count
 from ..utils._validation import standardisation
@@ -159,8 +159,11 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                 min(n_train, _AUTO_CANDIDATES) if self.sample_rate == "auto"
                 else max(1, int(math.ceil(self.sample_rate * n_train)))
             )
+            # "auto" is also capped by working_memory; a larger explicit batch is split into
+            # gradient-accumulated chunks by train_metric.
             batch_size = (
-                min(_AUTO_BATCH[1], max(_AUTO_BATCH[0], math.ceil(n_train / 16)))
+                min(_AUTO_BATCH[1], max(_AUTO_BATCH[0], math.ceil(n_train / 16)),
+                    batch_rows(min(n_candidates, n_train), Vt.shape[1], self.map_.n_components, Xt.element_size()))
                 if self.batch_size == "auto" else self.batch_size
             )
             previous = getattr(self, "_history", None) if warm else None

@@ -9,6 +9,7 @@ of the set (the batch), so the network is a learned kernel smoother over samples
 import torch
 from torch import nn
 
+from .._engine._attention import _budget_bytes
 from ._attention import MetricAttention
 
 
@@ -71,7 +72,7 @@ class IPN(nn.Module):
         out = block(h_query[None], h_keys[None], h_keys[None], attn_mask=attn_mask, need_weights=False)[0][0]
         return h_query + out if self.residual else out
 
-    def forward(self, x, context=None, chunk_size=1024):
+    def forward(self, x, context=None, chunk_size=None):
         """Logits of the samples of ``x`` (n, in_features).
 
         Parameters
@@ -80,8 +81,10 @@ class IPN(nn.Module):
         context : Tensor of shape (m, in_features), default=None
             ``None``: the samples of ``x`` attend to each other. Otherwise each sample of ``x``
             attends to the context and to itself only.
-        chunk_size : int, default=1024
+        chunk_size : int, default=None
             With a context, queries per attention call (bounds memory; no effect on the result).
+            ``None``: as many as fit ``working_memory`` (``skattention.config_context``), at
+            most 1024.
 
         Returns
         -------
@@ -99,6 +102,9 @@ class IPN(nn.Module):
             hc = self._step(block, hc, hc)
         outs = []
         m = context.shape[0]
+        if chunk_size is None:
+            chunk_size = _chunk_rows(m, hc.shape[1], self.blocks[0].num_heads if len(self.blocks) else 1,
+                                     hc.element_size())
         for start in range(0, x.shape[0], chunk_size):
             hx = h[start:start + chunk_size]
             c = hx.shape[0]
@@ -110,3 +116,19 @@ class IPN(nn.Module):
                 hx = self._step(block, hx, torch.cat([hc_l, hx]), attn_mask=mask)
             outs.append(self.output(hx))
         return torch.cat(outs) if outs else self.output(h)
+
+
+def _chunk_rows(m, width, num_heads, itemsize):
+    """Queries per chunk within ``working_memory``: each query row of a chunk holds a boolean and
+    an additive mask over the m + 1 keys it may see (and its per-head copies); each chunk also
+    copies and projects the context (about 4 m x width values)."""
+    budget = _budget_bytes(None)
+    fixed = 4 * m * width * itemsize
+    per_row = (m + 1) * (1 + (1 + num_heads) * itemsize) + 8 * width * itemsize
+    if fixed + per_row > budget:
+        raise MemoryError(
+            f"IPN with a context of {m} samples needs {(fixed + per_row) / 2**20:.1f} MiB of scratch "
+            f"memory per query but the budget is {budget / 2**20:.1f} MiB; raise working_memory "
+            "(skattention.config_context(working_memory=...)) or use a smaller context."
+        )
+    return int(max(1, min(1024, (budget - fixed) // per_row)))

@@ -1,0 +1,187 @@
+"""The working-memory budget (skattention.config_context(working_memory=MiB)) on every code path.
+
+Each path is run with a tiny budget (many small blocks or chunks) and must give the unbounded
+result; inputs that cannot fit even in chunks raise MemoryError naming working_memory.
+"""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import make_blobs, make_classification, make_s_curve
+
+import skattention
+from skattention import MetricAttentionClassifier, MetricAttentionRegressor, attention
+from skattention.cluster import AttentionKMeans, AttentionMeanShift
+from skattention.manifold import AttentionDiffusionEmbedding
+from skattention.manifold._operator import per_point_bandwidth
+from skattention.nn import IPN
+
+TINY = 0.01  # MiB: a few hundred score entries per block
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_classification(400, 6, n_informative=4, random_state=0)
+    return X.astype(np.float32), y
+
+
+def test_default_budget_is_at_most_one_gigabyte():
+    assert 0 < skattention.get_config()["working_memory"] * 2**20 <= 1e9
+
+
+# ------------------------------------------------------------------------------ engine
+
+
+def test_sdpa_path_falls_back_to_streaming_when_its_key_copies_do_not_fit():
+    g = torch.Generator().manual_seed(0)
+    K, Q, V = (torch.randn(n, 5, generator=g) for n in (500, 60, 500))
+    prior = torch.randn(500, generator=g)
+    ref = attention(Q, K, V, temperature=2.0, log_prior=prior, backend="sdpa")
+    with skattention.config_context(working_memory=TINY):  # 500 keys x 8 x 2 x 4 bytes > TINY
+        small = attention(Q, K, V, temperature=2.0, log_prior=prior)
+        with pytest.raises(MemoryError, match="working_memory"):
+            attention(Q, K, V, temperature=2.0, log_prior=prior, backend="sdpa")
+    torch.testing.assert_close(small, ref, rtol=1e-4, atol=1e-5)
+    # a budget that holds the key copies but few queries: several query blocks, same result
+    blocked = attention(Q, K, V, temperature=2.0, log_prior=prior, backend="sdpa", working_memory=0.035)
+    torch.testing.assert_close(blocked, ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("Estimator", [MetricAttentionClassifier, MetricAttentionRegressor])
+@pytest.mark.parametrize("n_neighbors", [None, 5])
+def test_estimator_predict_is_unchanged_by_a_tiny_budget(data, Estimator, n_neighbors):
+    X, y = data
+    est = Estimator(n_neighbors=n_neighbors, temperature=1.0).fit(X[:300], y[:300])
+    ref = est.predict(X[300:])
+    with skattention.config_context(working_memory=TINY):
+        small = est.predict(X[300:])
+    np.testing.assert_allclose(small, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_impossible_budget_names_working_memory_and_n_neighbors(data):
+    X, y = data
+    est = MetricAttentionClassifier(n_neighbors=50, temperature=1.0).fit(X, y)
+    with skattention.config_context(working_memory=1e-5):
+        with pytest.raises(MemoryError, match=r"working_memory(.|\n)*n_neighbors"):
+            est.predict(X[:5])
+
+
+# ------------------------------------------------------------------------------ training
+
+
+def test_training_chunks_a_batch_too_large_for_the_budget(data):
+    X, y = data
+    kw = dict(metric="mlp", max_iter=3, batch_size=128, random_state=0, early_stopping=False)
+    ref = MetricAttentionClassifier(**kw).fit(X, y)
+    with skattention.config_context(working_memory=0.3):  # about 50 rows per chunk
+        small = MetricAttentionClassifier(**kw).fit(X, y)
+    np.testing.assert_allclose(small.loss_curve_, ref.loss_curve_, rtol=1e-5)
+    np.testing.assert_allclose(small.predict_proba(X), ref.predict_proba(X), atol=1e-4)
+
+
+def test_auto_batch_size_is_sized_from_the_budget(data, monkeypatch):
+    from skattention._engine import _training
+
+    X, y = data
+    seen = []
+    original = _training.batch_rows
+
+    def spy(*args, **kwargs):
+        seen.append(original(*args, **kwargs))
+        return seen[-1]
+
+    import skattention.neighbors._base as base
+
+    monkeypatch.setattr(base, "batch_rows", spy)
+    batches = []
+    real_train = base.train_metric
+
+    def train_spy(*args, **kwargs):
+        batches.append(kwargs["batch_size"])
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(base, "train_metric", train_spy)
+    MetricAttentionClassifier(metric="linear", max_iter=1, random_state=0, early_stopping=False).fit(X, y)
+    with skattention.config_context(working_memory=0.1):
+        MetricAttentionClassifier(metric="linear", max_iter=1, random_state=0, early_stopping=False).fit(X, y)
+    assert batches[0] == 64  # n / 16 raised to the minimum of the "auto" rule
+    assert batches[1] == seen[1] < 64
+
+
+def test_training_that_cannot_fit_one_row_is_clear(data):
+    X, y = data
+    with skattention.config_context(working_memory=1e-4):
+        with pytest.raises(MemoryError, match=r"working_memory(.|\n)*sample_rate"):
+            MetricAttentionClassifier(metric="linear", max_iter=1, temperature=1.0).fit(X, y)
+
+
+# ------------------------------------------------------------------------------ diffusion
+
+
+def test_dense_diffusion_operator_over_budget_suggests_n_neighbors():
+    X, _ = make_s_curve(400, random_state=0)  # dense operator: 400^2 x 8 bytes = 1.2 MiB
+    ref = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)
+    with skattention.config_context(working_memory=1.0):
+        with pytest.raises(MemoryError, match=r"n_neighbors(.|\n)*working_memory"):
+            AttentionDiffusionEmbedding(random_state=0).fit(X)
+        with pytest.raises(MemoryError, match="eigen_solver='arpack'"):
+            AttentionDiffusionEmbedding(n_neighbors=15, eigen_solver="dense", random_state=0).fit(X)
+        small = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)  # sparse path fits
+        np.testing.assert_allclose(small.transform(X[:50]), ref.transform(X[:50]), rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(small.embedding_, ref.embedding_, rtol=1e-7, atol=1e-10)
+
+
+def test_dense_diffusion_within_budget_matches_unbounded():
+    X, _ = make_s_curve(250, random_state=1)
+    ref = AttentionDiffusionEmbedding(random_state=0).fit(X)
+    with skattention.config_context(working_memory=250 * 250 * 8 / 2**20 + 0.02):
+        small = AttentionDiffusionEmbedding(random_state=0).fit(X)
+    np.testing.assert_allclose(small.embedding_, ref.embedding_, rtol=1e-8, atol=1e-12)
+
+
+def test_per_point_bandwidth_in_row_blocks():
+    d2 = np.sort(np.random.default_rng(0).exponential(size=(300, 40)), axis=1)
+    d2[:, 0] = 0.0
+    ref = per_point_bandwidth(d2, 10.0)
+    with skattention.config_context(working_memory=0.002):  # a couple of rows per block
+        assert per_point_bandwidth(d2, 10.0) == ref
+
+
+# ------------------------------------------------------------------------------ clustering
+
+
+def test_kmeans_predict_paths_are_unchanged_by_a_tiny_budget():
+    X, _ = make_blobs(2000, centers=4, random_state=0)
+    km = AttentionKMeans(4, random_state=0, device="cpu").fit(X)
+    ref = km.predict(X), km.transform(X), km.soft_assignments(X, temperature=1.0)
+    with skattention.config_context(working_memory=TINY):
+        small = km.predict(X), km.transform(X), km.soft_assignments(X, temperature=1.0)
+        refit = AttentionKMeans(4, random_state=0, device="cpu").fit(X)
+    np.testing.assert_array_equal(small[0], ref[0])
+    np.testing.assert_allclose(small[1], ref[1], rtol=1e-10)
+    np.testing.assert_allclose(small[2], ref[2], atol=1e-10)
+    np.testing.assert_array_equal(refit.labels_, km.labels_)
+
+
+def test_mean_shift_is_unchanged_by_a_tiny_budget():
+    X, _ = make_blobs(300, centers=3, random_state=0)
+    ref = AttentionMeanShift(bandwidth=1.5, device="cpu").fit(X)
+    with skattention.config_context(working_memory=TINY):
+        small = AttentionMeanShift(bandwidth=1.5, device="cpu").fit(X)
+    np.testing.assert_allclose(small.cluster_centers_, ref.cluster_centers_, atol=1e-8)
+    np.testing.assert_array_equal(small.labels_, ref.labels_)
+
+
+# ------------------------------------------------------------------------------ nn
+
+
+def test_ipn_context_chunks_follow_the_budget():
+    torch.manual_seed(0)
+    net = IPN(3, 2, width=6, num_heads=2).double()
+    ctx, x = torch.randn(300, 3, dtype=torch.float64), torch.randn(40, 3, dtype=torch.float64)
+    ref = net(x, context=ctx, chunk_size=1024)
+    with skattention.config_context(working_memory=0.1):  # a few queries per chunk
+        torch.testing.assert_close(net(x, context=ctx), ref, rtol=1e-12, atol=1e-12)
+    with skattention.config_context(working_memory=1e-3):
+        with pytest.raises(MemoryError, match="working_memory"):
+            net(x, context=ctx)
