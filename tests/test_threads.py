@@ -93,3 +93,33 @@ def test_threadpool_limits_do_not_reach_new_threads():
         t.start()
         t.join()
     assert seen["thread"] == torch.get_num_threads()
+
+
+def test_concurrent_sdpa_leaves_backends_enabled():
+    # torch's sdpa_kernel() flags are process-wide; without the engine's lock, two threads in the
+    # SDPA path could leave the math kernel disabled, and skattention.nn (and any user code) would
+    # then fail with "No available kernel" (seen in CI after a threading-backend grid search).
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from skattention import attention
+    from skattention.nn import MetricAttention
+
+    rng = np.random.default_rng(0)
+    keys, values = rng.normal(size=(300, 5)), rng.normal(size=(300, 3))
+
+    def run(seed):
+        q = np.random.default_rng(seed).normal(size=(64, 5))
+        return attention(q, keys, values, temperature=1.0, backend="sdpa", device="cpu")
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(run, range(200)))
+    assert torch.backends.cuda.math_sdp_enabled()
+    assert torch.backends.cuda.flash_sdp_enabled()
+    assert torch.backends.cuda.mem_efficient_sdp_enabled()
+    # the metric layer's augmented queries are wider than its values: only the math kernel runs it
+    layer = MetricAttention(6, 1, batch_first=True)
+    x = torch.randn(2, 7, 6)
+    out, _ = layer(x, x, x, need_weights=False)
+    assert out.shape == (2, 7, 6)

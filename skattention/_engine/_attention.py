@@ -14,7 +14,9 @@ Three execution paths compute the same quantity:
   q' = [q, 1], k' = [2k, -||k||^2 + T log p0], scale 1/T, restricted to the O(n)-memory kernels.
 """
 
+import contextlib
 import math
+import threading
 from numbers import Integral, Real
 
 import numpy as np
@@ -34,6 +36,21 @@ _ACCEL_KEY_BLOCK = 16384
 # Queries per scaled_dot_product_attention call (its fused kernels need O(n) memory only).
 _SDPA_QUERY_BLOCK = 8192
 _NEG_INF = float("-inf")
+
+# torch's sdpa_kernel() switches process-wide flags and restores, on exit, what it found on entry:
+# two threads inside it at once (joblib's threading backend) can restore each other's restriction
+# and leave SDPA's math kernel disabled for the whole process. Every SDPA call of the library
+# (this module and skattention.nn) holds this lock.
+SDPA_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def _linear_memory_sdpa():
+    """Restrict scaled_dot_product_attention to its O(n)-memory kernels (never the math kernel,
+    which materialises the n_queries x n_keys score matrix), thread-safely."""
+    backends = [torch.nn.attention.SDPBackend.FLASH_ATTENTION, torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION]
+    with SDPA_LOCK, torch.nn.attention.sdpa_kernel(backends):
+        yield
 
 
 def attention(
@@ -892,7 +909,6 @@ def _sdpa_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on
         k_aug[:, d] = extra
     del extra
     v_pad = F.pad(V, (0, width - dv))
-    backends = [torch.nn.attention.SDPBackend.FLASH_ATTENTION, torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION]
     outs = []
     try:
         for qs in track(range(0, n_q, query_block), progress, desc="attention", unit="block"):
@@ -900,7 +916,7 @@ def _sdpa_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on
             if augmented:
                 q = torch.cat([q, torch.ones_like(q[:, :1])], 1)
             q = F.pad(q, (0, width - q.shape[1]))
-            with torch.nn.attention.sdpa_kernel(backends):
+            with _linear_memory_sdpa():
                 o = F.scaled_dot_product_attention(
                     q[None, None], k_aug[None, None], v_pad[None, None], scale=1.0 / T
                 )

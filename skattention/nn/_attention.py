@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._engine._attention import SDPA_LOCK
 from .._engine._maps import _ResidualBlock
 
 METRICS = ("mlp", "linear", "dot")
@@ -297,10 +298,11 @@ class MetricAttention(nn.Module):
                 weights = F.dropout(weights, p=dropout_p)
             out = torch.matmul(weights, v)
         else:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=None if mask is None else mask.expand(n, self.num_heads, length, src_len),
-                dropout_p=dropout_p, scale=scale,
-            )
+            with SDPA_LOCK:  # never while the engine restricts SDPA's kernels in another thread
+                out = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=None if mask is None else mask.expand(n, self.num_heads, length, src_len),
+                    dropout_p=dropout_p, scale=scale,
+                )
         out = self.out_proj(out.transpose(1, 2).reshape(n, length, self.embed_dim))
         if weights is not None and average_attn_weights:
             weights = weights.mean(dim=1)
