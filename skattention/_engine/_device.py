@@ -1,7 +1,15 @@
-"""Device and dtype resolution for the attention engine."""
+"""Device and dtype resolution for the attention engine, and the seeded torch RNG of a fit."""
+
+import contextlib
+import threading
 
 import numpy as np
 import torch
+
+# torch's default RNG is process-wide, and fork_rng() saves it on entry and restores it on exit:
+# two fits inside it at once (joblib's threading backend) would draw from each other's seeded
+# stream and restore each other's state. Fits hold this lock while they draw from it.
+_GLOBAL_RNG_LOCK = threading.RLock()
 
 _DTYPES = {
     "float16": torch.float16,
@@ -89,3 +97,23 @@ def resolve_dtype(dtype, *tensors):
     if not resolved.is_floating_point:
         raise ValueError(f"dtype={dtype!r} is not a floating dtype.")
     return resolved
+
+
+@contextlib.contextmanager
+def seeded_torch_rng(seed, device):
+    """Seed torch's global RNG (CPU, and ``device`` if it is a GPU) for the block, restoring the
+    caller's state afterwards; one thread at a time. Module initialisation and dropout draw from
+    this RNG; anything else should take a ``torch.Generator``."""
+    devices = [device] if torch.device(device).type == "cuda" else []
+    with _GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def draws_from_global_rng(module):
+    """Whether running ``module`` in training mode draws from torch's global RNG (dropout)."""
+    for m in module.modules():
+        rate = m.p if isinstance(m, torch.nn.modules.dropout._DropoutNd) else getattr(m, "dropout", 0.0)
+        if isinstance(rate, float) and rate > 0:  # skattention.nn layers keep their rate as `dropout`
+            return True
+    return False
