@@ -27,6 +27,7 @@ import json
 import os
 import pathlib
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -91,6 +92,7 @@ def main():
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--d", type=int, default=32)
     parser.add_argument("--max-iter", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per configuration (median reported)")
     parser.add_argument("--output", default=str(pathlib.Path(__file__).parent / "results" / "threads.json"))
     parser.add_argument("--_child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -104,23 +106,31 @@ def main():
            if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
     root = str(pathlib.Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    print(f"cores: {os.cpu_count()}  n={args.n} d={args.d} max_iter={args.max_iter}, 8 candidates x 3 folds, "
+          f"median of {args.repeats} runs (configurations interleaved)")
+    runs = {name: [] for name in _CONFIGS}
+    for _ in range(args.repeats):
+        for name in _CONFIGS:
+            out = subprocess.run(
+                [sys.executable, __file__, "--_child", name, "--n", str(args.n), "--d", str(args.d),
+                 "--max-iter", str(args.max_iter)],
+                env=env, capture_output=True, text=True, check=True,
+            )
+            runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(f"{'configuration':45s} {'median s':>8s} {'ratio':>6s}  runs s; torch threads per worker")
     rows = []
-    print(f"cores: {os.cpu_count()}  n={args.n} d={args.d} max_iter={args.max_iter}, 8 candidates x 3 folds")
-    print(f"{'configuration':45s} {'wall s':>8s}  torch threads per worker")
-    for name in _CONFIGS:
-        out = subprocess.run(
-            [sys.executable, __file__, "--_child", name, "--n", str(args.n), "--d", str(args.d),
-             "--max-iter", str(args.max_iter)],
-            env=env, capture_output=True, text=True, check=True,
-        )
-        row = json.loads(out.stdout.strip().splitlines()[-1])
+    for name, results in runs.items():
+        row = dict(results[0], wall_s=statistics.median(r["wall_s"] for r in results),
+                   wall_s_runs=[r["wall_s"] for r in results])
+        row["ratio_to_n_jobs_1"] = round(row["wall_s"] / rows[0]["wall_s"], 3) if rows else 1.0
         rows.append(row)
-        print(f"{name:45s} {row['wall_s']:8.2f}  {row['torch_threads_in_workers']}")
+        print(f"{name:45s} {row['wall_s']:8.2f} {row['ratio_to_n_jobs_1']:6.2f}  {row['wall_s_runs']}; "
+              f"{row['torch_threads_in_workers']}")
     same = all(r["mean_accuracy"] == rows[0]["mean_accuracy"] for r in rows)
     print(f"identical mean test accuracies across configurations: {same}")
     if not args.quick:
         payload = {"machine": {"cores": os.cpu_count(), "platform": platform.platform()},
-                   "n": args.n, "d": args.d, "max_iter": args.max_iter, "results": rows,
+                   "n": args.n, "d": args.d, "max_iter": args.max_iter, "repeats": args.repeats, "results": rows,
                    "identical_scores": same}
         pathlib.Path(args.output).write_text(json.dumps(payload, indent=2) + "\n")
         print(f"wrote {args.output}")
