@@ -118,23 +118,26 @@ def test_training_that_cannot_fit_one_row_is_clear(data):
 # ------------------------------------------------------------------------------ diffusion
 
 
-def test_dense_diffusion_operator_over_budget_suggests_n_neighbors():
+def test_dense_diffusion_arrays_beyond_available_memory_suggest_n_neighbors(monkeypatch):
+    # The dense n x n operator is the algorithm's own array (as in SpectralEmbedding), checked
+    # against the memory the system has; working_memory bounds the kernel blocks that fill it.
     X, _ = make_s_curve(400, random_state=0)  # dense operator: 400^2 x 8 bytes = 1.2 MiB
     ref = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)
-    with skattention.config_context(working_memory=1.0):
-        with pytest.raises(MemoryError, match=r"n_neighbors(.|\n)*working_memory"):
-            AttentionDiffusionEmbedding(random_state=0).fit(X)
-        with pytest.raises(MemoryError, match="eigen_solver='arpack'"):
-            AttentionDiffusionEmbedding(n_neighbors=15, eigen_solver="dense", random_state=0).fit(X)
-        small = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)  # sparse path fits
-        np.testing.assert_allclose(small.transform(X[:50]), ref.transform(X[:50]), rtol=1e-7, atol=1e-10)
+    monkeypatch.setattr("skattention.manifold._operator._available_memory", lambda: 2**20)
+    with pytest.raises(MemoryError, match=r"1\.2 MiB for a dense 400 x 400 operator(.|\n)*n_neighbors"):
+        AttentionDiffusionEmbedding(random_state=0).fit(X)
+    with pytest.raises(MemoryError, match="eigen_solver='arpack'"):
+        AttentionDiffusionEmbedding(n_neighbors=15, eigen_solver="dense", random_state=0).fit(X)
+    small = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)  # sparse path fits
     np.testing.assert_allclose(small.embedding_, ref.embedding_, rtol=1e-7, atol=1e-10)
 
 
-def test_dense_diffusion_within_budget_matches_unbounded():
+def test_dense_diffusion_operator_is_not_scratch():
+    # A budget smaller than the n x n operator still fits it (default settings must not refuse
+    # ordinary sizes): only the kernel blocks follow working_memory, and the result is the same.
     X, _ = make_s_curve(250, random_state=1)
     ref = AttentionDiffusionEmbedding(random_state=0).fit(X)
-    with skattention.config_context(working_memory=250 * 250 * 8 / 2**20 + 0.02):
+    with skattention.config_context(working_memory=0.02):  # 250^2 x 8 bytes = 0.48 MiB
         small = AttentionDiffusionEmbedding(random_state=0).fit(X)
     np.testing.assert_allclose(small.embedding_, ref.embedding_, rtol=1e-8, atol=1e-12)
 

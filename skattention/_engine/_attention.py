@@ -903,10 +903,17 @@ def _sdpa_attention(scorer, Q, V, T, prior_vec, prior_fn, radius, self_index, on
             )
         return None
     query_block = max(1, min(_SDPA_QUERY_BLOCK, (budget - key_bytes) // query_bytes))
-    k_aug = keys.new_zeros((keys.shape[0], width))
-    torch.mul(keys, scorer.coef, out=k_aug[:, :d])
-    if augmented:
-        k_aug[:, d] = extra
+    differentiable = torch.is_grad_enabled() and any(
+        torch.is_tensor(t) and t.requires_grad for t in (keys, extra, scorer.coef)
+    )
+    if differentiable:  # autograd cannot record writes into a preallocated buffer (out=)
+        columns = [keys * scorer.coef] + ([extra[:, None].to(keys.dtype)] if augmented else [])
+        k_aug = F.pad(torch.cat(columns, 1), (0, width - d - augmented))
+    else:  # one buffer: no temporary copy of the keys
+        k_aug = keys.new_zeros((keys.shape[0], width))
+        torch.mul(keys, scorer.coef, out=k_aug[:, :d])
+        if augmented:
+            k_aug[:, d] = extra
     del extra
     v_pad = F.pad(V, (0, width - dv))
     outs = []

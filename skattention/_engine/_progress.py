@@ -58,10 +58,13 @@ def progress_bar(verbose, *, total=None, desc=None, unit="it", inner=False, mini
     if tqdm is None:
         _note_once()
         return _LineProgress(total, desc, unit, leave, delay, mininterval)
-    return tqdm(
-        total=total, desc=desc, unit=unit, leave=leave, delay=delay, file=sys.stderr,
-        mininterval=_MININTERVAL if mininterval is None else mininterval, dynamic_ncols=True,
-    )
+    try:
+        return tqdm(
+            total=total, desc=desc, unit=unit, leave=leave, delay=delay, file=sys.stderr,
+            mininterval=_MININTERVAL if mininterval is None else mininterval, dynamic_ncols=True,
+        )
+    except TypeError:  # a tqdm older than 4.60 (no `delay`), installed without the extra
+        return _LineProgress(total, desc, unit, leave, delay, mininterval)
 
 
 def track(iterable, verbose, *, total=None, desc=None, unit="it", inner=True, min_total=2):

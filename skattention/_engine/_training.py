@@ -139,6 +139,7 @@ def train_metric(
                 part = (w[s:e] * per_point).sum() / w_sum
                 part.backward(retain_graph=e < batch.numel())
                 batch_loss += float(part.detach())
+                del out, per_point, part  # free this chunk's scores before the next chunk's
             optimizer.step()
             total += batch_loss * float(w_sum)
             total_weight += float(w_sum)

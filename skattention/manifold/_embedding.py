@@ -206,8 +206,8 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
                 bar.set_postfix_str(next(steps, "done"))
 
             bar.set_postfix_str(next(steps))
-            # Fail before any work when the dense n x n arrays cannot fit working_memory.
-            scratch = dense_memory(n, self.n_neighbors, self.eigen_solver, self.n_components + 1)
+            # Fail before any work when the dense n x n arrays cannot fit in memory.
+            dense_memory(n, self.n_neighbors, self.eigen_solver, self.n_components + 1)
             knn = None
             if self.n_neighbors is not None:
                 knn = knn_graph(Z, self.n_neighbors, device)
@@ -218,7 +218,7 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
             else:
                 self.epsilon_, self.intrinsic_dimension_ = float(self.epsilon), None
 
-            op = diffusion_operator(Z, self.epsilon_, self.alpha, knn, device, working_memory=scratch)
+            op = diffusion_operator(Z, self.epsilon_, self.alpha, knn, device)
             step_done()
             mu, v = top_eigenpairs(op.A, self.n_components + 1, self.eigen_solver, device, rng,
                                    progress=self.verbose)

@@ -122,36 +122,48 @@ class DiffusionOperator:
     radius: np.ndarray  # k-NN graph: distance to each point's k-th neighbour (itself first)
 
 
+def _available_memory():
+    """Bytes of memory the system can still give this process (Linux ``MemAvailable``), or
+    ``None`` where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def dense_memory(n, n_neighbors, eigen_solver, k):
-    """Check that the dense n x n arrays of a diffusion fit fit ``working_memory``.
+    """Check that the dense n x n arrays of a diffusion fit fit in the memory available.
 
     The dense operator is one n x n float64 array (the shift-invert Cholesky factorises it in
-    place); a full ``eigh`` adds its eigenvectors and LAPACK workspace (about 3 n^2 more).
-    Returns the MiB left for the kernel blocks (``None``: the whole budget, nothing dense) or
-    raises ``MemoryError`` naming ``working_memory`` and suggesting ``n_neighbors``.
+    place); a full ``eigh`` adds its eigenvectors and LAPACK workspace (about 3 n^2 more). Like
+    scikit-learn's dense SpectralEmbedding these arrays are the algorithm's, not scratch: they are
+    checked against the memory the system has available, and ``working_memory`` bounds the kernel
+    blocks that fill them. Raises ``MemoryError`` suggesting ``n_neighbors`` (a sparse operator)
+    or ``eigen_solver='arpack'`` when they cannot fit.
     """
-    budget = _budget_bytes(None)
     full_eigh = eigen_solver == "dense" or (eigen_solver == "auto" and n <= _DENSE_EIGEN_MAX) or k >= n - 1
     if n_neighbors is not None and not full_eigh:
-        return None
+        return
     need = 8 * n * n * ((0 if n_neighbors is not None else 1) + (3 if full_eigh else 0))
-    # the kernel blocks need a little room besides (a few rows of distances)
-    if need + 64 * n > budget:
+    available = _available_memory()
+    if available is not None and need > available:
         what = f"a dense {n} x {n} operator" if n_neighbors is None else f"a dense {n} x {n} eigen-decomposition"
         hint = "set n_neighbors (a sparse k-NN operator)" if n_neighbors is None else "use eigen_solver='arpack'"
         raise MemoryError(
-            f"AttentionDiffusionEmbedding needs {need / 2**20:.1f} MiB for {what} but the budget "
-            f"is {budget / 2**20:.1f} MiB; {hint} or raise working_memory "
-            "(skattention.config_context(working_memory=...))."
+            f"AttentionDiffusionEmbedding needs {need / 2**20:.1f} MiB for {what} but only "
+            f"{available / 2**20:.1f} MiB of memory is available; {hint}."
         )
-    return (budget - need) / 2**20
 
 
 def diffusion_operator(Z, epsilon, alpha, knn, device, working_memory=None):
     """Build the symmetric conjugate of the alpha-normalised attention operator.
 
     Dense (``knn=None``): the n x n kernel is the only n x n array (normalised in place), built in
-    blocks within ``working_memory`` (MiB of scratch besides it). k-NN (``knn=(d2, idx)`` from
+    blocks within ``working_memory`` (MiB of scratch besides it; ``None``: the configured budget). k-NN (``knn=(d2, idx)`` from
     :func:`knn_graph`): the symmetric graph in which j is a neighbour of i if it is among i's k
     nearest points (i itself included) or i is among j's.
     """
