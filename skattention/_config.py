@@ -1,12 +1,31 @@
 """Global configuration (no torch or scikit-learn imports: the engine reads it too)."""
 
+import math
+import os
 import threading
 from contextlib import contextmanager
+
+
+def _default_working_memory():
+    """256 MiB, or the environment's ``SKATTENTION_WORKING_MEMORY`` (like scikit-learn's
+    ``SKLEARN_WORKING_MEMORY``): the way to set the budget of processes a library starts, such as
+    joblib or Dask workers, which do not inherit a ``set_config`` of the parent."""
+    value = os.environ.get("SKATTENTION_WORKING_MEMORY")
+    if value is None:
+        return 256
+    try:
+        mib = float(value)
+    except ValueError:
+        mib = math.nan
+    if not (math.isfinite(mib) and mib > 0):
+        raise ValueError(f"SKATTENTION_WORKING_MEMORY must be a positive number of MiB, got {value!r}.")
+    return int(mib) if mib.is_integer() else mib
+
 
 _DEFAULTS = {
     # Extra working memory (MiB) one engine call may hold beyond its inputs and outputs,
     # like scikit-learn's ``working_memory``.
-    "working_memory": 256,
+    "working_memory": _default_working_memory(),
 }
 _local = threading.local()
 
@@ -23,7 +42,8 @@ def get_config():
     Returns
     -------
     config : dict
-        Keys: ``working_memory`` (MiB of scratch memory an attention call may use).
+        Keys: ``working_memory`` (MiB of scratch memory an attention call may use; default 256,
+        or the ``SKATTENTION_WORKING_MEMORY`` environment variable when the package is imported).
 
     Examples
     --------
@@ -36,6 +56,9 @@ def get_config():
 
 def set_config(working_memory=None):
     """Set global skattention configuration (per thread).
+
+    The setting does not reach other processes (joblib's loky or Dask workers): set the
+    ``SKATTENTION_WORKING_MEMORY`` environment variable before they start instead.
 
     Parameters
     ----------

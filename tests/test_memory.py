@@ -4,6 +4,8 @@ Each path is run with a tiny budget (many small blocks or chunks) and must give 
 result; inputs that cannot fit even in chunks raise MemoryError naming working_memory.
 """
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -188,3 +190,35 @@ def test_ipn_context_chunks_follow_the_budget():
     with skattention.config_context(working_memory=1e-3):
         with pytest.raises(MemoryError, match="working_memory"):
             net(x, context=ctx)
+
+
+def test_working_memory_default_from_environment():
+    # Worker processes (joblib's loky, Dask) do not inherit set_config; they inherit the environment.
+    import subprocess
+    import sys
+
+    code = "import skattention; print(skattention.get_config()['working_memory'])"
+    env = dict(os.environ, SKATTENTION_WORKING_MEMORY="64")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "64"
+    env["SKATTENTION_WORKING_MEMORY"] = "lots"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode != 0 and "SKATTENTION_WORKING_MEMORY must be a positive number of MiB" in out.stderr
+
+
+def test_working_memory_reaches_loky_workers_through_the_environment(monkeypatch):
+    import joblib
+
+    monkeypatch.setenv("SKATTENTION_WORKING_MEMORY", "48")
+    # fresh workers: loky reuses workers started with an earlier environment otherwise
+    joblib.externals.loky.get_reusable_executor().shutdown(wait=True)
+    with joblib.parallel_config(backend="loky"):
+        seen = joblib.Parallel(n_jobs=2)(joblib.delayed(_worker_working_memory)() for _ in range(2))
+    joblib.externals.loky.get_reusable_executor().shutdown(wait=True)
+    assert seen == [48, 48]
+
+
+def _worker_working_memory():
+    import skattention
+
+    return skattention.get_config()["working_memory"]
