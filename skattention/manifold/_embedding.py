@@ -17,7 +17,7 @@ from ..utils._device import DevicePortableMixin
 from ..utils._param_validation import Count
 from ._operator import (
     auto_epsilon,
-    dense_memory,
+    check_dense_memory,
     diffusion_coordinates,
     diffusion_operator,
     knn_graph,
@@ -207,7 +207,7 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
 
             bar.set_postfix_str(next(steps))
             # Fail before any work when the dense n x n arrays cannot fit in memory.
-            dense_memory(n, self.n_neighbors, self.eigen_solver, self.n_components + 1)
+            check_dense_memory(n, self.n_neighbors, self.eigen_solver, self.n_components + 1)
             knn = None
             if self.n_neighbors is not None:
                 knn = knn_graph(Z, self.n_neighbors, device)

@@ -135,7 +135,7 @@ def _available_memory():
     return None
 
 
-def dense_memory(n, n_neighbors, eigen_solver, k):
+def check_dense_memory(n, n_neighbors, eigen_solver, k):
     """Check that the dense n x n arrays of a diffusion fit fit in the memory available.
 
     The dense operator is one n x n float64 array (the shift-invert Cholesky factorises it in
@@ -159,18 +159,18 @@ def dense_memory(n, n_neighbors, eigen_solver, k):
         )
 
 
-def diffusion_operator(Z, epsilon, alpha, knn, device, working_memory=None):
+def diffusion_operator(Z, epsilon, alpha, knn, device):
     """Build the symmetric conjugate of the alpha-normalised attention operator.
 
     Dense (``knn=None``): the n x n kernel is the only n x n array (normalised in place), built in
-    blocks within ``working_memory`` (MiB of scratch besides it; ``None``: the configured budget). k-NN (``knn=(d2, idx)`` from
+    blocks within ``working_memory`` (MiB of scratch besides it). k-NN (``knn=(d2, idx)`` from
     :func:`knn_graph`): the symmetric graph in which j is a neighbour of i if it is among i's k
     nearest points (i itself included) or i is among j's.
     """
     n = Z.shape[0]
     radius = None
     if knn is None:
-        K = gaussian_kernel(Z, Z, epsilon, device=device, dtype="float64", working_memory=working_memory)
+        K = gaussian_kernel(Z, Z, epsilon, device=device, dtype="float64")
         np.fill_diagonal(K, 1.0)  # exact self-affinity (the blockwise formula rounds)
         q = K.sum(1)
         if alpha:
