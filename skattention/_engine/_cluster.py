@@ -119,19 +119,22 @@ def kmeans_step(X, centers, sample_weight, *, temperature=0.0, log_prior=None, u
     return out
 
 
-def sqdist_to_centers(X, centers, working_memory=None):
+def sqdist_to_centers(X, centers, working_memory=None, shift=None):
     """Squared Euclidean distances (n, k) from points to centroids, from explicit differences.
 
     Differences (not the expanded ``||x||^2 - 2 x.c + ||c||^2``) keep the distance of a point to
     a centroid equal to it exactly 0. Blocks of rows bound the (rows, k, d) scratch memory.
+    ``shift`` (d,) is subtracted from each block of ``X`` (centring without a copy of ``X``).
     """
     n, d = X.shape
     k = centers.shape[0]
     out = torch.empty((n, k), dtype=X.dtype, device=X.device)
     budget = _budget_bytes(working_memory)
-    rows = max(1, min(n, budget // (2 * X.element_size() * k * d + 1), max(1, _CPU_BLOCK_ENTRIES // (k * d))))
+    per_row = X.element_size() * (2 * k * d + (d if shift is not None else 0))
+    rows = max(1, min(n, budget // (per_row + 1), max(1, _CPU_BLOCK_ENTRIES // (k * d))))
     for s in range(0, n, rows):
-        diff = X[s : s + rows, None, :] - centers[None, :, :]
+        block = X[s : s + rows] if shift is None else X[s : s + rows] - shift
+        diff = block[:, None, :] - centers[None, :, :]
         out[s : s + rows] = (diff * diff).sum(2)
     return out
 

@@ -383,22 +383,19 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         return _check_distance_range(X)
 
     def _tensors(self, X):
-        device = resolve_device(self.device)
-        dtype = torch.float64 if X.dtype == np.float64 else torch.float32
-        shift = self.cluster_centers_.mean(0)
-        Xt = torch.from_numpy(np.ascontiguousarray(X - shift)).to(device, dtype)
-        Ct = torch.from_numpy(np.ascontiguousarray(self.cluster_centers_ - shift)).to(device, dtype)
-        return Xt, Ct
-
-    def _labels_inertia(self, X, sample_weight=None, inertia=True):
-        # Centred block by block inside the step: no centred copy of X (working_memory).
+        """``X`` as it is, the centroids centred on their mean, and that mean (the shift), on the
+        device: the engine centres each block of ``X`` itself, so no centred copy of ``X`` is made
+        (working_memory)."""
         device = resolve_device(self.device)
         dtype = torch.float64 if X.dtype == np.float64 else torch.float32
         shift = self.cluster_centers_.mean(0)
         Xt = torch.from_numpy(np.ascontiguousarray(X)).to(device, dtype)
         Ct = torch.from_numpy(np.ascontiguousarray(self.cluster_centers_ - shift)).to(device, dtype)
-        shift_t = torch.from_numpy(np.ascontiguousarray(shift)).to(device, dtype)
-        step = kmeans_step(Xt, Ct, None, update=False, shift=shift_t)
+        return Xt, Ct, torch.from_numpy(np.ascontiguousarray(shift)).to(device, dtype)
+
+    def _labels_inertia(self, X, sample_weight=None, inertia=True):
+        Xt, Ct, shift = self._tensors(X)
+        step = kmeans_step(Xt, Ct, None, update=False, shift=shift)
         labels = step["labels"].cpu().numpy()
         if not inertia:
             return labels, None
@@ -485,8 +482,8 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         X_new : ndarray of shape (n_samples, n_clusters)
         """
         X = self._check_test_data(X)
-        Xt, Ct = self._tensors(X)
-        return np.sqrt(sqdist_to_centers(Xt, Ct).cpu().numpy())
+        Xt, Ct, shift = self._tensors(X)
+        return np.sqrt(sqdist_to_centers(Xt, Ct, shift=shift).cpu().numpy())
 
     def fit_transform(self, X, y=None, sample_weight=None):
         """Fit, then return the distances of ``X`` to the centroids.
