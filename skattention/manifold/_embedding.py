@@ -196,33 +196,31 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         self.metric_ = self._fit_metric(X, y)
         Z = self._to_metric_space(X)
 
-        steps = ["k-NN graph"] * (self.n_neighbors is not None) + ["bandwidth"] * (self.epsilon == "auto")
-        steps += ["operator", "eigenpairs"]
-        with progress_bar(self.verbose, total=len(steps), desc=f"{type(self).__name__} fit", unit="step") as bar:
-            steps = iter(steps)
+        n_steps = 2 + (self.n_neighbors is not None) + (self.epsilon == "auto")
+        with progress_bar(self.verbose, total=n_steps, desc=f"{type(self).__name__} fit", unit="step") as bar:
 
-            def step_done():
+            def step(name, compute):
+                bar.set_postfix_str(name)
+                result = compute()
                 bar.update()
-                bar.set_postfix_str(next(steps, "done"))
+                return result
 
-            bar.set_postfix_str(next(steps))
             # Fail before any work when the dense n x n arrays cannot fit in memory.
             check_dense_memory(n, self.n_neighbors, self.eigen_solver, self.n_components + 1)
             knn = None
             if self.n_neighbors is not None:
-                knn = knn_graph(Z, self.n_neighbors, device)
-                step_done()
+                knn = step("k-NN graph", lambda: knn_graph(Z, self.n_neighbors, device))
             if self.epsilon == "auto":
-                self.epsilon_, self.intrinsic_dimension_ = auto_epsilon(Z, None if knn is None else knn[0], rng, device)
-                step_done()
+                self.epsilon_, self.intrinsic_dimension_ = step(
+                    "bandwidth", lambda: auto_epsilon(Z, None if knn is None else knn[0], rng, device)
+                )
             else:
                 self.epsilon_, self.intrinsic_dimension_ = float(self.epsilon), None
-
-            op = diffusion_operator(Z, self.epsilon_, self.alpha, knn, device)
-            step_done()
-            mu, v = top_eigenpairs(op.A, self.n_components + 1, self.eigen_solver, device, rng,
-                                   progress=self.verbose)
-            step_done()
+            op = step("operator", lambda: diffusion_operator(Z, self.epsilon_, self.alpha, knn, device))
+            mu, v = step("eigenpairs", lambda: top_eigenpairs(
+                op.A, self.n_components + 1, self.eigen_solver, device, rng, progress=self.verbose
+            ))
+            bar.set_postfix_str("done")
         psi = diffusion_coordinates(op, v)[:, 1:]
         mu = mu[1:]
         del op.A, v
