@@ -103,11 +103,23 @@ def resolve_dtype(dtype, *tensors):
 def seeded_torch_rng(seed, device):
     """Seed torch's global RNG (CPU, and ``device`` if it is a GPU) for the block, restoring the
     caller's state afterwards; one thread at a time. Module initialisation and dropout draw from
-    this RNG; anything else should take a ``torch.Generator``."""
+    this RNG; anything else should take a ``torch.Generator``.
+
+    Yields ``release(module)``: once the modules are built, it ends the seeded scope early (the
+    caller's state restored, other threads' fits free to seed) unless training ``module`` draws
+    from the global RNG (dropout), in which case the scope lasts to the end of the block.
+    """
     devices = [device] if torch.device(device).type == "cuda" else []
-    with _GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=devices):
+    with contextlib.ExitStack() as scope:
+        scope.enter_context(_GLOBAL_RNG_LOCK)
+        scope.enter_context(torch.random.fork_rng(devices=devices))
         torch.manual_seed(seed)
-        yield
+
+        def release(module):
+            if not draws_from_global_rng(module):
+                scope.close()
+
+        yield release
 
 
 def draws_from_global_rng(module):

@@ -1,6 +1,5 @@
 """Shared machinery of the metric-attention estimators (thin scikit-learn shells over the engine)."""
 
-import contextlib
 import copy
 import math
 from numbers import Integral, Real
@@ -14,7 +13,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from .._engine import attention, kneighbors, resolve_device
-from .._engine._device import draws_from_global_rng, seeded_torch_rng
+from .._engine._device import seeded_torch_rng
 from .._engine._maps import build_map
 from .._engine._progress import progress_bar
 from .._engine._training import batch_rows, train_metric
@@ -134,9 +133,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         Xs = self._standardise(X)
         seed = int(rng.randint(np.iinfo(np.int32).max))
         # A private, seeded torch RNG for initialisation and dropout; the caller's is restored.
-        rng_scope = contextlib.ExitStack()
-        with rng_scope:
-            rng_scope.enter_context(seeded_torch_rng(seed, device))
+        with seeded_torch_rng(seed, device) as release_rng:
             generator = torch.Generator().manual_seed(seed)
             if not warm:
                 init = _initial_projection(Xs, self.n_components, rng)
@@ -145,8 +142,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                     activation=self.activation, dropout=self.dropout,
                 )
             metric_map = self.map_.to(device=device, dtype=dtype)
-            if not draws_from_global_rng(metric_map):
-                rng_scope.close()  # training draws only from `generator`: let other threads' fits seed
+            release_rng(metric_map)  # training draws only from `generator` (unless dropout)
             Xt = torch.as_tensor(Xs, dtype=dtype, device=device)
             Vt = torch.as_tensor(values, dtype=dtype, device=device)
             Wt = torch.as_tensor(weight, dtype=dtype, device=device)

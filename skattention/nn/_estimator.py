@@ -1,6 +1,5 @@
 """AttentionNetworkClassifier: a scikit-learn classifier training the seed paper's IPN."""
 
-import contextlib
 import copy
 from numbers import Integral, Real
 
@@ -12,7 +11,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import resolve_device
-from .._engine._device import draws_from_global_rng, seeded_torch_rng
+from .._engine._device import seeded_torch_rng
 from .._engine._progress import progress_bar
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._param_validation import Count
@@ -159,13 +158,11 @@ class AttentionNetworkClassifier(ClassifierMixin, DevicePortableMixin, BaseEstim
         n = X.shape[0]
         batch_size = min(n, _AUTO_BATCH if self.batch_size == "auto" else self.batch_size)
         seed = int(rng.randint(np.iinfo(np.int32).max))
-        rng_scope = contextlib.ExitStack()
-        with rng_scope:  # private seeded RNG for initialisation (and dropout); the caller's is restored
-            rng_scope.enter_context(seeded_torch_rng(seed, device))
+        # private seeded RNG for initialisation (and dropout); the caller's is restored
+        with seeded_torch_rng(seed, device) as release_rng:
             net = IPN(X.shape[1], self.classes_.size, width=self.width, n_blocks=self.n_blocks,
                       metric=self.metric, num_heads=self.num_heads).to(device)
-            if not draws_from_global_rng(net):
-                rng_scope.close()  # training draws nothing from it: let other threads' fits seed
+            release_rng(net)  # training draws nothing from it (unless dropout)
             optimizer = torch.optim.Adam(net.parameters(), lr=self.learning_rate,
                                          weight_decay=self.weight_decay)
             self.loss_curve_ = []
