@@ -1,6 +1,5 @@
 """AttentionDiffusionEmbedding: the attention matrix as a diffusion operator (diffusion maps)."""
 
-import math
 from numbers import Integral, Real
 
 import numpy as np
