@@ -4,6 +4,7 @@ import math
 import os
 import threading
 from contextlib import contextmanager
+from numbers import Real
 
 
 def _default_working_memory():
@@ -75,9 +76,25 @@ def set_config(working_memory=None):
     >>> skattention.set_config(working_memory=256)
     """
     if working_memory is not None:
-        if not (isinstance(working_memory, (int, float)) and working_memory > 0):
-            raise ValueError(f"working_memory must be a positive number of MiB, got {working_memory!r}.")
-        _state()["working_memory"] = working_memory
+        _state()["working_memory"] = check_working_memory(working_memory)
+
+
+def check_working_memory(working_memory):
+    """``working_memory`` if it is a positive, finite number of MiB (not a bool), else ValueError.
+
+    The one check of the budget: :func:`set_config` applies it when the value is set, the engine
+    to a ``working_memory`` passed to one call.
+    """
+    if (
+        isinstance(working_memory, bool)
+        or not isinstance(working_memory, Real)
+        or not 0 < working_memory < math.inf
+    ):
+        raise ValueError(
+            f"working_memory must be a positive number of MiB (finite, not a bool), got "
+            f"{working_memory!r}."
+        )
+    return working_memory
 
 
 @contextmanager

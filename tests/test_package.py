@@ -1,4 +1,5 @@
-"""Package-level promises: the engine stays torch-only, the README's quick start runs."""
+"""Package-level promises: the engine stays torch-only behind one door, private scikit-learn
+names stay in one compat module, the README's quick start runs."""
 
 import ast
 import pathlib
@@ -10,16 +11,55 @@ PACKAGE = pathlib.Path(skattention.__file__).parent
 ROOT = PACKAGE.parent
 
 
+def _imports(path):
+    """(absolute module, imported names) of every import statement of a module; relative
+    imports are resolved against the package."""
+    package = path.relative_to(ROOT).with_suffix("").parts[:-1]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, []
+        elif isinstance(node, ast.ImportFrom):
+            base = list(package[: len(package) - node.level + 1]) if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            yield module, [alias.name for alias in node.names]
+
+
 def test_engine_has_no_sklearn_imports():
     for path in (PACKAGE / "_engine").glob("*.py"):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module]
-            assert not any(n.split(".")[0] == "sklearn" for n in names), f"{path.name} imports {names}"
+        for module, _ in _imports(path):
+            assert module.split(".")[0] != "sklearn", f"{path.name} imports {module}"
+            # skattention.utils imports scikit-learn: the engine must not reach it either
+            assert not module.startswith("skattention.utils"), f"{path.name} imports {module}"
+
+
+def test_engine_has_one_door():
+    """Outside the engine, code imports ``skattention._engine`` itself, never its private
+    modules (``skattention._engine._attention``, ...)."""
+    sources = [p for p in ROOT.glob("**/*.py") if "_engine" not in p.parts and ".venv" not in p.parts
+               and p.parts[len(ROOT.parts)] in {"skattention", "benchmarks", "examples", "docs"}]
+    assert len(sources) > 30
+    for path in sources:
+        for module, names in _imports(path):
+            private = [n for n in names if module == "skattention._engine" and n.startswith("_")]
+            assert not module.startswith("skattention._engine._") and not private, (
+                f"{path.relative_to(ROOT)} imports {module} {names}: use skattention._engine"
+            )
+
+
+def test_private_sklearn_names_only_in_the_compat_module():
+    compat = PACKAGE / "utils" / "_sklearn_compat.py"
+    for path in PACKAGE.glob("**/*.py"):
+        if path == compat:
+            continue
+        for module, names in _imports(path):
+            if module.split(".")[0] not in ("sklearn", "torch"):
+                continue
+            private = [m for m in module.split(".") if m.startswith("_")]
+            private += [n for n in names if n.startswith("_")]
+            assert not private, f"{path.relative_to(ROOT)} imports {private} from {module}"
+        text = path.read_text()
+        assert "._DropoutNd" not in text and "sklearn.utils._" not in text, path
 
 
 def test_public_surface():

@@ -1,19 +1,67 @@
 """The attention engine: torch only, no scikit-learn imports.
 
-Estimators are thin scikit-learn shells over :func:`attention`.
+This module is the engine's one door: the estimators (``neighbors``, ``manifold``, ``cluster``,
+``nn``) import what they need from here, never from the private modules behind it (a test
+enforces it). See docs/engine.md for which module owns what.
 """
 
 from ._attention import attention, kneighbors
-from ._device import resolve_device, resolve_dtype
+from ._budget import budget_bytes, plan_rows
+from ._cluster import (
+    ANNEAL_MAX_SAMPLES,
+    anneal,
+    kmeans_step,
+    lloyd,
+    soft_kmeans,
+    sqdist_to_centers,
+)
+from ._device import draws_from_global_rng, resolve_device, resolve_dtype, seeded_torch_rng
+from ._inputs import check_temperature
 from ._kernels import ball_counts, gaussian_kernel, gaussian_kernel_log_sums, sqdist_log_histogram
+from ._maps import ResidualBlock, build_map
+from ._progress import progress_bar, track, write
+from ._scores import ENGINE_METRICS, LEARNED_METRICS, METRICS
+from ._sdpa import augmented_coordinates, scaled_dot_product
+from ._training import ProgressReport, batch_rows, train_metric, train_network
 
 __all__ = [
+    # attention and its selection step
     "attention",
     "kneighbors",
-    "resolve_device",
-    "resolve_dtype",
+    # Gaussian kernels between point sets
     "ball_counts",
     "gaussian_kernel",
     "gaussian_kernel_log_sums",
     "sqdist_log_histogram",
+    # k-means steps and iterations
+    "ANNEAL_MAX_SAMPLES",
+    "anneal",
+    "kmeans_step",
+    "lloyd",
+    "soft_kmeans",
+    "sqdist_to_centers",
+    # training: learned maps, the training loop and its callbacks
+    "ProgressReport",
+    "ResidualBlock",
+    "batch_rows",
+    "build_map",
+    "train_metric",
+    "train_network",
+    # the nn layer's SDPA on augmented coordinates
+    "augmented_coordinates",
+    "scaled_dot_product",
+    # names, checks, devices, memory and progress
+    "ENGINE_METRICS",
+    "LEARNED_METRICS",
+    "METRICS",
+    "budget_bytes",
+    "check_temperature",
+    "draws_from_global_rng",
+    "plan_rows",
+    "progress_bar",
+    "resolve_device",
+    "resolve_dtype",
+    "seeded_torch_rng",
+    "track",
+    "write",
 ]

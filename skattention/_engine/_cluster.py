@@ -13,30 +13,44 @@ softmax) costs more than it saves: here a block of points meets *all* centroids 
 the softmax is taken over the k columns directly, and the M-step sums are accumulated block by
 block. Blocks are sized from ``working_memory`` (MiB, ``skattention.get_config()``), so the
 scratch memory is bounded whatever the number of points.
+
+The iterations built on these steps (Lloyd's algorithm exactly as scikit-learn's, soft k-means at
+a fixed temperature, deterministic annealing with splits at critical temperatures) are here too;
+``skattention.cluster.AttentionKMeans`` is their scikit-learn shell.
 """
 
-import math
-
+import numpy as np
 import torch
 
-from ._attention import _budget_bytes
+from ._budget import budget_bytes, cpu_block_rows, plan_rows
+from ._progress import progress_bar, write
 
-# On the CPU, blocks of about 2**18 distance entries stay in cache and amortise the Python overhead.
-_CPU_BLOCK_ENTRIES = 1 << 18
+# Accelerators: at most this many points per block.
 _ACCEL_BLOCK_ROWS = 1 << 20
+# Deterministic annealing runs on a subsample of at most this many points; the exact Lloyd
+# iterations that follow use every point.
+ANNEAL_MAX_SAMPLES = 20000
+_ANNEAL_COOLING = 0.8  # T <- 0.8 T between temperature levels
+_ANNEAL_MAX_INNER = 10  # EM iterations per temperature level at most
+_ANNEAL_INNER_TOL = 1e-3  # level converged when max_j ||c_j - c_j_old||^2 < 1e-3 T
+_ANNEAL_HARDNESS = 0.99  # stop once the weighted mean of max_j r_ij reaches this ...
+_ANNEAL_MIN_RATIO = 1e-4  # ... or T falls below 1e-4 of the critical temperature
+_ANNEAL_POWER_ITER = 10  # power iterations for the clusters' principal axes
+_ANNEAL_MERGE = 1e-2  # centroids closer than ||c_i - c_j||^2 < 1e-2 T are merged
+_ANNEAL_SPLIT = 0.05  # a split centroid's children start at c +- 0.05 sqrt(lambda_max) v
 
 
 def _block_rows(n, k, d, itemsize, device, working_memory):
-    budget = _budget_bytes(working_memory)
     # per row: distances, logits/responsibilities and their temporaries (4 x k), the weighted
     # copy of the row (d), norms, labels and weights.
-    per_row = itemsize * (4 * k + d + 4) + 8
-    rows = max(1, budget // per_row)
-    if device.type == "cpu":
-        rows = min(rows, max(1, _CPU_BLOCK_ENTRIES // max(k, 1)), max(1024, _CPU_BLOCK_ENTRIES // max(d, 1)))
+    if device.type == "cpu":  # cache-sized: the distances and the block of points
+        cap = min(cpu_block_rows(k), max(1024, cpu_block_rows(d)))
     else:
-        rows = min(rows, _ACCEL_BLOCK_ROWS)
-    return max(1, min(n, rows))
+        cap = _ACCEL_BLOCK_ROWS
+    return plan_rows(
+        n, row_bytes=itemsize * (4 * k + d + 4) + 8, budget=budget_bytes(working_memory),
+        max_rows=cap,
+    )
 
 
 def kmeans_step(X, centers, sample_weight, *, temperature=0.0, log_prior=None, update=True,
@@ -129,9 +143,11 @@ def sqdist_to_centers(X, centers, working_memory=None, shift=None):
     n, d = X.shape
     k = centers.shape[0]
     out = torch.empty((n, k), dtype=X.dtype, device=X.device)
-    budget = _budget_bytes(working_memory)
-    per_row = X.element_size() * (2 * k * d + (d if shift is not None else 0))
-    rows = max(1, min(n, budget // (per_row + 1), max(1, _CPU_BLOCK_ENTRIES // (k * d))))
+    rows = plan_rows(
+        n, row_bytes=X.element_size() * (2 * k * d + (d if shift is not None else 0)),
+        budget=budget_bytes(working_memory),
+        max_rows=cpu_block_rows(k * d) if X.device.type == "cpu" else None,
+    )
     for s in range(0, n, rows):
         block = X[s : s + rows] if shift is None else X[s : s + rows] - shift
         diff = block[:, None, :] - centers[None, :, :]
@@ -171,3 +187,203 @@ def principal_axes(X, sample_weight, centers, temperature, log_prior, directions
         lam = acc.norm(dim=1)
         V = torch.where(lam[:, None] > 0, acc / lam.clamp(min=tiny)[:, None], V)
     return lam, V
+
+
+def anneal(Xt, wt, k, init_centers, rng, verbose=0):
+    """Deterministic annealing to ``k`` centroids with splits at critical temperatures.
+
+    Starts with one centroid at the weighted mean and the temperature at its critical value
+    ``2 lambda_max``. At each level: EM to equilibrium (soft assignments with the centroids'
+    masses as log-prior, weighted means), then every centroid whose critical temperature
+    ``2 lambda_max`` (of its soft cluster) lies above the next temperature splits in two along
+    its principal axis, most unstable first, until there are ``k``. ``rng`` (a NumPy
+    ``RandomState``) draws the subsample and the starting axis; ``init_centers()`` gives the
+    centroids used when annealing cannot run (one cluster, identical points). Returns the
+    centroids (in ``Xt``'s dtype) and the number of EM steps.
+    """
+    n = Xt.shape[0]
+    if n > ANNEAL_MAX_SAMPLES:
+        idx = torch.from_numpy(np.sort(rng.choice(n, ANNEAL_MAX_SAMPLES, replace=False))).to(Xt.device)
+        Xs, ws = Xt[idx], wt[idx]
+    else:
+        Xs, ws = Xt, wt
+    if k == 1 or not bool((ws > 0).any()):
+        return init_centers(), 0
+    # Annealing only has to reach the right basin: float32 is enough (Lloyd follows in the
+    # data's precision).
+    dtype, device = torch.float32, Xt.device
+    Xs, ws = Xs.to(dtype), ws.to(dtype)
+    ws = ws / ws.sum()
+    gen = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
+    C = (ws @ Xs)[None, :]
+    log_p = torch.zeros(1, dtype=dtype, device=device)
+    V = torch.randn((1, Xs.shape[1]), generator=gen, dtype=torch.float64).to(device, dtype)
+    lam, V = principal_axes(Xs, ws, C, 1.0, log_p, V, n_iter=_ANNEAL_POWER_ITER)
+    t_crit = 2.0 * float(lam[0])
+    if not t_crit > 0:
+        return init_centers(), 0
+    T, t_min, n_iter = t_crit, _ANNEAL_MIN_RATIO * t_crit, 0
+    levels = _inner_bar(verbose, desc="annealing", unit="level")
+    while True:
+        if C.shape[0] > 1:
+            for _ in range(_ANNEAL_MAX_INNER):
+                step = kmeans_step(Xs, C, ws, temperature=T, log_prior=log_p)
+                n_iter += 1
+                C_new = weighted_means(step["sums"], step["mass"], C)
+                log_p = torch.log(step["mass"].clamp(min=torch.finfo(dtype).tiny))
+                shift = float(((C_new - C) ** 2).sum(1).max())
+                C = C_new
+                if shift < _ANNEAL_INNER_TOL * T:
+                    break
+            hardness = step["hardness"]
+            # children of a premature split fall back together: merge coincident centroids
+            # so that the copy can split where it is needed
+            C, log_p, V = _merge(C, log_p, V, _ANNEAL_MERGE * T)
+        else:
+            hardness = 0.0
+        m = C.shape[0]
+        levels.set_postfix(T=f"{T:.4g}", centroids=m, hardness=f"{hardness:.4f}", refresh=False)
+        levels.update()
+        if verbose >= 2:
+            write(f"  annealing T={T:.4g}: {m} centroids, hardness {hardness:.4f}")
+        if (m == k and hardness >= _ANNEAL_HARDNESS) or T < t_min:
+            break
+        T_next = T * _ANNEAL_COOLING
+        if m < k:
+            if m > 1:
+                lam, V = principal_axes(Xs, ws, C, T, log_p, V, n_iter=_ANNEAL_POWER_ITER)
+            C, log_p, V = _split(C, log_p, V, lam, k, threshold=T_next / 2.0)
+        T = T_next
+    levels.close()
+    if C.shape[0] < k:  # still too few (near-duplicate data): split the widest clusters anyway
+        lam, V = principal_axes(Xs, ws, C, max(T, 1e-300), log_p, V, n_iter=_ANNEAL_POWER_ITER)
+        C, log_p, V = _split(C, log_p, V, lam, k, threshold=0.0)
+    C = C.to(Xt.dtype)
+    if C.shape[0] < k:  # identical points: pad with initial centres (Lloyd relocates empties)
+        C = torch.cat([C, init_centers()[: k - C.shape[0]]])
+    return C, n_iter
+
+
+def _split(C, log_p, V, lam, k, threshold):
+    """Split centroids with ``lambda_max > threshold`` (largest first) until there are ``k``."""
+    order = torch.argsort(lam, descending=True)
+    chosen = [int(j) for j in order if float(lam[j]) > threshold][: k - C.shape[0]]
+    if not chosen:
+        return C, log_p, V
+    idx = torch.tensor(chosen, device=C.device)
+    step = _ANNEAL_SPLIT * lam[idx].sqrt()[:, None] * V[idx]
+    C = C.clone()
+    C[idx] = C[idx] + step
+    log_p = log_p.clone()
+    log_p[idx] = log_p[idx] - np.log(2.0)
+    return torch.cat([C, C[idx] - 2 * step]), torch.cat([log_p, log_p[idx]]), torch.cat([V, V[idx]])
+
+
+def _merge(C, log_p, V, threshold):
+    """Merge centroids closer than ``sqrt(threshold)`` (mass-weighted mean, masses added)."""
+    m = C.shape[0]
+    if m < 2:
+        return C, log_p, V
+    d2 = ((C[:, None, :] - C[None, :, :]) ** 2).sum(2)
+    close = torch.triu(d2 < threshold, diagonal=1)
+    if not bool(close.any()):
+        return C, log_p, V
+    p = log_p.exp()
+    alive = torch.ones(m, dtype=torch.bool)
+    C, p = C.clone(), p.clone()
+    for i in range(m):
+        if not alive[i]:
+            continue
+        for j in close[i].nonzero().squeeze(1).tolist():
+            if alive[j]:
+                C[i] = (p[i] * C[i] + p[j] * C[j]) / (p[i] + p[j])
+                p[i] = p[i] + p[j]
+                alive[j] = False
+    alive = alive.to(C.device)
+    return C[alive], torch.log(p[alive]), V[alive]
+
+
+def lloyd(X, w, centers, max_iter, tol, verbose):
+    """Lloyd's iterations exactly as scikit-learn's ``_kmeans_single_lloyd``.
+
+    Each iteration assigns every point to its nearest centre (ties to the lowest index), then
+    moves each centre to the weighted mean of its points, relocating empty clusters to the
+    points farthest from their centres. Stops when the labels stop changing (strict
+    convergence) or the summed squared centre shift is ``<= tol``; without strict convergence a
+    last assignment makes labels and centres consistent.
+    """
+    labels_old = None
+    n_iter = 0
+    bar = _inner_bar(verbose, total=max_iter, desc="Lloyd")
+    for i in range(max_iter):
+        step = kmeans_step(X, centers, w)
+        labels = step["labels"]
+        new = _centers_from_sums(X, w, centers, step, labels)
+        shift = float(((new - centers) ** 2).sum())
+        centers = new
+        n_iter = i + 1
+        bar.set_postfix(shift=f"{shift:.3g}", refresh=False)
+        bar.update()
+        if labels_old is not None and torch.equal(labels, labels_old):
+            break  # strict convergence
+        if shift <= tol:
+            break
+        labels_old = labels
+    bar.close()
+    # Labels and inertia of the final centres (after strict convergence the labels cannot change).
+    step = kmeans_step(X, centers, w, update=False)
+    labels = step["labels"]
+    inertia = float((step["min_sqdist"].double() * w.double()).sum())
+    if verbose >= 2:
+        write(f"  Lloyd: {n_iter} iterations, inertia {inertia:.6g}")
+    return centers, labels, inertia, n_iter
+
+
+def _centers_from_sums(X, w, centers_old, step, labels):
+    sums, mass = step["sums"].clone(), step["mass"].clone()
+    empty = (mass == 0).nonzero().squeeze(1)
+    if empty.numel():
+        # scikit-learn's _relocate_empty_clusters_dense: move each empty centre to one of the
+        # points farthest from their (old) centre, taking it out of its cluster.
+        d2 = ((X - centers_old[labels]) ** 2).sum(1)
+        if float(d2.max()) > 0:
+            far = torch.from_numpy(np.argpartition(d2.cpu().numpy(), -empty.numel())[: -empty.numel() - 1 : -1].copy())
+            for j, idx in zip(empty.tolist(), far.tolist()):
+                old = int(labels[idx])
+                sums[old] -= X[idx] * w[idx]
+                sums[j] = X[idx] * w[idx]
+                mass[j] = w[idx]
+                mass[old] -= w[idx]
+    return weighted_means(sums, mass, centers_old)
+
+
+def weighted_means(sums, mass, centers_old):
+    """The M-step: ``sums / mass`` per centroid; a centroid without mass stays where it was."""
+    keep = mass > 0
+    return torch.where(keep[:, None], sums / torch.where(keep, mass, 1.0)[:, None], centers_old)
+
+
+def soft_kmeans(X, w, centers, T, max_iter, tol, verbose):
+    """Soft k-means at a fixed temperature (equal priors) to a fixed point."""
+    n_iter = 0
+    bar = _inner_bar(verbose, total=max_iter, desc="soft k-means")
+    for i in range(max_iter):
+        step = kmeans_step(X, centers, w, temperature=T)
+        new = weighted_means(step["sums"], step["mass"], centers)
+        shift = float(((new - centers) ** 2).sum())
+        centers = new
+        n_iter = i + 1
+        bar.set_postfix(shift=f"{shift:.3g}", refresh=False)
+        bar.update()
+        if shift <= tol:
+            break
+    bar.close()
+    step = kmeans_step(X, centers, w, update=False)
+    inertia = float((step["min_sqdist"].double() * w.double()).sum())
+    return centers, step["labels"], inertia, n_iter
+
+
+def _inner_bar(verbose, total=None, desc=None, unit="it"):
+    """Bar of an inner loop (annealing levels, iterations of a run): shown at ``verbose=1``
+    once it lasts a couple of seconds; ``verbose >= 2`` writes lines instead."""
+    return progress_bar(verbose == 1, total=total, desc=desc, unit=unit, inner=True)

@@ -122,10 +122,17 @@ def seeded_torch_rng(seed, device):
         yield release
 
 
+# The dropout modules of torch (public names: their common base class is private).
+_DROPOUT_MODULES = (
+    torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
+    torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout,
+)
+
+
 def draws_from_global_rng(module):
     """Whether running ``module`` in training mode draws from torch's global RNG (dropout)."""
     for m in module.modules():
-        rate = m.p if isinstance(m, torch.nn.modules.dropout._DropoutNd) else getattr(m, "dropout", 0.0)
+        rate = m.p if isinstance(m, _DROPOUT_MODULES) else getattr(m, "dropout", 0.0)
         if isinstance(rate, float) and rate > 0:  # skattention.nn layers keep their rate as `dropout`
             return True
     return False

@@ -11,41 +11,33 @@ import math
 import numpy as np
 import torch
 
-from ._attention import _as_tensor, _budget_bytes, _plan_blocks
+from ._budget import budget_bytes, plan_blocks
 from ._device import resolve_device, resolve_dtype
+from ._inputs import as_tensor, check_nonnegative_real, check_temperature
 from ._scores import Scorer
 
 
 def _setup(queries, keys, device, dtype, working_memory):
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, queries, keys)
-    Q = _as_tensor(queries, "queries", dev, dt, ndims=(2,))
-    K = _as_tensor(keys, "keys", dev, dt, ndims=(2,))
+    Q = as_tensor(queries, "queries", dev, dt, ndims=(2,))
+    K = as_tensor(keys, "keys", dev, dt, ndims=(2,))
     if Q.shape[1] != K.shape[1]:
         raise ValueError(f"queries have {Q.shape[1]} features but keys have {K.shape[1]}; they must match.")
     if K.shape[0] == 0:
         raise ValueError("keys is empty.")
-    return Q, Scorer(K, "sqeuclidean"), _budget_bytes(working_memory)
+    return Q, Scorer(K, "sqeuclidean"), budget_bytes(working_memory)
 
 
 def _sqdist_blocks(Q, scorer, budget, what, pair_bytes, whole_rows=False):
     """Yield ``(qs, qe, ks, ke, d2)``: squared distances of a query block to a key block."""
     n_q, n_k = Q.shape[0], scorer.n_keys
     item = Q.element_size()
-    bq, bk = _plan_blocks(
-        n_q, n_k, pair_bytes=pair_bytes * item, query_bytes=2 * item * Q.shape[1],
-        budget=budget, device=Q.device, what=what, cache_sized=not whole_rows,
+    # Callers that fill whole rows of an output want few, wide blocks.
+    bq, bk = plan_blocks(
+        n_q, n_k, pair_bytes=pair_bytes * item, row_bytes=2 * item * Q.shape[1], budget=budget,
+        device=Q.device, what=what, hint="use n_neighbors", whole_rows=whole_rows,
     )
-    if whole_rows:
-        # Callers that fill whole rows of an output want few, wide blocks.
-        bk = n_k
-        bq = max(1, min(n_q, budget // (n_k * pair_bytes * item + 2 * item * Q.shape[1])))
-        if n_k * pair_bytes * item > budget:
-            raise MemoryError(
-                f"{what} needs {n_k * pair_bytes * item / 2**20:.1f} MiB of scratch memory per row "
-                f"but the budget is {budget / 2**20:.1f} MiB; raise working_memory "
-                "(skattention.config_context(working_memory=...)) or use n_neighbors."
-            )
     for qs in range(0, n_q, bq):
         qe = min(n_q, qs + bq)
         q = scorer.prepare_queries(Q[qs:qe])
@@ -84,8 +76,7 @@ def gaussian_kernel(queries, keys, temperature, *, out=None, device="auto", dtyp
     array([[1.    , 0.0183],
            [0.3679, 0.3679]])
     """
-    if not (isinstance(temperature, (int, float)) and 0 < temperature < math.inf):
-        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}.")
+    temperature = check_temperature(temperature, positive_finite=True)
     Q, scorer, budget = _setup(queries, keys, device, dtype, working_memory)
     if out is None:
         out = np.empty((Q.shape[0], scorer.n_keys), dtype=np.float64)
@@ -192,8 +183,7 @@ def gaussian_kernel_log_sums(queries, keys, temperature, *, device="auto", dtype
     >>> float(np.exp(gaussian_kernel_log_sums(np.zeros((1, 1)), np.zeros((3, 1)), 1.0)[0]))
     3.0
     """
-    if not (isinstance(temperature, (int, float)) and 0 < temperature < math.inf):
-        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}.")
+    temperature = check_temperature(temperature, positive_finite=True)
     Q, scorer, budget = _setup(queries, keys, device, dtype, working_memory)
     out = torch.full((Q.shape[0],), -math.inf, dtype=Q.dtype, device=Q.device)
     for qs, qe, ks, ke, d2 in _sqdist_blocks(Q, scorer, budget, "kernel sums", 2):
@@ -227,8 +217,7 @@ def ball_counts(queries, keys, radius, *, device="auto", dtype=None, working_mem
     >>> ball_counts(np.array([[0.0], [5.0]]), np.array([[0.0], [0.5], [2.0]]), 1.0)
     array([2, 0])
     """
-    if not (isinstance(radius, (int, float)) and 0 <= radius < math.inf):
-        raise ValueError(f"radius must be a finite number >= 0, got {radius!r}.")
+    radius = check_nonnegative_real(radius, "radius")
     Q, scorer, budget = _setup(queries, keys, device, dtype, working_memory)
     out = torch.zeros(Q.shape[0], dtype=torch.long, device=Q.device)
     for qs, qe, ks, ke, d2 in _sqdist_blocks(Q, scorer, budget, "ball counts", 2):

@@ -15,6 +15,8 @@ on the (projected) inputs.
 import torch
 from torch import nn
 
+from ._scores import LEARNED_METRICS
+
 _ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
 
 
@@ -40,6 +42,8 @@ class MetricMap(nn.Module):
 class LinearMap(MetricMap):
     """phi(x) = W x."""
 
+    kind = LEARNED_METRICS["linear"]
+
     def __init__(self, init):
         super().__init__(init)
         self.linear = nn.Linear(init.shape[1], init.shape[0], bias=False)
@@ -50,7 +54,9 @@ class LinearMap(MetricMap):
         return self.linear(x)
 
 
-class _ResidualBlock(nn.Module):
+class ResidualBlock(nn.Module):
+    """z -> z + W2 drop(act(W1 z + b1)) + b2, starting as the identity (W2, b2 = 0)."""
+
     def __init__(self, width, hidden, activation, dropout):
         super().__init__()
         self.inner = nn.Linear(width, hidden)
@@ -68,6 +74,8 @@ class _ResidualBlock(nn.Module):
 class ResidualMLPMap(MetricMap):
     """phi(x) = blocks(W_in x), each block z -> z + W2 drop(act(W1 z + b1)) + b2."""
 
+    kind = LEARNED_METRICS["mlp"]
+
     def __init__(self, init, hidden_size, n_blocks, activation="relu", dropout=0.0):
         super().__init__(init)
         width = init.shape[0]
@@ -75,17 +83,20 @@ class ResidualMLPMap(MetricMap):
         with torch.no_grad():
             self.proj.weight.copy_(init)
         self.blocks = nn.Sequential(
-            *[_ResidualBlock(width, hidden_size, activation, dropout) for _ in range(n_blocks)]
+            *[ResidualBlock(width, hidden_size, activation, dropout) for _ in range(n_blocks)]
         )
 
     def forward(self, x):
         return self.blocks(self.proj(x))
 
 
+_ResidualBlock = ResidualBlock  # the name in pickles of earlier versions
+
+
 class DotProductMaps(MetricMap):
     """Queries W_Q x and keys W_K y scored by their dot product."""
 
-    kind = "dot"
+    kind = LEARNED_METRICS["dot"]
 
     def __init__(self, init):
         super().__init__(init)
@@ -117,4 +128,4 @@ def build_map(kind, init, *, hidden_size=256, n_blocks=1, activation="relu", dro
         return ResidualMLPMap(init, hidden_size, n_blocks, activation, dropout)
     if kind == "dot":
         return DotProductMaps(init)
-    raise ValueError(f"unknown learned metric {kind!r}")
+    raise ValueError(f"unknown learned metric {kind!r}; use one of {tuple(LEARNED_METRICS)}.")

@@ -8,7 +8,13 @@ translation invariant) to limit cancellation.
 
 import torch
 
-METRICS = ("sqeuclidean", "dot")
+# The one table of metric names. Scores the engine computes (``attention(metric=...)``):
+ENGINE_METRICS = ("sqeuclidean", "dot")
+# Pseudo-metrics learned end to end (``_maps.py``; the estimators and ``skattention.nn``) ->
+# the engine score between the mapped inputs:
+LEARNED_METRICS = {"mlp": "sqeuclidean", "linear": "sqeuclidean", "dot": "dot"}
+# The metric estimators' ``metric``: the fixed Euclidean one and the learned ones.
+METRICS = {"euclidean": "sqeuclidean", **LEARNED_METRICS}
 
 
 class Scorer:

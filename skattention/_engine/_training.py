@@ -1,9 +1,18 @@
-"""End-to-end training of a pseudo-metric by leave-one-out soft-neighbour likelihood (torch only).
+"""The one training loop of the library, and the two trainings built on it (torch only).
 
-The recipe of NCA and ModernNCA in the notation of THEORY.md: each minibatch of training points
-attends, through :func:`attention`, to a random sample of candidate training points with itself
-excluded, and the propagated labels are scored against the true ones (log-loss for classes,
-squared error for targets). The map and a log-temperature are optimised with AdamW.
+:func:`run_training` runs epochs of minibatch steps; what happens after each epoch (progress
+reports, early stopping with validation) is a :class:`Callback`. On it:
+
+* :func:`train_metric`: a pseudo-metric by leave-one-out soft-neighbour likelihood (the recipe
+  of NCA and ModernNCA in the notation of THEORY.md): each minibatch of training points attends,
+  through :func:`attention`, to a random sample of candidate training points with itself
+  excluded, and the propagated labels are scored against the true ones (log-loss for classes,
+  squared error for targets). The map and a log-temperature are optimised with AdamW.
+* :func:`train_network`: a network of class logits (``skattention.nn.IPN``) by minibatch
+  cross-entropy with Adam.
+
+Every tensor lives on the device of the training inputs, which the estimator resolved from its
+``device``; every :func:`attention` call of training is told that device.
 """
 
 import copy
@@ -11,7 +20,8 @@ import math
 
 import torch
 
-from ._attention import _budget_bytes, attention
+from ._attention import attention
+from ._budget import budget_bytes, plan_rows
 
 _LOG_EPS = 1e-7  # floor of a propagated class probability inside the log-loss
 
@@ -26,6 +36,115 @@ class TrainingHistory:
         self.best_validation_score = None
         self.best_validation_loss = None
         self.n_iter = 0
+
+
+class Callback:
+    """What the training loop does after each epoch and at the end (nothing, by default)."""
+
+    def on_epoch_end(self, history):
+        """Called after each epoch; return True to stop training."""
+        return False
+
+    def on_train_end(self, history):
+        """Called once training has stopped."""
+
+
+def run_training(model, optimizer, *, max_iter, batches, step, history=None, callbacks=()):
+    """Train ``model`` for up to ``max_iter`` epochs; return its :class:`TrainingHistory`.
+
+    ``batches()`` gives the minibatches of one epoch; ``step(batch)`` zeroes the gradients and
+    computes the minibatch's loss and gradients, returning ``(loss, weight)`` (the epoch loss is
+    their weighted mean) or ``None`` to skip the minibatch; the optimizer step follows. After
+    each epoch every callback runs, in order; training stops when one of them asks to.
+    """
+    history = history or TrainingHistory()
+    for _ in range(max_iter):
+        model.train()
+        total, total_weight = 0.0, 0.0
+        for batch in batches():
+            result = step(batch)
+            if result is None:
+                continue
+            optimizer.step()
+            loss, weight = result
+            total += loss * weight
+            total_weight += weight
+        history.loss_curve.append(total / total_weight if total_weight > 0 else 0.0)
+        history.n_iter += 1
+        stop = False
+        for callback in callbacks:
+            stop = bool(callback.on_epoch_end(history)) or stop
+        if stop:
+            break
+    for callback in callbacks:
+        callback.on_train_end(history)
+    model.eval()
+    return history
+
+
+class EarlyStopping(Callback):
+    """Stop when the monitored loss has not improved by ``tol`` for ``n_iter_no_change`` epochs.
+
+    With ``validate`` (a function returning ``(score, loss)`` on held-out points), the validation
+    loss is monitored, recorded in the history with its score, and the state of the best epoch
+    (``snapshot()``) is restored at the end (``restore(state)``); without, the training loss.
+    """
+
+    def __init__(self, n_iter_no_change, tol, history, validate=None, snapshot=None,
+                 restore=None):
+        self.n_iter_no_change, self.tol = n_iter_no_change, tol
+        self.validate, self.snapshot, self.restore = validate, snapshot, restore
+        self.best_val = (
+            math.inf if history.best_validation_loss is None else history.best_validation_loss
+        )
+        self.best_loss = min(history.loss_curve) if history.loss_curve else math.inf
+        self.best_state = None
+        self.stall = 0
+
+    def on_epoch_end(self, history):
+        if self.validate is not None:
+            score, val_loss = self.validate()
+            history.validation_scores.append(score)
+            history.validation_losses.append(val_loss)
+            improved = val_loss < self.best_val - self.tol
+            if val_loss < self.best_val:
+                self.best_val = val_loss
+                history.best_validation_loss, history.best_validation_score = val_loss, score
+                self.best_state = self.snapshot()
+        else:
+            epoch_loss = history.loss_curve[-1]
+            improved = epoch_loss < self.best_loss - self.tol
+            self.best_loss = min(self.best_loss, epoch_loss)
+        self.stall = 0 if improved else self.stall + 1
+        return self.stall >= self.n_iter_no_change
+
+    def on_train_end(self, history):
+        if self.best_state is not None:
+            self.restore(self.best_state)
+
+
+class ProgressReport(Callback):
+    """Per epoch, the bar shows the loss (and the validation score when ``validating``); with
+    ``verbose >= 2`` also one line per epoch (on standard error, above the bar). ``first``: the
+    epochs run before this fit (warm start)."""
+
+    def __init__(self, bar, name, max_iter, verbose, validating=False, first=0):
+        self.bar, self.name, self.max_iter, self.verbose = bar, name, max_iter, verbose
+        self.validating, self.first = validating, first
+
+    def on_epoch_end(self, history):
+        loss = history.loss_curve[-1]
+        score = history.validation_scores[-1] if self.validating else None
+        postfix = {"loss": f"{loss:.4f}"}
+        if score is not None:
+            postfix["val_score"] = f"{score:.4f}"
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update()
+        if self.verbose >= 2:
+            extra = "" if score is None else f", validation score {score:.4f}"
+            epoch = history.n_iter - self.first
+            self.bar.write(f"{self.name} epoch {epoch}/{self.max_iter}: loss {loss:.4f}{extra}")
+        return False
 
 
 def train_metric(
@@ -47,7 +166,7 @@ def train_metric(
     generator,
     history=None,
     optimizer_state=None,
-    callback=None,
+    callbacks=(),
 ):
     """Train ``metric_map`` (and ``log_temperature`` if it requires grad) in place.
 
@@ -57,7 +176,7 @@ def train_metric(
     log_temperature : Tensor (0-d)
         Learned when it requires grad, else fixed.
     X : Tensor (n, d)
-        Training inputs (already on the compute device).
+        Training inputs, on the compute device (every attention call runs there).
     values : Tensor (n, n_values)
         What attention propagates: one-hot labels (``loss="log_loss"``) or standardised targets
         (``loss="squared_error"``).
@@ -73,8 +192,8 @@ def train_metric(
         Candidate keys sampled for each minibatch (all points when >= n).
     generator : torch.Generator
         Drives batches and candidate samples (on the CPU, for reproducibility).
-    callback : callable(epoch, loss, score) or None
-        Called after each epoch (progress reporting).
+    callbacks : sequence of Callback
+        Run after the early-stopping rule each epoch (e.g. :class:`ProgressReport`).
 
     Returns
     -------
@@ -83,93 +202,95 @@ def train_metric(
         To continue training (``warm_start``).
     """
     history = history or TrainingHistory()
-    device = X.device
-    n = X.shape[0]
+    device, n = X.device, X.shape[0]
     log_prior = torch.log(weight)
-    learned_t = log_temperature.requires_grad
     groups = [{"params": list(metric_map.parameters()), "weight_decay": weight_decay}]
-    if learned_t:
+    if log_temperature.requires_grad:
         groups.append({"params": [log_temperature], "weight_decay": 0.0})
     optimizer = torch.optim.AdamW(groups, lr=learning_rate)
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
-    best_val = math.inf if history.best_validation_loss is None else history.best_validation_loss
-    best_loss = min(history.loss_curve) if history.loss_curve else math.inf
-    best_state = None
-    stall = 0
     in_batch = torch.zeros(n, dtype=torch.bool)
     symmetric = metric_map.kind != "dot"
-    for _ in range(max_iter):
-        metric_map.train()
-        order = torch.randperm(n, generator=generator)
-        total, total_weight = 0.0, 0.0
-        for batch in order.split(batch_size):
-            # Candidates: the batch itself plus a random sample of the other points, so a
-            # symmetric map embeds every point of the step once. Each point is excluded from
-            # its own candidates.
-            if n_candidates < n:
-                in_batch[batch] = True
-                perm = torch.randperm(n, generator=generator)
-                others = perm[~in_batch[perm]][: max(n_candidates - batch.numel(), 0)]
-                in_batch[batch] = False
-                candidates = torch.cat([batch, others])
-                own = torch.arange(batch.numel())
-            else:
-                candidates, own = torch.arange(n), batch
-            batch_d, cand_d, own_d = batch.to(device), candidates.to(device), own.to(device)
-            w = weight[batch_d]
-            if not bool((w > 0).any()):
-                continue  # a batch of zero-weight points carries no loss
-            keys = metric_map.key(X[cand_d])
-            queries = keys[own_d] if symmetric else metric_map.query(X[batch_d])
-            temperature = _exp_in_range(log_temperature)
-            # Under autograd a step's scores stay alive until backward: a batch too large for
-            # working_memory is split into chunks whose gradients are accumulated (same sum).
-            rows = batch_rows(candidates.numel(), values.shape[1], keys.shape[1], X.element_size())
-            optimizer.zero_grad(set_to_none=True)
-            batch_loss, w_sum = 0.0, w.sum()
-            for s in range(0, batch.numel(), rows):
-                e = min(batch.numel(), s + rows)
-                out = attention(
-                    queries[s:e], keys, values[cand_d],
-                    metric=metric_map.kind, temperature=temperature,
-                    log_prior=log_prior[cand_d], exclude_self=own_d[s:e], on_empty="zero",
-                )
-                per_point = _loss(out, values[batch_d[s:e]], loss)
-                part = (w[s:e] * per_point).sum() / w_sum
-                part.backward(retain_graph=e < batch.numel())
-                batch_loss += float(part.detach())
-                del out, per_point, part  # free this chunk's scores before the next chunk's
-            optimizer.step()
-            total += batch_loss * float(w_sum)
-            total_weight += float(w_sum)
-        epoch_loss = total / total_weight if total_weight > 0 else 0.0
-        history.loss_curve.append(epoch_loss)
-        history.n_iter += 1
-        score = None
-        if validation is not None:
-            score, val_loss = validation_score(metric_map, log_temperature, X, values, log_prior, validation, loss)
-            history.validation_scores.append(score)
-            history.validation_losses.append(val_loss)
-            improved = val_loss < best_val - tol
-            if val_loss < best_val:
-                best_val = val_loss
-                history.best_validation_loss, history.best_validation_score = val_loss, score
-                best_state = (copy.deepcopy(metric_map.state_dict()), log_temperature.detach().clone())
+
+    def step(batch):
+        # Candidates: the batch itself plus a random sample of the other points, so a symmetric
+        # map embeds every point of the step once. Each point is excluded from its own candidates.
+        if n_candidates < n:
+            in_batch[batch] = True
+            perm = torch.randperm(n, generator=generator)
+            others = perm[~in_batch[perm]][: max(n_candidates - batch.numel(), 0)]
+            in_batch[batch] = False
+            candidates = torch.cat([batch, others])
+            own = torch.arange(batch.numel())
         else:
-            improved = epoch_loss < best_loss - tol
-            best_loss = min(best_loss, epoch_loss)
-        stall = 0 if improved else stall + 1
-        if callback is not None:
-            callback(history.n_iter, epoch_loss, score)
-        if stall >= n_iter_no_change:
-            break
-    if best_state is not None:
-        metric_map.load_state_dict(best_state[0])
+            candidates, own = torch.arange(n), batch
+        batch_d, cand_d, own_d = batch.to(device), candidates.to(device), own.to(device)
+        w = weight[batch_d]
+        if not bool((w > 0).any()):
+            return None  # a batch of zero-weight points carries no loss
+        keys = metric_map.key(X[cand_d])
+        queries = keys[own_d] if symmetric else metric_map.query(X[batch_d])
+        temperature = _exp_in_range(log_temperature)
+        # Under autograd a step's scores stay alive until backward: a batch too large for
+        # working_memory is split into chunks whose gradients are accumulated (same sum).
+        rows = batch_rows(candidates.numel(), values.shape[1], keys.shape[1], X.element_size())
+        optimizer.zero_grad(set_to_none=True)
+        batch_loss, w_sum = 0.0, w.sum()
+        for s in range(0, batch.numel(), rows):
+            e = min(batch.numel(), s + rows)
+            out = attention(
+                queries[s:e], keys, values[cand_d], metric=metric_map.kind,
+                temperature=temperature, log_prior=log_prior[cand_d], exclude_self=own_d[s:e],
+                on_empty="zero", device=device, dtype=X.dtype,
+            )
+            per_point = _loss(out, values[batch_d[s:e]], loss)
+            part = (w[s:e] * per_point).sum() / w_sum
+            part.backward(retain_graph=e < batch.numel())
+            batch_loss += float(part.detach())
+            del out, per_point, part  # free this chunk's scores before the next chunk's
+        return batch_loss, float(w_sum)
+
+    def snapshot():
+        return copy.deepcopy(metric_map.state_dict()), log_temperature.detach().clone()
+
+    def restore(state):
+        metric_map.load_state_dict(state[0])
         with torch.no_grad():
-            log_temperature.copy_(best_state[1])
-    metric_map.eval()
+            log_temperature.copy_(state[1])
+
+    validate = None
+    if validation is not None:
+        def validate():
+            return validation_score(metric_map, log_temperature, X, values, log_prior,
+                                    validation, loss)
+
+    stopping = EarlyStopping(n_iter_no_change, tol, history, validate, snapshot, restore)
+    run_training(
+        metric_map, optimizer, max_iter=max_iter, step=step, history=history,
+        batches=lambda: torch.randperm(n, generator=generator).split(batch_size),
+        callbacks=[stopping, *callbacks],
+    )
     return history, optimizer.state_dict()
+
+
+def train_network(net, X, y, *, max_iter, batch_size, learning_rate, weight_decay, order,
+                  callbacks=()):
+    """Train the class logits ``net(X)`` against labels ``y`` by minibatch cross-entropy (Adam
+    with L2 weight decay); ``order()`` gives each epoch's permutation of the samples. Returns
+    the :class:`TrainingHistory` (the loss curve: mean cross-entropy per epoch)."""
+    optimizer = torch.optim.Adam(net.parameters(), lr=learning_rate, weight_decay=weight_decay)
+
+    def step(idx):
+        optimizer.zero_grad()
+        batch_loss = torch.nn.functional.cross_entropy(net(X[idx]), y[idx])
+        batch_loss.backward()
+        return float(batch_loss.detach()), idx.numel()
+
+    return run_training(
+        net, optimizer, max_iter=max_iter, step=step, callbacks=callbacks,
+        batches=lambda: order().split(batch_size),
+    )
 
 
 def batch_rows(n_candidates, n_values, dim, itemsize, working_memory=None):
@@ -179,16 +300,12 @@ def batch_rows(n_candidates, n_values, dim, itemsize, working_memory=None):
     backward pass, their gradients coexist: about 4 values and a mask byte per pair (measured:
     13 bytes per pair in float32), plus per-row outputs, targets and gradients.
     """
-    budget = _budget_bytes(working_memory)
-    per_row = n_candidates * (4 * itemsize + 2) + itemsize * (4 * n_values + 4 * dim + 8)
-    if per_row > budget:
-        raise MemoryError(
-            f"training attends each point to {n_candidates} candidate points: one point needs "
-            f"{per_row / 2**20:.2f} MiB of scratch memory but the budget is {budget / 2**20:.2f} MiB; "
-            "raise working_memory (skattention.config_context(working_memory=...)) or lower "
-            "sample_rate (fewer candidates per minibatch)."
-        )
-    return int(budget // per_row)
+    return plan_rows(
+        None, row_bytes=n_candidates * (4 * itemsize + 2) + itemsize * (4 * n_values + 4 * dim + 8),
+        budget=budget_bytes(working_memory), per="per point",
+        what=f"training (each point attends to {n_candidates} candidate points)",
+        hint="lower sample_rate (fewer candidates per minibatch)",
+    )
 
 
 def _loss(out, target, loss):
@@ -207,6 +324,7 @@ def validation_score(metric_map, log_temperature, X, values, log_prior, validati
     pred = attention(
         metric_map.query(X_val), metric_map.key(X), values, metric=metric_map.kind,
         temperature=float(torch.exp(log_temperature)), log_prior=log_prior, on_empty="zero",
+        device=X.device, dtype=X.dtype,
     )
     total = weight_val.sum()
     val_loss = float((weight_val * _loss(pred, values_val, loss)).sum() / total)

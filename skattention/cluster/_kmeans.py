@@ -5,30 +5,26 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _check_sample_weight, check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from .._engine import attention, resolve_device
-from .._engine._cluster import kmeans_step, principal_axes, sqdist_to_centers
-from .._engine._progress import progress_bar, write
+from .._engine import (
+    anneal,
+    attention,
+    check_temperature,
+    kmeans_step,
+    lloyd,
+    progress_bar,
+    resolve_device,
+    soft_kmeans,
+    sqdist_to_centers,
+)
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
-from ..utils._param_validation import Count
-
-# Deterministic annealing (temperature="auto"), run on a subsample of at most this many points;
-# the exact Lloyd iterations that follow use every point.
-_ANNEAL_MAX_SAMPLES = 20000
-_ANNEAL_COOLING = 0.8  # T <- 0.8 T between temperature levels
-_ANNEAL_MAX_INNER = 10  # EM iterations per temperature level at most
-_ANNEAL_INNER_TOL = 1e-3  # level converged when max_j ||c_j - c_j_old||^2 < 1e-3 T
-_ANNEAL_HARDNESS = 0.99  # stop once the weighted mean of max_j r_ij reaches this ...
-_ANNEAL_MIN_RATIO = 1e-4  # ... or T falls below 1e-4 of the critical temperature
-_ANNEAL_POWER_ITER = 10  # power iterations for the clusters' principal axes
-_ANNEAL_MERGE = 1e-2  # centroids closer than ||c_i - c_j||^2 < 1e-2 T are merged
-_ANNEAL_SPLIT = 0.05  # a split centroid's children start at c +- 0.05 sqrt(lambda_max) v
+from ..utils._param_validation import Count, Interval, StrOptions
+from ..utils._sklearn_compat import _check_sample_weight, _fit_context
 
 
 class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, DevicePortableMixin, BaseEstimator):
@@ -221,13 +217,13 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
 
             n_anneal = 0
             if annealing:
-                ct, n_anneal = self._anneal(Xt, wt, initial_centers, rng)
+                ct, n_anneal = anneal(Xt, wt, self.n_clusters, initial_centers, rng, self.verbose)
             else:
                 ct = initial_centers()
             if T is None or T == 0:
-                ct, labels, inertia, n_iter = _lloyd(Xt, wt, ct, self.max_iter, tol, self.verbose)
+                ct, labels, inertia, n_iter = lloyd(Xt, wt, ct, self.max_iter, tol, self.verbose)
             else:
-                ct, labels, inertia, n_iter = _soft_kmeans(Xt, wt, ct, T, self.max_iter, tol, self.verbose)
+                ct, labels, inertia, n_iter = soft_kmeans(Xt, wt, ct, T, self.max_iter, tol, self.verbose)
             if self.verbose >= 2:
                 runs.write(f"AttentionKMeans run {run}: inertia {inertia:.6g}, {n_anneal} annealing "
                            f"and {n_iter} {'Lloyd' if not T else 'soft'} iterations")
@@ -301,80 +297,6 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
             centers = init
         return centers
 
-    def _anneal(self, Xt, wt, init_centers, rng):
-        """Deterministic annealing with splits at critical temperatures (``temperature="auto"``).
-
-        Starts with one centroid at the weighted mean and the temperature at its critical value
-        ``2 lambda_max``. At each level: EM to equilibrium (soft assignments with the centroids'
-        masses as log-prior, weighted means), then every centroid whose critical temperature
-        ``2 lambda_max`` (of its soft cluster) lies above the next temperature splits in two along
-        its principal axis, most unstable first, until there are ``n_clusters``.
-        """
-        n = Xt.shape[0]
-        k = self.n_clusters
-        if n > _ANNEAL_MAX_SAMPLES:
-            idx = torch.from_numpy(np.sort(rng.choice(n, _ANNEAL_MAX_SAMPLES, replace=False))).to(Xt.device)
-            Xs, ws = Xt[idx], wt[idx]
-        else:
-            Xs, ws = Xt, wt
-        if k == 1 or not bool((ws > 0).any()):
-            return init_centers(), 0
-        # Annealing only has to reach the right basin: float32 is enough (Lloyd follows in the
-        # data's precision).
-        dtype, device = torch.float32, Xt.device
-        Xs, ws = Xs.to(dtype), ws.to(dtype)
-        ws = ws / ws.sum()
-        gen = torch.Generator().manual_seed(int(rng.randint(np.iinfo(np.int32).max)))
-        C = (ws @ Xs)[None, :]
-        log_p = torch.zeros(1, dtype=dtype, device=device)
-        V = torch.randn((1, Xs.shape[1]), generator=gen, dtype=torch.float64).to(device, dtype)
-        lam, V = principal_axes(Xs, ws, C, 1.0, log_p, V, n_iter=_ANNEAL_POWER_ITER)
-        t_crit = 2.0 * float(lam[0])
-        if not t_crit > 0:
-            return init_centers(), 0
-        T, t_min, n_iter = t_crit, _ANNEAL_MIN_RATIO * t_crit, 0
-        levels = _inner_bar(self.verbose, desc="annealing", unit="level")
-        while True:
-            if C.shape[0] > 1:
-                for _ in range(_ANNEAL_MAX_INNER):
-                    step = kmeans_step(Xs, C, ws, temperature=T, log_prior=log_p)
-                    n_iter += 1
-                    mass = step["mass"]
-                    keep = mass > 0
-                    C_new = torch.where(keep[:, None], step["sums"] / torch.where(keep, mass, 1.0)[:, None], C)
-                    log_p = torch.log(mass.clamp(min=torch.finfo(dtype).tiny))
-                    shift = float(((C_new - C) ** 2).sum(1).max())
-                    C = C_new
-                    if shift < _ANNEAL_INNER_TOL * T:
-                        break
-                hardness = step["hardness"]
-                # children of a premature split fall back together: merge coincident centroids
-                # so that the copy can split where it is needed
-                C, log_p, V = _merge(C, log_p, V, _ANNEAL_MERGE * T)
-            else:
-                hardness = 0.0
-            m = C.shape[0]
-            levels.set_postfix(T=f"{T:.4g}", centroids=m, hardness=f"{hardness:.4f}", refresh=False)
-            levels.update()
-            if self.verbose >= 2:
-                write(f"  annealing T={T:.4g}: {m} centroids, hardness {hardness:.4f}")
-            if (m == k and hardness >= _ANNEAL_HARDNESS) or T < t_min:
-                break
-            T_next = T * _ANNEAL_COOLING
-            if m < k:
-                if m > 1:
-                    lam, V = principal_axes(Xs, ws, C, T, log_p, V, n_iter=_ANNEAL_POWER_ITER)
-                C, log_p, V = _split(C, log_p, V, lam, k, threshold=T_next / 2.0)
-            T = T_next
-        levels.close()
-        if C.shape[0] < k:  # still too few (near-duplicate data): split the widest clusters anyway
-            lam, V = principal_axes(Xs, ws, C, max(T, 1e-300), log_p, V, n_iter=_ANNEAL_POWER_ITER)
-            C, log_p, V = _split(C, log_p, V, lam, k, threshold=0.0)
-        C = C.to(Xt.dtype)
-        if C.shape[0] < k:  # identical points: pad with initial centres (Lloyd relocates empties)
-            C = torch.cat([C, init_centers()[: k - C.shape[0]]])
-        return C, n_iter
-
     # ------------------------------------------------------------------ predict
 
     def _check_test_data(self, X):
@@ -447,14 +369,12 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
             ``softmax_j(-||x - c_j||^2 / T)``; rows sum to 1.
         """
         X = self._check_test_data(X)
-        T = self.temperature_ if temperature is None else temperature
-        if isinstance(T, bool) or not isinstance(T, Real) or not T >= 0:
-            raise ValueError(f"temperature must be a number >= 0, got {temperature!r}.")
+        T = check_temperature(self.temperature_ if temperature is None else temperature)
         dtype = torch.float64 if X.dtype == np.float64 else torch.float32
         eye = np.eye(self.n_clusters)
         if T == 0:
             return eye[self._labels_inertia(X, inertia=False)[0]]
-        out = attention(X, self.cluster_centers_, eye, temperature=float(T), device=self.device, dtype=dtype)
+        out = attention(X, self.cluster_centers_, eye, temperature=T, device=self.device, dtype=dtype)
         return np.asarray(out, dtype=np.float64)
 
     def predict_proba(self, X):
@@ -527,131 +447,6 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         # The centroid update sums with index_add_, float atomics on CUDA.
         tags.non_deterministic = _cuda_nondeterministic(self.device)
         return tags
-
-
-# ---------------------------------------------------------------------- iterations
-
-
-def _split(C, log_p, V, lam, k, threshold):
-    """Split centroids with ``lambda_max > threshold`` (largest first) until there are ``k``."""
-    order = torch.argsort(lam, descending=True)
-    chosen = [int(j) for j in order if float(lam[j]) > threshold][: k - C.shape[0]]
-    if not chosen:
-        return C, log_p, V
-    idx = torch.tensor(chosen, device=C.device)
-    step = _ANNEAL_SPLIT * lam[idx].sqrt()[:, None] * V[idx]
-    C = C.clone()
-    C[idx] = C[idx] + step
-    log_p = log_p.clone()
-    log_p[idx] = log_p[idx] - np.log(2.0)
-    return torch.cat([C, C[idx] - 2 * step]), torch.cat([log_p, log_p[idx]]), torch.cat([V, V[idx]])
-
-
-def _merge(C, log_p, V, threshold):
-    """Merge centroids closer than ``sqrt(threshold)`` (mass-weighted mean, masses added)."""
-    m = C.shape[0]
-    if m < 2:
-        return C, log_p, V
-    d2 = ((C[:, None, :] - C[None, :, :]) ** 2).sum(2)
-    close = torch.triu(d2 < threshold, diagonal=1)
-    if not bool(close.any()):
-        return C, log_p, V
-    p = log_p.exp()
-    alive = torch.ones(m, dtype=torch.bool)
-    C, p = C.clone(), p.clone()
-    for i in range(m):
-        if not alive[i]:
-            continue
-        for j in close[i].nonzero().squeeze(1).tolist():
-            if alive[j]:
-                C[i] = (p[i] * C[i] + p[j] * C[j]) / (p[i] + p[j])
-                p[i] = p[i] + p[j]
-                alive[j] = False
-    alive = alive.to(C.device)
-    return C[alive], torch.log(p[alive]), V[alive]
-
-
-def _lloyd(X, w, centers, max_iter, tol, verbose):
-    """Lloyd's iterations exactly as scikit-learn's ``_kmeans_single_lloyd``.
-
-    Each iteration assigns every point to its nearest centre (ties to the lowest index), then
-    moves each centre to the weighted mean of its points, relocating empty clusters to the
-    points farthest from their centres. Stops when the labels stop changing (strict
-    convergence) or the summed squared centre shift is ``<= tol``; without strict convergence a
-    last assignment makes labels and centres consistent.
-    """
-    labels_old = None
-    n_iter = 0
-    bar = _inner_bar(verbose, total=max_iter, desc="Lloyd")
-    for i in range(max_iter):
-        step = kmeans_step(X, centers, w)
-        labels = step["labels"]
-        new = _centers_from_sums(X, w, centers, step, labels)
-        shift = float(((new - centers) ** 2).sum())
-        centers = new
-        n_iter = i + 1
-        bar.set_postfix(shift=f"{shift:.3g}", refresh=False)
-        bar.update()
-        if labels_old is not None and torch.equal(labels, labels_old):
-            break  # strict convergence
-        if shift <= tol:
-            break
-        labels_old = labels
-    bar.close()
-    # Labels and inertia of the final centres (after strict convergence the labels cannot change).
-    step = kmeans_step(X, centers, w, update=False)
-    labels = step["labels"]
-    inertia = float((step["min_sqdist"].double() * w.double()).sum())
-    if verbose >= 2:
-        write(f"  Lloyd: {n_iter} iterations, inertia {inertia:.6g}")
-    return centers, labels, inertia, n_iter
-
-
-def _centers_from_sums(X, w, centers_old, step, labels):
-    sums, mass = step["sums"].clone(), step["mass"].clone()
-    empty = (mass == 0).nonzero().squeeze(1)
-    if empty.numel():
-        # scikit-learn's _relocate_empty_clusters_dense: move each empty centre to one of the
-        # points farthest from their (old) centre, taking it out of its cluster.
-        d2 = ((X - centers_old[labels]) ** 2).sum(1)
-        if float(d2.max()) > 0:
-            far = torch.from_numpy(np.argpartition(d2.cpu().numpy(), -empty.numel())[: -empty.numel() - 1 : -1].copy())
-            for j, idx in zip(empty.tolist(), far.tolist()):
-                old = int(labels[idx])
-                sums[old] -= X[idx] * w[idx]
-                sums[j] = X[idx] * w[idx]
-                mass[j] = w[idx]
-                mass[old] -= w[idx]
-    keep = mass > 0
-    return torch.where(keep[:, None], sums / torch.where(keep, mass, 1.0)[:, None], centers_old)
-
-
-def _soft_kmeans(X, w, centers, T, max_iter, tol, verbose):
-    """Soft k-means at a fixed temperature (equal priors) to a fixed point."""
-    n_iter = 0
-    bar = _inner_bar(verbose, total=max_iter, desc="soft k-means")
-    for i in range(max_iter):
-        step = kmeans_step(X, centers, w, temperature=T)
-        mass = step["mass"]
-        keep = mass > 0
-        new = torch.where(keep[:, None], step["sums"] / torch.where(keep, mass, 1.0)[:, None], centers)
-        shift = float(((new - centers) ** 2).sum())
-        centers = new
-        n_iter = i + 1
-        bar.set_postfix(shift=f"{shift:.3g}", refresh=False)
-        bar.update()
-        if shift <= tol:
-            break
-    bar.close()
-    step = kmeans_step(X, centers, w, update=False)
-    inertia = float((step["min_sqdist"].double() * w.double()).sum())
-    return centers, step["labels"], inertia, n_iter
-
-
-def _inner_bar(verbose, total=None, desc=None, unit="it"):
-    """Bar of an inner loop (annealing levels, iterations of a run): shown at ``verbose=1``
-    once it lasts a couple of seconds; ``verbose >= 2`` writes lines instead."""
-    return progress_bar(verbose == 1, total=total, desc=desc, unit=unit, inner=True)
 
 
 def _check_distance_range(X):

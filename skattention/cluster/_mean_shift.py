@@ -5,17 +5,21 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
+from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.cluster import estimate_bandwidth, get_bin_seeds
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from .._engine import attention, resolve_device
-from .._engine import ball_counts, gaussian_kernel_log_sums
-from .._engine._cluster import kmeans_step
-from .._engine._progress import progress_bar
+from .._engine import (
+    attention,
+    ball_counts,
+    gaussian_kernel_log_sums,
+    kmeans_step,
+    progress_bar,
+    resolve_device,
+)
 from ..utils._device import DevicePortableMixin
-from ..utils._param_validation import Count
+from ..utils._param_validation import Count, Interval, StrOptions
+from ..utils._sklearn_compat import _fit_context
 
 # bandwidth=None: scikit-learn's estimate_bandwidth (quantile 0.3) on at most this many points.
 _BANDWIDTH_MAX_SAMPLES = 10000

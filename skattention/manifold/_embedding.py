@@ -4,16 +4,15 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context, clone
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._engine import attention, kneighbors, resolve_device
-from .._engine._progress import progress_bar
+from .._engine import attention, kneighbors, progress_bar, resolve_device
 from ..utils._device import DevicePortableMixin
-from ..utils._param_validation import Count
+from ..utils._param_validation import Count, HasMethods, Interval, StrOptions
+from ..utils._sklearn_compat import _fit_context
 from ._operator import (
     auto_epsilon,
     check_dense_memory,

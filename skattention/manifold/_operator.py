@@ -17,9 +17,15 @@ from scipy.linalg import cho_factor, cho_solve
 from scipy.sparse.linalg import LinearOperator, eigsh, splu
 from sklearn.neighbors import NearestNeighbors
 
-from .._engine import gaussian_kernel, kneighbors, resolve_device, sqdist_log_histogram
-from .._engine._progress import progress_bar
-from .._engine._attention import _budget_bytes
+from .._engine import (
+    budget_bytes,
+    gaussian_kernel,
+    kneighbors,
+    plan_rows,
+    progress_bar,
+    resolve_device,
+    sqdist_log_histogram,
+)
 
 # Points sampled by the bandwidth rule (their 90th percentile is what it needs).
 _BANDWIDTH_QUERIES = 2000
@@ -53,7 +59,7 @@ def per_point_bandwidth(neighbor_d2, target_degree, quantile=_COVERED_QUANTILE):
     n, k = neighbor_d2.shape
     hi = np.empty(n)
     # Rows are independent: blocks of rows keep the (rows, k) temporaries within working_memory.
-    rows = max(1, _budget_bytes(None) // (3 * 8 * k))
+    rows = plan_rows(n, row_bytes=3 * 8 * k, budget=budget_bytes())
     for start in range(0, n, rows):
         d2 = neighbor_d2[start : start + rows]
         lo_b, hi_b = np.full(len(d2), lo0), np.full(len(d2), hi0)

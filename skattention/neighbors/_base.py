@@ -9,17 +9,28 @@ import torch
 from sklearn.base import BaseEstimator
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state, gen_batches
-from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._engine import attention, kneighbors, resolve_device
-from .._engine._device import seeded_torch_rng
-from .._engine._maps import build_map
-from .._engine._progress import progress_bar
-from .._engine._training import batch_rows, train_metric
+from .._engine import (
+    LEARNED_METRICS,
+    METRICS,
+    ProgressReport,
+    attention,
+    batch_rows,
+    budget_bytes,
+    build_map,
+    kneighbors,
+    plan_rows,
+    progress_bar,
+    resolve_device,
+    seeded_torch_rng,
+    train_metric,
+)
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
-from ..utils._param_validation import Count
-from ..utils._validation import standardisation
+from ..utils._param_validation import Count, Interval, StrOptions
+from ..utils._sklearn_compat import _check_sample_weight
+from ..utils._validation import encode_classes, standardisation
 
 # temperature="auto" with the fixed metric: leave-one-out choice on a geometric grid around the
 # nearest-neighbour scale (weighted median squared distance from a point to its nearest distinct one).
@@ -27,9 +38,6 @@ _AUTO_TEMPERATURE_GRID = 2.0 ** np.arange(-3, 5)
 _AUTO_TEMPERATURE_MAX_QUERIES = 2000
 _AUTO_TEMPERATURE_CANDIDATES = 8
 
-# engine metric of each `metric` option (learned maps map inputs first)
-_ENGINE_METRIC = {"euclidean": "sqeuclidean", "linear": "sqeuclidean", "mlp": "sqeuclidean", "dot": "dot"}
-_LEARNED = ("linear", "mlp", "dot")
 _TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # n_components=None: keep the inputs' dimension up to this many components (PCA beyond it)
 _DEFAULT_MAX_COMPONENTS = 128
@@ -37,7 +45,10 @@ _DEFAULT_MAX_COMPONENTS = 128
 _AUTO_CANDIDATES = 2048
 # batch_size="auto": n_train / 16 within these bounds
 _AUTO_BATCH = (64, 512)
+# Rows mapped at once by the learned map (fewer when working_memory is smaller).
 _EMBED_CHUNK = 65536
+# Queries whose candidate distances are gathered at once by the neighbour scale.
+_SCALE_CHUNK = 256
 
 
 class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
@@ -50,7 +61,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
     """
 
     _parameter_constraints: dict = {
-        "metric": [StrOptions(set(_ENGINE_METRIC))],
+        "metric": [StrOptions(set(METRICS))],
         "temperature": [Interval(Real, 0, None, closed="both"), StrOptions({"auto"})],
         "n_neighbors": [Count(Integral, 1, None, closed="left"), None],
         "radius": [Interval(Real, 0, None, closed="neither"), None],
@@ -75,7 +86,56 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         "dtype": [StrOptions(set(_TORCH_DTYPES)), None],
     }
 
+    def __init__(self, metric="mlp", *, temperature="auto", n_neighbors=None, radius=None,
+                 n_components=None, hidden_size=256, n_blocks=1, activation="relu", dropout=0.0,
+                 max_iter=100, batch_size="auto", learning_rate=3e-3, weight_decay=1e-4,
+                 sample_rate="auto", early_stopping=True, validation_fraction=0.1,
+                 n_iter_no_change=10, tol=1e-4, warm_start=False, random_state=None, verbose=0,
+                 device="auto", dtype=None):
+        self.metric = metric
+        self.temperature = temperature
+        self.n_neighbors = n_neighbors
+        self.radius = radius
+        self.n_components = n_components
+        self.hidden_size = hidden_size
+        self.n_blocks = n_blocks
+        self.activation = activation
+        self.dropout = dropout
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.sample_rate = sample_rate
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.tol = tol
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.verbose = verbose
+        self.device = device
+        self.dtype = dtype
+
     # ------------------------------------------------------------------ fit
+
+    def _fit_labels(self, X, y, sample_weight, same_classes_on_warm_start=False):
+        """Fit on class labels: the one-hot labels are the values, ``class_weight`` a key prior.
+
+        ``same_classes_on_warm_start``: a warm start must see the classes of the previous fit.
+        """
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        classes, y_encoded = encode_classes(self, y)
+        if (same_classes_on_warm_start and self.warm_start and hasattr(self, "classes_")
+                and not np.array_equal(classes, self.classes_)):
+            raise ValueError("warm_start needs the same classes as the previous fit.")
+        self.classes_ = classes
+        key_weight = None
+        if self.class_weight is not None:
+            key_weight = compute_class_weight(self.class_weight, classes=classes, y=y)[y_encoded]
+        self._fit_y = y_encoded
+        values = np.eye(classes.size, dtype=X.dtype)[y_encoded]
+        self._fit_attention(X, values, sample_weight, key_weight, loss="log_loss", stratify=y_encoded)
+        return self
 
     def _fit_attention(self, X, values, sample_weight, key_weight=None, loss="log_loss", stratify=None,
                        train_values=None):
@@ -102,7 +162,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         with np.errstate(divide="ignore"):
             self._log_prior = np.log(prior_weight)
         self.n_samples_fit_ = n_samples
-        if self.metric in _LEARNED:
+        if self.metric in LEARNED_METRICS:
             self._fit_learned(X, values if train_values is None else train_values, prior_weight, loss, stratify)
             return
         self._fit_Z = X
@@ -167,8 +227,12 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                 if self.batch_size == "auto" else self.batch_size
             )
             previous = getattr(self, "_history", None) if warm else None
-            with progress_bar(self.verbose, total=self.max_iter, desc=f"{type(self).__name__} fit",
-                              unit="epoch") as bar:
+            name = type(self).__name__
+            with progress_bar(self.verbose, total=self.max_iter, desc=f"{name} fit", unit="epoch") as bar:
+                report = ProgressReport(
+                    bar, name, self.max_iter, self.verbose, validating=validation is not None,
+                    first=previous.n_iter if previous else 0,
+                )
                 history, state = train_metric(
                     metric_map, log_t, Xt, Vt, loss, Wt, validation=validation,
                     max_iter=self.max_iter, batch_size=batch_size, n_candidates=n_candidates,
@@ -176,7 +240,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                     n_iter_no_change=self.n_iter_no_change, tol=self.tol, generator=generator,
                     history=previous,
                     optimizer_state=getattr(self, "_optimizer_state", None) if warm else None,
-                    callback=self._progress_callback(bar, previous.n_iter if previous else 0),
+                    callbacks=[report],
                 )
         self.map_ = metric_map.to(device="cpu", dtype=torch.float32)
         self._optimizer_state = _to_cpu(state)
@@ -227,25 +291,6 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         train_idx, val_idx = train_test_split(idx, test_size=n_val, random_state=rng, stratify=strat)
         return torch.as_tensor(np.sort(train_idx)), torch.as_tensor(np.sort(val_idx))
 
-    def _progress_callback(self, bar, first):
-        """Per-epoch report: the bar's postfix shows the loss and validation score; with
-        ``verbose >= 2`` also one line per epoch (on standard error, above the bar)."""
-        if not self.verbose:
-            return None
-        name = type(self).__name__
-
-        def report(epoch, loss, score):
-            postfix = {"loss": f"{loss:.4f}"}
-            if score is not None:
-                postfix["val_score"] = f"{score:.4f}"
-            bar.set_postfix(postfix, refresh=False)
-            bar.update()
-            if self.verbose >= 2:
-                extra = "" if score is None else f", validation score {score:.4f}"
-                bar.write(f"{name} epoch {epoch - first}/{self.max_iter}: loss {loss:.4f}{extra}")
-
-        return report
-
     # ------------------------------------------------------------------ fixed metric temperature
 
     def _auto_temperature(self, sample_weight):
@@ -292,7 +337,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
 
     def _engine_kwargs(self, temperature=None):
         return dict(
-            metric=_ENGINE_METRIC[self.metric],
+            metric=METRICS[self.metric],
             temperature=self.temperature_ if temperature is None else temperature,
             n_neighbors=self.n_neighbors,
             radius=self.radius,
@@ -306,7 +351,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
 
     def _embed(self, X, side="query"):
         """Inputs mapped into the space where attention scores are computed (NumPy)."""
-        if self.metric not in _LEARNED:
+        if self.metric not in LEARNED_METRICS:
             return X
         device = resolve_device(self.device)
         dtype = self._compute_dtype()
@@ -316,8 +361,14 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         metric_map.eval()
         fn = metric_map.query if side == "query" else metric_map.key
         out = np.empty((X.shape[0], self.map_.n_components), dtype=np.float32 if dtype == torch.float32 else np.float64)
+        # per row: the standardised float64 copy, its tensor, and the map's activations (input,
+        # hidden and output widths, with their temporaries)
+        item = torch.finfo(dtype).bits // 8
+        width = self.map_.n_components + self.map_.n_features
+        row_bytes = 8 * X.shape[1] + item * (X.shape[1] + 2 * self.hidden_size + 3 * width)
+        rows = plan_rows(X.shape[0], row_bytes=row_bytes, budget=budget_bytes(), max_rows=_EMBED_CHUNK)
         with torch.no_grad():
-            for batch in gen_batches(X.shape[0], _EMBED_CHUNK):
+            for batch in gen_batches(X.shape[0], rows):
                 xb = torch.as_tensor(self._standardise(X[batch]), dtype=dtype, device=device)
                 out[batch] = fn(xb).cpu().numpy()
         return out
@@ -377,7 +428,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         tags.input_tags.allow_nan = False
         # Learned metrics train with CUDA float atomics (backward of gather/indexing and of the
         # fused attention kernels); fixed metrics run forward kernels only, which repeat exactly.
-        tags.non_deterministic = self.metric in _LEARNED and _cuda_nondeterministic(self.device)
+        tags.non_deterministic = self.metric in LEARNED_METRICS and _cuda_nondeterministic(self.device)
         return tags
 
 
@@ -412,10 +463,14 @@ def _neighbor_scale(Z, queries, sample_weight, log_weight, device, dtype=torch.f
         return 1.0
     _, idx = kneighbors(Z[queries], Z, n_candidates, log_prior=log_weight, exclude_self=queries, device=device, dtype=dtype)
     # Exact distances on the candidates (duplicates are exactly 0 and skipped), in chunks so the
-    # gathered candidates stay small.
+    # gathered candidates (and their differences) stay small.
     nearest = np.full(queries.size, np.inf)
-    for start in range(0, queries.size, 256):
-        rows = slice(start, start + 256)
+    chunk = plan_rows(
+        queries.size, row_bytes=3 * 8 * n_candidates * Z.shape[1], budget=budget_bytes(),
+        max_rows=_SCALE_CHUNK,
+    )
+    for start in range(0, queries.size, chunk):
+        rows = slice(start, start + chunk)
         cand = idx[rows]
         diff = Z[queries[rows]][:, None, :].astype(np.float64) - Z[np.maximum(cand, 0)]
         d2 = np.einsum("ijk,ijk->ij", diff, diff)

@@ -1,17 +1,16 @@
 """MetricAttentionClassifier: attention from queries to the training set, propagating labels."""
 
 import numpy as np
-from sklearn.base import ClassifierMixin, _fit_context
-from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.class_weight import compute_class_weight
-from sklearn.utils.validation import validate_data
+from sklearn.base import ClassifierMixin
 
-from ..utils._validation import encode_classes
+from ..utils._param_validation import StrOptions
+from ..utils._sklearn_compat import _fit_context
+from ..utils._validation import ProbabilisticClassifierMixin
 from . import _docs
 from ._base import _BaseMetricAttention
 
 
-class MetricAttentionClassifier(ClassifierMixin, _BaseMetricAttention):
+class MetricAttentionClassifier(ProbabilisticClassifierMixin, ClassifierMixin, _BaseMetricAttention):
     """Classifier by attention over the training set under a learned (or fixed) pseudo-metric.
 
     The class probabilities of a query ``x`` are the attention-weighted average of the one-hot
@@ -80,58 +79,22 @@ class MetricAttentionClassifier(ClassifierMixin, _BaseMetricAttention):
         "class_weight": [dict, StrOptions({"balanced"}), None],
     }
 
-    def __init__(
-        self,
-        metric="mlp",
-        *,
-        temperature="auto",
-        n_neighbors=None,
-        radius=None,
-        class_weight=None,
-        n_components=None,
-        hidden_size=256,
-        n_blocks=1,
-        activation="relu",
-        dropout=0.0,
-        max_iter=100,
-        batch_size="auto",
-        learning_rate=3e-3,
-        weight_decay=1e-4,
-        sample_rate="auto",
-        early_stopping=True,
-        validation_fraction=0.1,
-        n_iter_no_change=10,
-        tol=1e-4,
-        warm_start=False,
-        random_state=None,
-        verbose=0,
-        device="auto",
-        dtype=None,
-    ):
-        self.metric = metric
-        self.temperature = temperature
-        self.n_neighbors = n_neighbors
-        self.radius = radius
+    def __init__(self, metric="mlp", *, temperature="auto", n_neighbors=None, radius=None,
+                 class_weight=None, n_components=None, hidden_size=256, n_blocks=1,
+                 activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
+                 learning_rate=3e-3, weight_decay=1e-4, sample_rate="auto", early_stopping=True,
+                 validation_fraction=0.1, n_iter_no_change=10, tol=1e-4, warm_start=False,
+                 random_state=None, verbose=0, device="auto", dtype=None):
+        super().__init__(
+            metric, temperature=temperature, n_neighbors=n_neighbors, radius=radius,
+            n_components=n_components, hidden_size=hidden_size, n_blocks=n_blocks,
+            activation=activation, dropout=dropout, max_iter=max_iter, batch_size=batch_size,
+            learning_rate=learning_rate, weight_decay=weight_decay, sample_rate=sample_rate,
+            early_stopping=early_stopping, validation_fraction=validation_fraction,
+            n_iter_no_change=n_iter_no_change, tol=tol, warm_start=warm_start,
+            random_state=random_state, verbose=verbose, device=device, dtype=dtype,
+        )
         self.class_weight = class_weight
-        self.n_components = n_components
-        self.hidden_size = hidden_size
-        self.n_blocks = n_blocks
-        self.activation = activation
-        self.dropout = dropout
-        self.max_iter = max_iter
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.sample_rate = sample_rate
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.tol = tol
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.verbose = verbose
-        self.device = device
-        self.dtype = dtype
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -153,57 +116,15 @@ class MetricAttentionClassifier(ClassifierMixin, _BaseMetricAttention):
         self : MetricAttentionClassifier
             The fitted classifier.
         """
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
-        classes, y_encoded = encode_classes(self, y)
-        if self.warm_start and hasattr(self, "classes_") and not np.array_equal(classes, self.classes_):
-            raise ValueError("warm_start needs the same classes as the previous fit.")
-        self.classes_ = classes
-        key_weight = None
-        if self.class_weight is not None:
-            per_class = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
-            key_weight = per_class[y_encoded]
-        self._fit_y = y_encoded
-        values = np.eye(self.classes_.size, dtype=X.dtype)[y_encoded]
-        self._fit_attention(X, values, sample_weight, key_weight, loss="log_loss", stratify=y_encoded)
-        return self
+        return self._fit_labels(X, y, sample_weight, same_classes_on_warm_start=True)
 
     def _loo_loss(self, proba, rows, weight):
         """Weighted log-loss of leave-one-out class probabilities (for temperature="auto")."""
         p_true = proba[np.arange(rows.size), self._fit_y[rows]]
         return -np.average(np.log(np.clip(p_true, 1e-12, None)), weights=weight)
 
-    def predict_proba(self, X):
-        """Attention-weighted class frequencies of each query.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_queries, n_features)
-            Query points.
-
-        Returns
-        -------
-        proba : ndarray of shape (n_queries, n_classes)
-            Class probabilities, columns ordered as ``classes_``.
-        """
-        proba = self._propagate(X)
-        # Rounding can leave sums a few ulp from 1; renormalise like scikit-learn's neighbours.
-        return proba / proba.sum(axis=1, keepdims=True)
-
-    def predict(self, X):
-        """Most probable class of each query.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_queries, n_features)
-            Query points.
-
-        Returns
-        -------
-        y : ndarray of shape (n_queries,)
-            Predicted class labels.
-        """
-        proba = self.predict_proba(X)
-        return self.classes_[np.argmax(proba, axis=1)]
+    def _predict_proba(self, X):
+        return self._propagate(X)
 
 
 MetricAttentionClassifier.__doc__ = _docs.fill(MetricAttentionClassifier.__doc__)

@@ -1,9 +1,10 @@
 """MetricAttentionRegressor: attention from queries to the training set, propagating targets."""
 
 import numpy as np
-from sklearn.base import RegressorMixin, _fit_context
+from sklearn.base import RegressorMixin
 from sklearn.utils.validation import validate_data
 
+from ..utils._sklearn_compat import _fit_context
 from . import _docs
 from ._base import _BaseMetricAttention
 
@@ -63,57 +64,6 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
     >>> bool(np.isclose(nw.predict([[1.4]])[0], w @ y / w.sum()))
     True
     """
-
-    def __init__(
-        self,
-        metric="mlp",
-        *,
-        temperature="auto",
-        n_neighbors=None,
-        radius=None,
-        n_components=None,
-        hidden_size=256,
-        n_blocks=1,
-        activation="relu",
-        dropout=0.0,
-        max_iter=100,
-        batch_size="auto",
-        learning_rate=3e-3,
-        weight_decay=1e-4,
-        sample_rate="auto",
-        early_stopping=True,
-        validation_fraction=0.1,
-        n_iter_no_change=10,
-        tol=1e-4,
-        warm_start=False,
-        random_state=None,
-        verbose=0,
-        device="auto",
-        dtype=None,
-    ):
-        self.metric = metric
-        self.temperature = temperature
-        self.n_neighbors = n_neighbors
-        self.radius = radius
-        self.n_components = n_components
-        self.hidden_size = hidden_size
-        self.n_blocks = n_blocks
-        self.activation = activation
-        self.dropout = dropout
-        self.max_iter = max_iter
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.sample_rate = sample_rate
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.tol = tol
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.verbose = verbose
-        self.device = device
-        self.dtype = dtype
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):

@@ -1,12 +1,10 @@
 """MetricAttentionTransformer: the learned pseudo-metric as a transformer (like NCA)."""
 
-import numpy as np
-from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin, _fit_context
-from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.class_weight import compute_class_weight
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
 
-from ..utils._validation import encode_classes
+from ..utils._param_validation import StrOptions
+from ..utils._sklearn_compat import _fit_context
 from . import _docs
 from ._base import _BaseMetricAttention
 
@@ -119,58 +117,23 @@ class MetricAttentionTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMix
         _parameter_constraints.pop(_name)
     del _name
 
-    # Prediction-time priors of the attention estimators; a transformer does not predict.
-    n_neighbors = None
-    radius = None
-
-    def __init__(
-        self,
-        n_components=None,
-        *,
-        metric="mlp",
-        temperature="auto",
-        class_weight=None,
-        hidden_size=256,
-        n_blocks=1,
-        activation="relu",
-        dropout=0.0,
-        max_iter=100,
-        batch_size="auto",
-        learning_rate=3e-3,
-        weight_decay=1e-4,
-        sample_rate="auto",
-        early_stopping=True,
-        validation_fraction=0.1,
-        n_iter_no_change=10,
-        tol=1e-4,
-        warm_start=False,
-        random_state=None,
-        verbose=0,
-        device="auto",
-        dtype=None,
-    ):
-        self.n_components = n_components
-        self.metric = metric
-        self.temperature = temperature
+    def __init__(self, n_components=None, *, metric="mlp", temperature="auto", class_weight=None,
+                 hidden_size=256, n_blocks=1, activation="relu", dropout=0.0, max_iter=100,
+                 batch_size="auto", learning_rate=3e-3, weight_decay=1e-4, sample_rate="auto",
+                 early_stopping=True, validation_fraction=0.1, n_iter_no_change=10, tol=1e-4,
+                 warm_start=False, random_state=None, verbose=0, device="auto", dtype=None):
+        # n_neighbors and radius, the base's prediction-time priors, keep their default None: a
+        # transformer does not predict.
+        super().__init__(
+            metric, temperature=temperature, n_components=n_components, hidden_size=hidden_size,
+            n_blocks=n_blocks, activation=activation, dropout=dropout, max_iter=max_iter,
+            batch_size=batch_size, learning_rate=learning_rate, weight_decay=weight_decay,
+            sample_rate=sample_rate, early_stopping=early_stopping,
+            validation_fraction=validation_fraction, n_iter_no_change=n_iter_no_change, tol=tol,
+            warm_start=warm_start, random_state=random_state, verbose=verbose, device=device,
+            dtype=dtype,
+        )
         self.class_weight = class_weight
-        self.hidden_size = hidden_size
-        self.n_blocks = n_blocks
-        self.activation = activation
-        self.dropout = dropout
-        self.max_iter = max_iter
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.sample_rate = sample_rate
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.tol = tol
-        self.warm_start = warm_start
-        self.random_state = random_state
-        self.verbose = verbose
-        self.device = device
-        self.dtype = dtype
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -190,14 +153,7 @@ class MetricAttentionTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMix
         self : MetricAttentionTransformer
             The fitted transformer.
         """
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
-        self.classes_, y_encoded = encode_classes(self, y)
-        key_weight = None
-        if self.class_weight is not None:
-            key_weight = compute_class_weight(self.class_weight, classes=self.classes_, y=y)[y_encoded]
-        values = np.eye(self.classes_.size, dtype=X.dtype)[y_encoded]
-        self._fit_attention(X, values, sample_weight, key_weight, loss="log_loss", stratify=y_encoded)
-        return self
+        return self._fit_labels(X, y, sample_weight)
 
     def transform(self, X):
         """Map ``X`` into the learned space.

@@ -9,7 +9,8 @@ Scores of head ``h`` between a query ``x`` and a key ``y`` (THEORY.md section 1)
   parameters laid out exactly as in ``nn.MultiheadAttention``.
 
 The squared-distance scores run through the fused ``scaled_dot_product_attention`` kernel with the
-augmented-coordinate identity of THEORY.md section 3, as in the engine's ``_sdpa_attention``:
+augmented-coordinate identity of THEORY.md section 3, through the engine's own helpers
+(``augmented_coordinates``, ``scaled_dot_product``):
 ``-||q - k||^2 / T = (q' . k') / T - ||q||^2 / T`` with ``q' = [q, 1]``, ``k' = [2 k, -||k||^2]``,
 and ``||q||^2`` is constant along a softmax row. Keys (and queries) are centred per head first
 (the distances do not change) to limit cancellation in float32.
@@ -23,38 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._engine._attention import SDPA_LOCK
-from .._engine._maps import _ResidualBlock
+from .._engine import LEARNED_METRICS, ResidualBlock, augmented_coordinates, scaled_dot_product
 
-METRICS = ("mlp", "linear", "dot")
-
-
-def augmented_coordinates(q, k, inv_temperature):
-    """Augmented queries and keys whose dot product is ``-||q - k||^2 / T`` up to a row constant.
-
-    Parameters
-    ----------
-    q : Tensor of shape (..., L, d)
-    k : Tensor of shape (..., S, d)
-    inv_temperature : Tensor broadcastable to q[..., :1, :1] (e.g. shape (H, 1, 1)) or float
-
-    Returns
-    -------
-    q_aug : Tensor of shape (..., L, d + 1)
-        ``[q - c, 1] / T`` with ``c`` the mean key.
-    k_aug : Tensor of shape (..., S, d + 1)
-        ``[2 (k - c), -||k - c||^2]``.
-
-    ``q_aug @ k_aug.T == (2 q.k - ||k||^2) / T`` (centred), so a softmax over the last axis equals
-    ``softmax(-||q - k||^2 / T)``.
-    """
-    # Any common shift leaves the distances unchanged; the mean key is a good one numerically.
-    centre = k.detach().mean(dim=-2, keepdim=True)
-    q = q - centre
-    k = k - centre
-    q_aug = torch.cat([q, torch.ones_like(q[..., :1])], dim=-1) * inv_temperature
-    k_aug = torch.cat([2.0 * k, -(k * k).sum(dim=-1, keepdim=True)], dim=-1)
-    return q_aug, k_aug
+METRICS = tuple(LEARNED_METRICS)
 
 
 class MetricAttention(nn.Module):
@@ -168,7 +140,7 @@ class MetricAttention(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.phi = None
         if metric == "mlp":
-            self.phi = _ResidualBlock(embed_dim, hidden_size or embed_dim, activation, 0.0).to(**factory)
+            self.phi = ResidualBlock(embed_dim, hidden_size or embed_dim, activation, 0.0).to(**factory)
         if metric == "dot":
             self.log_temperature = None
         else:
@@ -298,11 +270,10 @@ class MetricAttention(nn.Module):
                 weights = F.dropout(weights, p=dropout_p)
             out = torch.matmul(weights, v)
         else:
-            with SDPA_LOCK:  # never while the engine restricts SDPA's kernels in another thread
-                out = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=None if mask is None else mask.expand(n, self.num_heads, length, src_len),
-                    dropout_p=dropout_p, scale=scale,
-                )
+            out = scaled_dot_product(
+                q, k, v, attn_mask=None if mask is None else mask.expand(n, self.num_heads, length, src_len),
+                dropout_p=dropout_p, scale=scale,
+            )
         out = self.out_proj(out.transpose(1, 2).reshape(n, length, self.embed_dim))
         if weights is not None and average_attn_weights:
             weights = weights.mean(dim=1)

@@ -5,24 +5,23 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._engine import resolve_device
-from .._engine._device import seeded_torch_rng
-from .._engine._progress import progress_bar
+from .._engine import ProgressReport, progress_bar, resolve_device, seeded_torch_rng, train_network
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
-from ..utils._param_validation import Count
-from ..utils._validation import encode_classes, standardisation
+from ..utils._param_validation import Count, Interval, StrOptions
+from ..utils._sklearn_compat import _fit_context
+from ..utils._validation import ProbabilisticClassifierMixin, encode_classes, standardisation
 from ._attention import METRICS
 from ._ipn import IPN
 
 _AUTO_BATCH = 512
 
 
-class AttentionNetworkClassifier(ClassifierMixin, DevicePortableMixin, BaseEstimator):
+class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin, DevicePortableMixin,
+                                 BaseEstimator):
     """Classifier training an IPN: attention blocks that propagate across the samples of a batch.
 
     The network (:class:`skattention.nn.IPN`) is a linear layer, ``n_blocks`` residual attention
@@ -65,8 +64,9 @@ class AttentionNetworkClassifier(ClassifierMixin, DevicePortableMixin, BaseEstim
         ``0``: silent. ``1``: a progress bar over the epochs with the training loss, on standard
         error (tqdm when installed, else plain lines; ``pip install skattention[progress]``).
         ``2``: also one line per epoch.
-    device : str or torch.device, default="cpu"
-        Training device (``"auto"``: CUDA when available).
+    device : {"auto", "cpu", "cuda", "cuda:N"} or torch.device, default="auto"
+        Training device. ``"auto"``: CUDA when available, else the CPU (the default of every
+        skattention estimator). Prediction runs on the CPU in float64 (see above).
 
     Attributes
     ----------
@@ -117,7 +117,7 @@ class AttentionNetworkClassifier(ClassifierMixin, DevicePortableMixin, BaseEstim
 
     def __init__(self, metric="mlp", *, width=32, n_blocks=2, num_heads=1, max_iter=100,
                  batch_size="auto", learning_rate=3e-3, weight_decay=1e-4, random_state=None,
-                 verbose=0, device="cpu"):
+                 verbose=0, device="auto"):
         self.metric = metric
         self.width = width
         self.n_blocks = n_blocks
@@ -163,72 +163,32 @@ class AttentionNetworkClassifier(ClassifierMixin, DevicePortableMixin, BaseEstim
             net = IPN(X.shape[1], self.classes_.size, width=self.width, n_blocks=self.n_blocks,
                       metric=self.metric, num_heads=self.num_heads).to(device)
             release_rng(net)  # training draws nothing from it (unless dropout)
-            optimizer = torch.optim.Adam(net.parameters(), lr=self.learning_rate,
-                                         weight_decay=self.weight_decay)
-            self.loss_curve_ = []
-            net.train()
-            with progress_bar(self.verbose, total=self.max_iter, desc=f"{type(self).__name__} fit",
-                              unit="epoch") as bar:
-                for epoch in range(self.max_iter):
-                    order = torch.as_tensor(rng.permutation(n), device=device)
-                    total = 0.0
-                    for start in range(0, n, batch_size):
-                        idx = order[start:start + batch_size]
-                        optimizer.zero_grad()
-                        loss = torch.nn.functional.cross_entropy(net(Xt[idx]), yt[idx])
-                        loss.backward()
-                        optimizer.step()
-                        total += float(loss.detach()) * idx.numel()
-                    self.loss_curve_.append(total / n)
-                    bar.set_postfix(loss=f"{total / n:.4f}", refresh=False)
-                    bar.update()
-                    if self.verbose >= 2:
-                        bar.write(f"{type(self).__name__} epoch {epoch + 1}/{self.max_iter}: loss {total / n:.4f}")
+            name = type(self).__name__
+            with progress_bar(self.verbose, total=self.max_iter, desc=f"{name} fit", unit="epoch") as bar:
+                history = train_network(
+                    net, Xt, yt, max_iter=self.max_iter, batch_size=batch_size,
+                    learning_rate=self.learning_rate, weight_decay=self.weight_decay,
+                    order=lambda: torch.as_tensor(rng.permutation(n), device=device),
+                    callbacks=[ProgressReport(bar, name, self.max_iter, self.verbose)],
+                )
+        self.loss_curve_ = history.loss_curve
         self.network_ = net.to("cpu").eval()
-        self.n_iter_ = self.max_iter
+        self.n_iter_ = history.n_iter
         self._fit_X = self._standardise(X).astype(np.float64)
         return self
 
     def _standardise(self, X):
         return (X - self._x_mean) / self._x_scale
 
-    def predict_proba(self, X):
-        """Class probabilities: each query attends to the training set plus itself.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_queries, n_features)
-            Query points.
-
-        Returns
-        -------
-        proba : ndarray of shape (n_queries, n_classes)
-            Class probabilities, columns ordered as ``classes_``.
-        """
+    def _predict_proba(self, X):
+        """Each query attends to the training set plus itself (float64, on the CPU)."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         net = copy.deepcopy(self.network_).double().eval()
         with torch.no_grad():
             logits = net(torch.tensor(self._standardise(X), dtype=torch.float64),
                          context=torch.from_numpy(self._fit_X))
-            proba = torch.softmax(logits, dim=1).numpy()
-        return proba / proba.sum(axis=1, keepdims=True)
-
-    def predict(self, X):
-        """Most probable class of each query.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_queries, n_features)
-            Query points.
-
-        Returns
-        -------
-        y : ndarray of shape (n_queries,)
-            Predicted class labels.
-        """
-        proba = self.predict_proba(X)
-        return self.classes_[np.argmax(proba, axis=1)]
+            return torch.softmax(logits, dim=1).numpy()
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

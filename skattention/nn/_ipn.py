@@ -9,7 +9,7 @@ of the set (the batch), so the network is a learned kernel smoother over samples
 import torch
 from torch import nn
 
-from .._engine._attention import _budget_bytes
+from .._engine import budget_bytes, plan_rows
 from ._attention import MetricAttention
 
 
@@ -122,13 +122,8 @@ def _chunk_rows(m, width, num_heads, itemsize):
     """Queries per chunk within ``working_memory``: each query row of a chunk holds a boolean and
     an additive mask over the m + 1 keys it may see (and its per-head copies); each chunk also
     copies and projects the context (about 4 m x width values)."""
-    budget = _budget_bytes(None)
-    fixed = 4 * m * width * itemsize
-    per_row = (m + 1) * (1 + (1 + num_heads) * itemsize) + 8 * width * itemsize
-    if fixed + per_row > budget:
-        raise MemoryError(
-            f"IPN with a context of {m} samples needs {(fixed + per_row) / 2**20:.1f} MiB of scratch "
-            f"memory per query but the budget is {budget / 2**20:.1f} MiB; raise working_memory "
-            "(skattention.config_context(working_memory=...)) or use a smaller context."
-        )
-    return int(max(1, min(1024, (budget - fixed) // per_row)))
+    return plan_rows(
+        None, row_bytes=(m + 1) * (1 + (1 + num_heads) * itemsize) + 8 * width * itemsize,
+        fixed_bytes=4 * m * width * itemsize, budget=budget_bytes(), max_rows=1024,
+        what=f"IPN with a context of {m} samples", hint="use a smaller context", per="per query",
+    )

@@ -1,6 +1,8 @@
-"""Parameter constraints shared by the estimators."""
+"""Parameter constraints of the estimators: scikit-learn's (through the compat module) and Count."""
 
-from sklearn.utils._param_validation import Interval
+from ._sklearn_compat import HasMethods, Hidden, Interval, StrOptions, validate_params
+
+__all__ = ["Count", "HasMethods", "Hidden", "Interval", "StrOptions", "validate_params"]
 
 
 class Count(Interval):

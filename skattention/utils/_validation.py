@@ -27,3 +27,40 @@ def encode_classes(estimator, y):
             f"data contains only one class: {classes[0]!r}."
         )
     return classes, y_encoded
+
+
+class ProbabilisticClassifierMixin:
+    """``predict_proba`` and ``predict`` of a classifier from its ``_predict_proba(X)``."""
+
+    def predict_proba(self, X):
+        """Class probabilities of each query.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_queries, n_features)
+            Query points.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_queries, n_classes)
+            Class probabilities, columns ordered as ``classes_``.
+        """
+        proba = self._predict_proba(X)
+        # Rounding can leave sums a few ulp from 1; renormalise like scikit-learn's neighbours.
+        return proba / proba.sum(axis=1, keepdims=True)
+
+    def predict(self, X):
+        """Most probable class of each query.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_queries, n_features)
+            Query points.
+
+        Returns
+        -------
+        y : ndarray of shape (n_queries,)
+            Predicted class labels.
+        """
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]

@@ -52,9 +52,12 @@ def test_matches_reference(data, backend, metric, temperature, n_neighbors, radi
 def test_small_budget_uses_many_blocks_and_same_result(data):
     Q, K, V, _ = data
     # 0.01 MiB forces key blocks far smaller than N_KEYS and many query blocks.
-    from skattention._engine._attention import _plan_blocks
+    from skattention._engine._budget import plan_blocks
 
-    bq, bk = _plan_blocks(N_QUERIES, N_KEYS, pair_bytes=26, query_bytes=200, budget=int(0.01 * 2**20), device=torch.device("cpu"), what="x")
+    bq, bk = plan_blocks(
+        N_QUERIES, N_KEYS, pair_bytes=26, row_bytes=200, budget=int(0.01 * 2**20),
+        device=torch.device("cpu"), what="x", hint="y",
+    )
     assert bq * bk * 26 + bq * 200 <= 0.01 * 2**20
     a = attention(Q, K, V, temperature=1.0, working_memory=0.01, backend="stream")
     b = attention(Q, K, V, temperature=1.0, backend="stream")

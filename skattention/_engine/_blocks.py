@@ -1,0 +1,216 @@
+"""Block primitives of the attention backends: online softmax, top-k merge, masks and priors.
+
+A block is the scores of a block of queries (rows ``qs:qe``) against a block of keys (columns
+``ks:ke``). Scores are *partial* (``||q||^2 - f``, see ``Scorer``); masks set them to ``-inf``.
+"""
+
+import math
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+class OnlineSoftmax:
+    """Running max ``m``, sum ``l`` and weighted sum ``o`` of exp(z - m) over key blocks."""
+
+    def __init__(self, n_rows, n_values, like):
+        self.m = torch.full((n_rows,), NEG_INF, dtype=like.dtype, device=like.device)
+        self.l = torch.zeros(n_rows, dtype=like.dtype, device=like.device)
+        self.o = torch.zeros(n_rows, n_values, dtype=like.dtype, device=like.device)
+
+    def reset(self, rows):
+        """Forget the rows in boolean mask ``rows`` (used by the arg-max limit)."""
+        self.m = torch.where(rows, NEG_INF, self.m)
+        self.l = torch.where(rows, 0.0, self.l)
+        self.o = torch.where(rows[:, None], 0.0, self.o)
+
+    def update(self, z, v, inplace):
+        new_m = torch.maximum(self.m, z.amax(1))
+        # A row whose keys are all masked so far keeps m = -inf; shift it by 0, not by -inf.
+        shift = torch.where(torch.isfinite(new_m), new_m, 0.0)
+        alpha = torch.exp(self.m - shift)
+        p = z.sub_(shift[:, None]).exp_() if inplace else torch.exp(z - shift[:, None])
+        self.l = self.l * alpha + p.sum(1)
+        self.o = self.o * alpha[:, None] + p @ v
+        self.m = new_m
+
+    def single(self, z, v):
+        """The whole softmax at once, when one key block holds every key (fewer ops to
+        differentiate than the streaming update)."""
+        self.m = z.amax(1)
+        empty = torch.isneginf(self.m)
+        p = torch.softmax(torch.where(empty[:, None], 0.0, z), 1)  # no NaN rows to differentiate
+        self.o = torch.where(empty[:, None], 0.0, p @ v)
+        self.l = (~empty).to(z.dtype)
+
+    def result(self):
+        return self.o / torch.where(self.l > 0, self.l, 1.0)[:, None]
+
+
+class TopK:
+    """Blockwise top-k merge of a ranking ``r`` (and an optional companion ``aux``) per row."""
+
+    def __init__(self, n_rows, k, like, with_aux=False):
+        self.k = k
+        self.r = torch.full((n_rows, k), NEG_INF, dtype=like.dtype, device=like.device)
+        self.i = torch.full((n_rows, k), -1, dtype=torch.long, device=like.device)
+        self.aux = torch.full_like(self.r, NEG_INF) if with_aux else None
+
+    def update(self, r, start, aux=None):
+        # Only rows whose block maximum beats their current k-th best can change; late blocks
+        # rarely do, which makes the merge cheap.
+        rows = (r.amax(1) > self.r[:, -1]).nonzero().squeeze(1)
+        if rows.numel() == 0:
+            return
+        full = rows.numel() == r.shape[0]
+        sub = r if full else r[rows]
+        val, pos = sub.topk(min(self.k, sub.shape[1]), dim=1)
+        old_r = self.r if full else self.r[rows]
+        old_i = self.i if full else self.i[rows]
+        merged_r, order = torch.cat([old_r, val], 1).topk(self.k, dim=1)
+        merged_i = torch.cat([old_i, pos + start], 1).gather(1, order)
+        if self.aux is not None:
+            sub_aux = aux if full else aux[rows]
+            old_a = self.aux if full else self.aux[rows]
+            merged_a = torch.cat([old_a, sub_aux.gather(1, pos)], 1).gather(1, order)
+        if full:
+            self.r, self.i = merged_r, merged_i
+            if self.aux is not None:
+                self.aux = merged_a
+        else:
+            self.r[rows], self.i[rows] = merged_r, merged_i
+            if self.aux is not None:
+                self.aux[rows] = merged_a
+
+
+class Radius:
+    """The radius prior: key j is kept for query i when f(q_i, k_j) <= r_ij**2, where r_ij is one
+    number or ``max(query_radius[i], key_radius[j])``.
+
+    Blocks hold partial scores ``s = ||q||^2 - f`` (see ``Scorer``), so the test is
+    ``s >= ||q||^2 - r_ij**2``; :meth:`threshold` returns the right-hand side for a block.
+    """
+
+    def __init__(self, radius=None, query_r2=None, key_r2=None):
+        self.radius, self.query_r2, self.key_r2 = radius, query_r2, key_r2
+        self._qoff = self._q_r2 = None
+
+    def start_block(self, query_offset, qs, qe):
+        self._qoff = query_offset[:, None]
+        if self.radius is not None:
+            self._qoff = self._qoff - self.radius**2
+        else:
+            self._q_r2 = self.query_r2[qs:qe, None]
+
+    def threshold(self, ks, ke):
+        if self.radius is not None:
+            return self._qoff
+        return self._qoff - torch.maximum(self._q_r2, self.key_r2[None, ks:ke])
+
+    def pair_bytes(self, item):
+        """Extra scratch bytes per score entry: per-point radii need a threshold block."""
+        return 0 if self.radius is not None else item + 1
+
+    def __str__(self):
+        return f"radius={self.radius}" if self.radius is not None else "the per-point radii"
+
+
+def score_pair_bytes(spec):
+    """Scratch bytes per (query, key) entry of a score block: the block and its temporaries."""
+    item = spec.queries.element_size()
+    return 3 * item + 2 + (spec.radius.pair_bytes(item) if spec.radius else 0)
+
+
+def query_index(spec, qs, qe, device):
+    """Query indices of a block, as a column, for a callable prior (else ``None``)."""
+    return torch.arange(qs, qe, device=device)[:, None] if spec.prior_fn is not None else None
+
+
+def mask_self(s, self_index, qs, qe, ks, ke, inplace):
+    """Set s[i, j] = -inf where key ks + j is query qs + i's excluded index."""
+    local = self_index[qs:qe] - ks
+    rows = ((local >= 0) & (local < ke - ks)).nonzero().squeeze(1)
+    if rows.numel() == 0:
+        return s
+    cols = local[rows]
+    fill = torch.full((rows.numel(),), NEG_INF, dtype=s.dtype, device=s.device)
+    return s.index_put_((rows, cols), fill) if inplace else s.index_put((rows, cols), fill)
+
+
+def _masked(s, mask, inplace):
+    return s.masked_fill_(mask, NEG_INF) if inplace else s.masked_fill(mask, NEG_INF)
+
+
+def raw_scores(spec, q, qs, qe, ks, ke, q_index, inplace):
+    """Partial scores of a block with every mask applied (-inf), and the callable prior's bias."""
+    s = spec.scorer.block(q, ks, ke)
+    if spec.radius is not None:
+        s = _masked(s, s < spec.radius.threshold(ks, ke), inplace)
+    if spec.self_index is not None:
+        s = mask_self(s, spec.self_index, qs, qe, ks, ke, inplace)
+    if spec.key_mask is not None:
+        s = _masked(s, spec.key_mask[None, ks:ke], inplace)
+    bias = None
+    if spec.prior_fn is not None:
+        k_index = torch.arange(ks, ke, device=s.device)[None, :]
+        bias = call_prior_fn(spec.prior_fn, q_index, k_index, s)
+        s = _masked(s, torch.isneginf(bias), inplace)
+    return s, bias
+
+
+def call_prior_fn(prior_fn, q_index, k_index, like):
+    try:
+        bias = prior_fn(q_index, k_index)
+    except Exception as exc:
+        raise ValueError(f"log_prior callable failed: {exc}") from exc
+    bias = torch.as_tensor(bias, dtype=like.dtype, device=like.device)
+    try:
+        bias = torch.broadcast_to(bias, like.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"log_prior callable returned shape {tuple(bias.shape)}, not broadcastable to "
+            f"{tuple(like.shape)}."
+        ) from None
+    if bool(torch.isnan(bias).any()) or bool((bias == math.inf).any()):
+        raise ValueError("log_prior callable returned NaN or +inf; use -inf to mask.")
+    return bias
+
+
+def block_prior(prior_vec, bias, ks, ke, s):
+    """Log-prior of a block as a tensor broadcastable to ``s`` (0 when there is none)."""
+    prior = None if prior_vec is None else prior_vec[None, ks:ke]
+    if bias is not None:
+        prior = bias if prior is None else prior + bias
+    if prior is None:
+        prior = s.new_zeros((1, 1))
+    return prior
+
+
+def scaled(s, T):
+    """s / T. With a learned temperature, masked (-inf) scores are kept out of the product:
+    d(s/T)/dT is infinite there and 0 * inf would poison the gradient with NaN."""
+    if not isinstance(T, torch.Tensor):
+        return s * (1.0 / T)
+    masked = torch.isneginf(s)
+    return torch.where(masked, 0.0, s).div(T).masked_fill(masked, NEG_INF)
+
+
+def empty_rows(l, qs, on_empty, radius):
+    """Rows whose normaliser ``l`` is 0 (every key masked): ValueError or a mask of them."""
+    empty = l <= 0
+    if on_empty == "raise" and bool(empty.any()):
+        rows = (empty.nonzero().squeeze(1) + qs).tolist()
+        hint = f" within {radius}" if radius is not None else ""
+        raise ValueError(
+            f"{len(rows)} quer{'y has' if len(rows) == 1 else 'ies have'} no unmasked key{hint} "
+            f"(first: {rows[:5]}); every key was removed by the masks or priors. Use a larger "
+            "radius or fewer masks, or on_empty='zero'."
+        )
+    return empty
+
+
+def cat_or_empty(parts, shape, like, dtype=None):
+    if parts:
+        return torch.cat(parts)
+    return torch.zeros(shape, dtype=dtype or like.dtype, device=like.device)

@@ -1,0 +1,98 @@
+"""Working memory -> block sizes: the one planner of every blockwise loop (torch only).
+
+``working_memory`` (MiB, ``skattention.get_config()`` or a per-call argument) bounds the scratch
+memory a loop holds beyond its inputs and outputs. Every loop that works in blocks asks
+:func:`plan_blocks` how many rows (queries, points, minibatch rows) and columns (keys) a block
+may hold, from what one block costs:
+
+* ``pair_bytes``: bytes per (row, column) entry of a block (scores and their temporaries);
+* ``row_bytes``: bytes per row whatever the columns (softmax state, top-k buffers, gathers);
+* ``fixed_bytes``: bytes held once for the whole loop (e.g. SDPA's padded key copies).
+
+A loop that cannot fit even one row raises the one :class:`MemoryError` text of
+:func:`memory_error`, naming ``working_memory`` and what else to change.
+"""
+
+from .._config import check_working_memory, get_config
+
+# On the CPU a score block of about 2**20 entries (4 MiB in float32) stays in cache; larger
+# blocks are slower, not faster. Accelerators want blocks as large as the budget allows.
+CPU_BLOCK_ENTRIES = 1 << 20
+_CPU_KEY_BLOCK = 1024
+_ACCEL_KEY_BLOCK = 16384
+
+
+def budget_bytes(working_memory=None):
+    """The scratch budget in bytes: ``working_memory`` MiB, or the configured one for ``None``."""
+    mib = get_config()["working_memory"] if working_memory is None else working_memory
+    return int(check_working_memory(mib) * 2**20)
+
+
+def memory_error(what, need, budget, hint, per="per query"):
+    """The MemoryError of a loop that cannot fit one block row in the budget.
+
+    ``what`` needs ``need`` bytes ``per`` row (or, with ``per=""``, in all); ``hint`` says what
+    to change besides raising ``working_memory``.
+    """
+    per = f" {per}" if per else ""
+    return MemoryError(
+        f"{what} needs at least {_mib(need)} MiB of scratch memory{per} but the budget is "
+        f"{_mib(budget)} MiB; raise working_memory (skattention.config_context("
+        f"working_memory=...)) or {hint}."
+    )
+
+
+def _mib(n_bytes):
+    mib = n_bytes / 2**20
+    return f"{mib:.1f}" if mib >= 0.1 else f"{mib:.2g}"
+
+
+def plan_blocks(n_rows, n_cols, *, pair_bytes, row_bytes=0, budget, device, what, hint,
+                cache_sized=True, whole_rows=False):
+    """``(rows, cols)`` of blocks of an ``n_rows x n_cols`` loop whose scratch fits ``budget``.
+
+    Columns first: on the CPU (``cache_sized``) at most 1024 columns and ``CPU_BLOCK_ENTRIES``
+    entries per block, which keeps the block in cache; elsewhere, or under autograd where every
+    block stays alive in the graph anyway, up to 16384 columns and as many rows as the budget
+    allows (fewer, larger blocks: fewer ops). Columns are halved until one row fits.
+    ``whole_rows``: every block spans all columns (callers that fill whole output rows).
+    """
+    if whole_rows:
+        cols = n_cols
+        per_row = n_cols * pair_bytes + row_bytes
+        if per_row > budget:
+            raise memory_error(what, per_row, budget, hint, per="per row")
+        return max(1, min(n_rows, budget // per_row)), cols
+    if device.type == "cpu" and cache_sized:
+        cols, target = min(n_cols, _CPU_KEY_BLOCK), CPU_BLOCK_ENTRIES
+    else:
+        cols, target = min(n_cols, _ACCEL_KEY_BLOCK), max(1, budget // pair_bytes)
+    while cols > 1 and cols * pair_bytes + row_bytes > budget:
+        cols //= 2
+    if cols * pair_bytes + row_bytes > budget:
+        raise memory_error(what, pair_bytes + row_bytes, budget, hint)
+    rows = budget // (cols * pair_bytes + row_bytes)
+    return max(1, min(rows, max(1, target // cols), n_rows)), cols
+
+
+def plan_rows(n_rows, *, row_bytes, budget, what=None, hint=None, fixed_bytes=0, max_rows=None,
+              per="per row"):
+    """Rows per block of a loop over ``n_rows`` rows (``None``: unbounded) within ``budget``.
+
+    Each block holds ``fixed_bytes`` plus ``row_bytes`` per row; ``max_rows`` caps the block
+    (a cache-sized block on the CPU, a kernel's limit). With ``what``, a budget that cannot fit
+    one row raises :func:`memory_error`; without, a block has at least one row.
+    """
+    if what is not None and fixed_bytes + row_bytes > budget:
+        raise memory_error(what, fixed_bytes + row_bytes, budget, hint, per=per)
+    rows = (budget - fixed_bytes) // max(1, row_bytes)
+    if max_rows is not None:
+        rows = min(rows, max_rows)
+    if n_rows is not None:
+        rows = min(rows, n_rows)
+    return int(max(1, rows))
+
+
+def cpu_block_rows(row_entries):
+    """Rows of a CPU block holding ``row_entries`` score entries per row (cache-sized)."""
+    return max(1, CPU_BLOCK_ENTRIES // max(1, row_entries))

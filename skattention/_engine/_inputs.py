@@ -1,0 +1,255 @@
+"""Validation of engine inputs into one problem object, :class:`Spec` (torch only).
+
+:func:`attention` and :func:`kneighbors` validate their arguments once, here, into a ``Spec``:
+tensors on the compute device and dtype, the prepared keys (``Scorer``), the priors and masks,
+the temperature and the scratch budget. Backends read the spec and nothing else. The checks of
+single values (temperature, counts, radius) are shared with the kernels of ``_kernels.py``.
+"""
+
+import math
+from dataclasses import dataclass
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+
+from ._blocks import Radius
+from ._budget import budget_bytes
+from ._device import resolve_device, resolve_dtype
+from ._scores import ENGINE_METRICS, Scorer
+
+
+@dataclass
+class Spec:
+    """One validated attention (or k-NN) problem on its compute device and dtype.
+
+    ``values`` is 2-D (``squeeze`` says whether the caller's was 1-D); ``temperature`` a float,
+    or a 0-d tensor when it is learned; ``prior_vec`` a per-key log-prior, ``prior_fn`` a
+    callable one, ``key_mask`` the keys ``prior_vec`` masks (``None`` when none is);
+    ``self_index`` the key each query excludes (``-1``: none); ``n_weights`` how many weights to
+    return (``None``: none); ``budget`` the scratch budget in bytes; ``grad`` whether the result
+    is differentiated.
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+    queries: torch.Tensor
+    scorer: Scorer
+    values: torch.Tensor = None
+    squeeze: bool = False
+    as_numpy: bool = True
+    temperature: object = 1.0
+    n_neighbors: int = None
+    radius: Radius = None
+    prior_vec: torch.Tensor = None
+    prior_fn: object = None
+    key_mask: torch.Tensor = None
+    self_index: torch.Tensor = None
+    n_weights: int = None
+    on_empty: str = "raise"
+    budget: int = 0
+    progress: object = False
+    grad: bool = False
+
+    @property
+    def n_queries(self):
+        return self.queries.shape[0]
+
+    @property
+    def n_keys(self):
+        return self.scorer.n_keys
+
+
+def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, exclude_self,
+              device, dtype, working_memory, temperature=1.0, return_weights=False,
+              n_weights=None, on_empty="raise", progress=False):
+    """Validate the arguments of :func:`attention` (``values`` given) or :func:`kneighbors`."""
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, queries, keys, values)
+    Q = as_tensor(queries, "queries", dev, dt, ndims=(2,))
+    K = as_tensor(keys, "keys", dev, dt, ndims=(2,))
+    n_q, n_k = Q.shape[0], K.shape[0]
+    if n_k == 0:
+        raise ValueError("keys is empty: attention needs at least one key.")
+    if not callable(metric) and Q.shape[1] != K.shape[1]:
+        raise ValueError(
+            f"queries have {Q.shape[1]} features but keys have {K.shape[1]}; they must match."
+        )
+    V = None
+    if values is not None:
+        V = as_tensor(values, "values", dev, dt, ndims=(1, 2))
+        if V.shape[0] != n_k:
+            raise ValueError(
+                f"values has {V.shape[0]} rows but there are {n_k} keys; they must match."
+            )
+    if not (callable(metric) or (isinstance(metric, str) and metric in ENGINE_METRICS)):
+        raise ValueError(
+            f"metric={metric!r} is not supported; use one of {ENGINE_METRICS} or a callable."
+        )
+    if n_neighbors is not None:
+        n_neighbors = check_count(n_neighbors, "n_neighbors", n_k, "the number of keys")
+    if radius is not None:
+        if metric == "dot":
+            raise ValueError("radius needs a distance metric; metric='dot' has none.")
+        radius = check_radius(radius, n_q, n_k, dev, dt)
+    prior_vec, prior_fn = check_log_prior(log_prior, n_k, dev, dt)
+    self_index = check_exclude_self(exclude_self, n_q, n_k, dev)
+    budget = budget_bytes(working_memory)
+    spec = Spec(
+        device=dev, dtype=dt, queries=Q, scorer=Scorer(K, metric), n_neighbors=n_neighbors,
+        radius=radius, prior_vec=prior_vec, prior_fn=prior_fn, self_index=self_index,
+        budget=budget, progress=progress, as_numpy=not isinstance(queries, torch.Tensor),
+    )
+    if prior_vec is not None:
+        masked = torch.isneginf(prior_vec)
+        spec.key_mask = masked if bool(masked.any()) else None
+    if V is None:
+        return spec
+    spec.squeeze = V.ndim == 1
+    spec.values = V[:, None] if spec.squeeze else V
+    spec.temperature = check_temperature(temperature, dev, dt)
+    if on_empty not in ("raise", "zero"):
+        raise ValueError(f"on_empty must be 'raise' or 'zero', got {on_empty!r}.")
+    spec.on_empty = on_empty
+    return spec
+
+
+def check_weights_count(spec, return_weights, n_weights):
+    """How many weights :func:`attention` returns per query (``None``: no weights)."""
+    if not return_weights:
+        return None
+    limit = spec.n_neighbors if spec.n_neighbors is not None else spec.n_keys
+    return limit if n_weights is None else check_count(n_weights, "n_weights", limit)
+
+
+def as_tensor(x, name, device, dtype, ndims):
+    if isinstance(x, torch.Tensor):
+        t = x
+    else:
+        try:
+            arr = np.asarray(x)
+        except Exception as exc:
+            raise TypeError(f"{name} could not be converted to an array: {exc}") from exc
+        if arr.dtype.kind not in "biuf":
+            raise TypeError(f"{name} must be numeric, got an array of dtype {arr.dtype}.")
+        if not arr.flags.writeable:
+            arr = arr.copy()  # torch cannot wrap read-only memory (e.g. memory-mapped inputs)
+        t = torch.from_numpy(np.ascontiguousarray(arr))
+    if t.is_complex():
+        raise TypeError(f"{name} must be real-valued, got dtype {t.dtype}.")
+    if t.ndim not in ndims:
+        expected = " or ".join(f"{d}-D" for d in ndims)
+        raise ValueError(f"{name} must be {expected}, got an array of shape {tuple(t.shape)}.")
+    t = t.to(device=device, dtype=dtype)
+    if t.numel() and not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} contains NaN or infinity.")
+    return t
+
+
+def check_temperature(temperature, device=None, dtype=None, *, positive_finite=False):
+    """The one temperature check: a real number (Python or NumPy scalar) or a 0-d tensor.
+
+    Attention accepts ``0`` (arg-max) and ``inf`` (uniform); a finite positive tensor that
+    requires grad is returned as a 0-d tensor on ``device`` (a learned temperature), anything
+    else as a float. ``positive_finite``: only ``0 < T < inf`` (the Gaussian kernels).
+    """
+    expected = "a positive finite number" if positive_finite else "a number >= 0 (inf allowed)"
+    if isinstance(temperature, torch.Tensor):
+        if temperature.numel() != 1:
+            raise ValueError("temperature must be a scalar.")
+        value = float(temperature.detach())
+    elif isinstance(temperature, bool) or not isinstance(temperature, Real):
+        raise ValueError(f"temperature must be {expected}, got {temperature!r}.")
+    else:
+        value = float(temperature)
+    if positive_finite and not 0 < value < math.inf:
+        raise ValueError(f"temperature must be {expected}, got {temperature!r}.")
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"temperature must be >= 0 (inf allowed), got {temperature!r}.")
+    learned = isinstance(temperature, torch.Tensor) and temperature.requires_grad
+    if learned and not positive_finite and 0 < value < math.inf:
+        return temperature.reshape(()).to(device=device, dtype=dtype)
+    return value
+
+
+def check_nonnegative_real(value, name):
+    """``value`` as a float if it is a finite real number >= 0 (NumPy scalars included)."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= value < math.inf:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
+    return float(value)
+
+
+def check_count(value, name, limit, limit_name=None):
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}.")
+    if value > limit:
+        what = limit_name or f"the {limit} keys that can get weight"
+        raise ValueError(f"{name}={value} is larger than {what} ({limit}).")
+    return int(value)
+
+
+def check_radius(radius, n_q, n_k, device, dtype):
+    """Validate ``radius`` into a :class:`Radius`; ``None`` for an infinite radius (no mask)."""
+    if isinstance(radius, tuple) and len(radius) == 2:
+        query_r, key_r = (
+            as_tensor(r, name, device, dtype, ndims=(1,))
+            for r, name in zip(radius, ("query radius", "key radius"))
+        )
+        if query_r.shape[0] != n_q or key_r.shape[0] != n_k:
+            raise ValueError(
+                f"a (query_radius, key_radius) pair needs shapes ({n_q},) and ({n_k},), got "
+                f"{tuple(query_r.shape)} and {tuple(key_r.shape)}."
+            )
+        if bool((query_r < 0).any()) or bool((key_r < 0).any()):
+            raise ValueError("radii must be >= 0.")
+        return Radius(query_r2=query_r * query_r, key_r2=key_r * key_r)
+    if not isinstance(radius, Real) or isinstance(radius, bool) or not radius > 0:
+        raise ValueError(
+            f"radius must be a positive number, a (query_radius, key_radius) pair of arrays "
+            f"or None, got {radius!r}."
+        )
+    return None if math.isinf(radius) else Radius(radius=float(radius))
+
+
+def check_log_prior(log_prior, n_keys, device, dtype):
+    if log_prior is None:
+        return None, None
+    if callable(log_prior) and not isinstance(log_prior, (np.ndarray, torch.Tensor)):
+        return None, log_prior
+    if isinstance(log_prior, torch.Tensor):
+        prior = log_prior.to(device=device, dtype=dtype)
+    else:
+        arr = np.array(log_prior, copy=True)
+        if arr.dtype.kind not in "biuf":
+            raise TypeError(f"log_prior must be numeric, got dtype {arr.dtype}.")
+        prior = torch.from_numpy(arr).to(device=device, dtype=dtype)
+    if prior.shape != (n_keys,):
+        raise ValueError(
+            f"log_prior must have shape (n_keys,) = ({n_keys},), got {tuple(prior.shape)}."
+        )
+    if bool(torch.isnan(prior).any()) or bool((prior == math.inf).any()):
+        raise ValueError("log_prior contains NaN or +inf; use -inf to mask a key.")
+    return prior, None
+
+
+def check_exclude_self(exclude_self, n_q, n_k, device):
+    if exclude_self is None or exclude_self is False:
+        return None
+    if exclude_self is True:
+        if n_q != n_k:
+            raise ValueError(
+                f"exclude_self=True needs the queries to be the keys, but there are {n_q} queries "
+                f"and {n_k} keys; pass an index array instead."
+            )
+        return torch.arange(n_q, device=device)
+    if not isinstance(exclude_self, torch.Tensor):
+        exclude_self = np.asarray(exclude_self)
+    idx = torch.as_tensor(exclude_self)
+    if idx.dtype.is_floating_point or idx.dtype == torch.bool or idx.shape != (n_q,):
+        raise ValueError(
+            f"exclude_self must be a bool or an integer array of shape ({n_q},), got "
+            f"dtype {idx.dtype} and shape {tuple(idx.shape)}."
+        )
+    if n_q and (int(idx.min()) < -1 or int(idx.max()) >= n_k):
+        raise ValueError("exclude_self indices must lie in [-1, n_keys).")
+    return idx.to(device=device, dtype=torch.long)
