@@ -23,9 +23,8 @@ On the unit circle (``theta`` the angle) the heat equation is solved exactly:
 ``-k^2``, each twice (``cos`` and ``sin``) except ``k = 0``. This example checks all of it
 with skattention's public functions: :func:`skattention.attention` (one step ``S_eps f``),
 :func:`skattention.manifold.attention_generator` (``(S_eps f - f) / (eps / 2)``, with ``alpha``)
-and :class:`~skattention.AttentionDiffusionEmbedding` (the spectrum; its ``epsilon`` is the
-temperature, i.e. ``2 eps`` here, and ``laplacian_eigenvalues_`` is ``-(spectrum of the
-generator)``).
+and :class:`~skattention.AttentionDiffusionEmbedding` (the spectrum). Both take ``epsilon``, the
+temperature, i.e. ``2 eps`` here; ``laplacian_eigenvalues_`` is ``-(spectrum of the generator)``.
 """
 
 # %%
@@ -119,7 +118,7 @@ for e in eps_values:
     bias.append(np.max(np.abs(f - np.exp(-4 * tau_used) * np.cos(2 * grid))))
 slope_eps = np.polyfit(np.log(eps_values), np.log(bias), 1)[0]
 # the generator itself, (S f - f) / (eps / 2), against f'' = -4 cos(2 theta)
-generator = attention_generator(circle(grid), np.cos(2 * grid), eps=1e-3, device="cpu")
+generator = attention_generator(circle(grid), np.cos(2 * grid), epsilon=2e-3, device="cpu")
 print(f"evenly spaced, n=1000, eps=1e-3: max |attention_generator(cos 2theta) + 4 cos 2theta| = "
       f"{np.max(np.abs(generator + 4 * np.cos(2 * grid))):.2e}")
 print(f"evenly spaced, n=1000: max error at tau=0.05 from {bias[0]:.2e} (eps={eps_values[0]:.0e}) "

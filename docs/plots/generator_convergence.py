@@ -1,7 +1,8 @@
 """Convergence of the attention generator to the drift-diffusion operator on the circle.
 
 Samples of the density ``p ~ 1 + 0.5 cos(theta)`` on the unit circle, ``f = sin(theta)``.
-``attention_generator`` returns ``(S_eps f - f) / (eps / 2)``; the limit is
+``attention_generator`` at ``epsilon = 2 eps`` (its temperature) returns
+``(S_eps f - f) / (eps / 2)``; the limit is
 ``Lap f + 2 (1 - alpha) <grad log p, grad f>``. Left: RMS error against ``eps`` for growing ``n``
 (bias falls with ``eps``, sampling noise grows as ``eps`` shrinks, so the best ``eps`` shrinks as
 ``n`` grows). Right: the estimate at the largest ``n`` against the exact limit.
@@ -38,7 +39,7 @@ for alpha, style in [(0.0, "-"), (1.0, "--")]:
         theta = circle_sample(n, np.random.default_rng(0))
         X = np.c_[np.cos(theta), np.sin(theta)]
         exact = limit(theta, alpha)
-        estimates = [attention_generator(X, np.sin(theta), eps, alpha=alpha, device="cpu") for eps in epsilons]
+        estimates = [attention_generator(X, np.sin(theta), epsilon=2 * eps, alpha=alpha, device="cpu") for eps in epsilons]
         errors = [np.sqrt(np.mean((estimate - exact) ** 2)) for estimate in estimates]
         ax_err.loglog(epsilons, errors, style, marker="o", ms=3, color=colour, label=f"n = {n}, alpha = {alpha:g}")
     best = int(np.argmin(errors))  # at the largest n

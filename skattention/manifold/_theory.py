@@ -1,19 +1,20 @@
 """The continuous limit of attention (THEORY.md section 1), as functions a user can check.
 
-One attention step ``S_eps = softmax_j(-||x_i - x_j||^2 / (2 eps))`` is an Euler step of size
-``eps / 2`` of ``dH/dt = Lap H + 2 <grad log p, grad H>``; repeated attention therefore
-collapses features into clusters, one per (near-)zero eigenvalue of ``I - S``.
+One attention step ``S = softmax_j(-||x_i - x_j||^2 / epsilon)`` is an Euler step of size
+``epsilon / 4`` of ``dH/dt = Lap H + 2 <grad log p, grad H>``; repeated attention therefore
+collapses features into clusters, one per (near-)zero eigenvalue of ``I - S``. Here, as in
+:class:`AttentionDiffusionEmbedding`, ``epsilon`` is the attention temperature.
 """
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions, validate_params
-from ..utils._param_validation import Count
 from sklearn.utils.validation import check_array
 
 from .._engine import attention, gaussian_kernel_log_sums, resolve_device
+from ..utils._param_validation import Count, Hidden, Interval, StrOptions, validate_params
 from ._operator import auto_epsilon, diffusion_operator, knn_graph, top_eigenpairs
 
 
@@ -21,19 +22,22 @@ from ._operator import auto_epsilon, diffusion_operator, knn_graph, top_eigenpai
     {
         "X": ["array-like"],
         "f_values": ["array-like"],
-        "eps": [Interval(Real, 0, None, closed="neither")],
+        "eps": [Interval(Real, 0, None, closed="neither"), Hidden(StrOptions({"deprecated"}))],
         "alpha": [Interval(Real, 0, 1, closed="both")],
+        "epsilon": [Interval(Real, 0, None, closed="neither"), None],
         "device": [str, None],
     },
     prefer_skip_nested_validation=True,
 )
-def attention_generator(X, f_values, eps, alpha=0.0, *, device="auto"):
-    """The generator of one attention step: ``(S_eps f - f) / (eps / 2)`` at the samples.
+def attention_generator(X, f_values, eps="deprecated", alpha=0.0, *, epsilon=None, device="auto"):
+    """The generator of one attention step: ``(S f - f) / (epsilon / 4)`` at the samples.
 
-    ``S_eps = softmax_j(-||x_i - x_j||^2 / (2 eps) - alpha log q_j)`` is self-attention over the
-    samples at temperature ``2 eps``, with Coifman–Lafon's density normalisation as a log-prior
-    (``q_j``: the kernel sum at ``x_j``). For samples of a density ``p`` on a manifold, as
-    ``n -> inf`` and then ``eps -> 0`` the result tends to
+    ``S = softmax_j(-||x_i - x_j||^2 / epsilon - alpha log q_j)`` is self-attention over the
+    samples at temperature ``epsilon`` (the bandwidth ``epsilon`` of
+    :class:`AttentionDiffusionEmbedding` and :func:`spectral_cluster_count`), with
+    Coifman–Lafon's density normalisation as a log-prior (``q_j``: the kernel sum at ``x_j``).
+    For samples of a density ``p`` on a manifold, as ``n -> inf`` and then ``epsilon -> 0`` the
+    result tends to
 
         Lap f + 2 (1 - alpha) <grad log p, grad f>
 
@@ -47,9 +51,13 @@ def attention_generator(X, f_values, eps, alpha=0.0, *, device="auto"):
     f_values : array-like of shape (n_samples,) or (n_samples, n_functions)
         Values of the function(s) at the samples (the attention values).
     eps : float > 0
-        Step size: attention temperature ``2 eps``.
+        Deprecated: half the temperature (``epsilon = 2 * eps``). Pass ``epsilon`` instead;
+        ``eps`` will be removed in 0.3.
     alpha : float in [0, 1], default=0.0
         Density normalisation.
+    epsilon : float > 0
+        Attention temperature (kernel bandwidth): one step is an Euler step of size
+        ``epsilon / 4`` of the limit.
     device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
 
     Returns
@@ -64,10 +72,23 @@ def attention_generator(X, f_values, eps, alpha=0.0, *, device="auto"):
     >>> from skattention.manifold import attention_generator
     >>> theta = np.linspace(0, 2 * np.pi, 2000, endpoint=False)
     >>> X = np.c_[np.cos(theta), np.sin(theta)]
-    >>> Lf = attention_generator(X, np.sin(theta), eps=1e-3)
+    >>> Lf = attention_generator(X, np.sin(theta), epsilon=2e-3)
     >>> bool(np.max(np.abs(Lf + np.sin(theta))) < 1e-2)
     True
     """
+    if not isinstance(eps, str):
+        if epsilon is not None:
+            raise ValueError("pass epsilon only: eps is its deprecated half (epsilon = 2 * eps).")
+        warnings.warn(
+            "attention_generator's eps (half the temperature) is deprecated in 0.1 and will be "
+            "removed in 0.3: pass epsilon = 2 * eps, the temperature, as in "
+            "AttentionDiffusionEmbedding.",
+            FutureWarning,
+            stacklevel=3,  # the caller of the validate_params wrapper
+        )
+        epsilon = 2.0 * eps
+    if epsilon is None:
+        raise TypeError("attention_generator() missing the argument 'epsilon'.")
     X = check_array(X, dtype=np.float64, ensure_min_samples=2)
     f = check_array(f_values, dtype=np.float64, ensure_2d=False)
     if f.ndim not in (1, 2) or f.shape[0] != X.shape[0]:
@@ -75,12 +96,12 @@ def attention_generator(X, f_values, eps, alpha=0.0, *, device="auto"):
             f"f_values must have shape (n_samples,) or (n_samples, n_functions) with "
             f"n_samples={X.shape[0]}, got {f.shape}."
         )
-    temperature = 2.0 * eps
+    temperature = float(epsilon)
     log_prior = None
     if alpha:
         log_prior = -alpha * gaussian_kernel_log_sums(X, X, temperature, device=device, dtype="float64")
     Sf = attention(X, X, f, temperature=temperature, log_prior=log_prior, device=device, dtype="float64")
-    return (np.asarray(Sf) - f) / (eps / 2.0)
+    return (np.asarray(Sf) - f) / (temperature / 4.0)
 
 
 @validate_params(

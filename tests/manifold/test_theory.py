@@ -47,7 +47,7 @@ def test_generator_converges_on_the_circle_with_non_uniform_density(alpha):
         errors = []
         for seed in range(2):
             X, f, laplacian, drift = circle_case(n, seed)
-            errors.append(rms(attention_generator(X, f, eps, alpha=alpha) - (laplacian + 2 * (1 - alpha) * drift)))
+            errors.append(rms(attention_generator(X, f, epsilon=2 * eps, alpha=alpha) - (laplacian + 2 * (1 - alpha) * drift)))
         return np.mean(errors)
 
     errors = [error(n, eps) for n, eps in [(500, 0.3), (2000, 0.2), (8000, 0.1)]]
@@ -57,25 +57,43 @@ def test_generator_converges_on_the_circle_with_non_uniform_density(alpha):
     # the drift term is real: without it the alpha=0 estimate is far off
     if alpha == 0:
         X, f, laplacian, _ = circle_case(8000)
-        assert rms(attention_generator(X, f, 0.1) - laplacian) > 3 * errors[2]
+        assert rms(attention_generator(X, f, epsilon=0.2) - laplacian) > 3 * errors[2]
 
 
 def test_generator_converges_on_the_sphere():
     errors = []
     for n, eps in [(2000, 0.2), (8000, 0.1)]:
         X, f, laplacian, drift = sphere_case(n)
-        errors.append(rms(attention_generator(X, f, eps) - (laplacian + 2 * drift)))
+        errors.append(rms(attention_generator(X, f, epsilon=2 * eps) - (laplacian + 2 * drift)))
     assert errors[1] < errors[0] and errors[1] < 0.25
 
 
 def test_generator_accepts_several_functions_and_validates():
     X, f, _, _ = circle_case(300)
-    both = attention_generator(X, np.c_[f, 2 * f], 0.1)
+    both = attention_generator(X, np.c_[f, 2 * f], epsilon=0.2)
     np.testing.assert_allclose(both[:, 1], 2 * both[:, 0], rtol=1e-12)
     with pytest.raises(ValueError, match="f_values must have shape"):
-        attention_generator(X, f[:10], 0.1)
+        attention_generator(X, f[:10], epsilon=0.2)
+    with pytest.raises(ValueError, match="epsilon"):
+        attention_generator(X, f, epsilon=-1.0)
+
+
+def test_generator_eps_is_deprecated_for_epsilon_the_temperature():
+    # one convention: epsilon is the attention temperature, as in AttentionDiffusionEmbedding;
+    # the former eps was half of it
+    X, f, _, _ = circle_case(300)
+    new = attention_generator(X, f, epsilon=0.2)
+    with pytest.warns(FutureWarning, match="epsilon = 2 \\* eps"):
+        old = attention_generator(X, f, 0.1)
+    np.testing.assert_array_equal(old, new)
+    with pytest.warns(FutureWarning):
+        np.testing.assert_array_equal(attention_generator(X, f, eps=0.1), new)
     with pytest.raises(ValueError, match="eps"):
         attention_generator(X, f, -1.0)
+    with pytest.raises(ValueError, match="epsilon only"):
+        attention_generator(X, f, 0.1, epsilon=0.2)
+    with pytest.raises(TypeError, match="epsilon"):
+        attention_generator(X, f)
 
 
 def test_spectral_cluster_count_counts_separated_blobs():
