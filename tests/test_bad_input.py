@@ -6,7 +6,7 @@ torch (``RuntimeError``, ``IndexError``, ...), NaN output or a hang.
 
 Cost is bounded for CI: a fixed number of examples per test, ``derandomize=True`` (the same
 examples on every run), no deadline (one core shared with other jobs), and cheap estimator
-settings (see ``CHEAP``).
+settings (``CHEAP`` in tests/conftest.py).
 """
 
 import traceback
@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 import skattention
 from skattention import attention
-from skattention.utils import all_estimators
+from tests.conftest import CHEAP, ESTIMATORS
+from tests.conftest import cheap as make
 
 pd = pytest.importorskip("pandas")
 
@@ -35,18 +36,6 @@ settings.register_profile(
 )
 BAD_INPUT = settings.get_profile("bad_input")
 
-# Cheap settings per estimator: what is tested is input handling, not quality, so two training
-# iterations, tiny widths, one k-means initialisation and a fixed seed are enough.
-CHEAP = {
-    "MetricAttentionClassifier": dict(max_iter=2, hidden_size=4, random_state=0),
-    "MetricAttentionRegressor": dict(max_iter=2, hidden_size=4, random_state=0),
-    "MetricAttentionTransformer": dict(max_iter=2, hidden_size=4, random_state=0),
-    "AttentionDiffusionEmbedding": dict(n_components=1, random_state=0),
-    "AttentionKMeans": dict(n_clusters=2, max_iter=2, n_init=1, random_state=0),
-    "AttentionMeanShift": dict(max_iter=2),
-    "AttentionNetworkClassifier": dict(width=4, max_iter=2, random_state=0),
-}
-ESTIMATORS = dict(all_estimators())
 SUPERVISED = {"MetricAttentionClassifier", "MetricAttentionTransformer", "AttentionNetworkClassifier"}
 REGRESSION = {"MetricAttentionRegressor"}
 OUTPUT_METHODS = ("predict", "predict_proba", "transform")
@@ -56,10 +45,6 @@ OVERFLOW = ("nan", "inf", "large", "overflow", "scale", "dtype")
 
 def test_every_estimator_has_cheap_settings():
     assert set(ESTIMATORS) == set(CHEAP)
-
-
-def make(name, **params):
-    return ESTIMATORS[name](**{**CHEAP[name], **params})
 
 
 def make_y(name, n, rng):
@@ -371,8 +356,7 @@ def test_training_with_a_temperature_outside_float32(log_t):
     """A learned temperature whose exp under- or overflows float32 (0 or inf: the limits without
     a gradient) used to end the backward pass with torch's "element 0 of tensors does not
     require grad"."""
-    from skattention._engine._maps import build_map
-    from skattention._engine._training import train_metric
+    from skattention._engine import build_map, train_metric
 
     torch.manual_seed(0)
     X = torch.randn(10, 2)

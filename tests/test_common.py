@@ -6,11 +6,11 @@ from skattention.cluster import AttentionKMeans, AttentionMeanShift
 from skattention.manifold import AttentionDiffusionEmbedding
 from skattention.nn import AttentionNetworkClassifier
 from skattention.utils import all_estimators
+from tests.conftest import cheap
 
-# Smaller settings where the defaults make ~55 checks slow, not different: the network's checks
-# take 60 s at its default width and epochs, 11 s like this.
-CHEAPER = {AttentionNetworkClassifier: dict(width=8, max_iter=20, learning_rate=3e-2)}
-DEFAULTS = [cls(**CHEAPER.get(cls, {})) for _, cls in all_estimators()]
+# Cheap settings (tests/conftest.py) where the defaults make ~55 checks slow, not different.
+SLOW_DEFAULTS = {"AttentionNetworkClassifier"}
+DEFAULTS = [cheap(name) if name in SLOW_DEFAULTS else cls() for name, cls in all_estimators()]
 # Other code paths of the same estimators: the fixed metric of the attention estimators (no
 # training), hard and fixed-temperature k-means, flat-kernel and blurring mean shift, and the
 # sparse k-NN diffusion operator.

@@ -11,13 +11,8 @@ import pytest
 import torch
 from sklearn.datasets import make_blobs
 
-from skattention import (
-    AttentionDiffusionEmbedding,
-    AttentionKMeans,
-    AttentionMeanShift,
-    AttentionNetworkClassifier,
-    MetricAttentionClassifier,
-)
+from skattention import MetricAttentionClassifier
+from tests.conftest import cheap
 
 X, y = make_blobs(120, centers=3, n_features=4, random_state=0)
 
@@ -30,11 +25,8 @@ def output(est):
 
 
 FITTED = [
-    MetricAttentionClassifier(max_iter=3, random_state=0),
-    AttentionDiffusionEmbedding(random_state=0),
-    AttentionKMeans(n_clusters=3, random_state=0),
-    AttentionMeanShift(),
-    AttentionNetworkClassifier(width=8, max_iter=5, random_state=0),
+    cheap(name) for name in ["MetricAttentionClassifier", "AttentionDiffusionEmbedding",
+                             "AttentionKMeans", "AttentionMeanShift", "AttentionNetworkClassifier"]
 ]
 
 

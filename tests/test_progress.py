@@ -13,15 +13,12 @@ import skattention
 from skattention import (
     AttentionDiffusionEmbedding,
     AttentionKMeans,
-    AttentionMeanShift,
-    AttentionNetworkClassifier,
     MetricAttentionClassifier,
-    MetricAttentionRegressor,
-    MetricAttentionTransformer,
     attention,
     kneighbors,
 )
 from skattention._engine import _progress
+from tests.conftest import cheap
 
 PACKAGE = pathlib.Path(skattention.__file__).parent
 
@@ -29,16 +26,17 @@ X_MOONS, Y_MOONS = make_moons(120, noise=0.2, random_state=0)
 
 # (estimator, fit target, text its progress must show)
 ESTIMATORS = [
-    (lambda v: MetricAttentionClassifier(max_iter=2, random_state=0, verbose=v), Y_MOONS, "loss="),
-    (lambda v: MetricAttentionRegressor(max_iter=2, random_state=0, verbose=v), X_MOONS[:, 0], "loss="),
-    (lambda v: MetricAttentionTransformer(max_iter=2, random_state=0, verbose=v), Y_MOONS, "loss="),
-    (lambda v: AttentionNetworkClassifier(width=8, max_iter=2, random_state=0, verbose=v), Y_MOONS, "loss="),
-    (lambda v: AttentionDiffusionEmbedding(random_state=0, verbose=v), None, "eigenpairs"),
-    (lambda v: AttentionDiffusionEmbedding(n_neighbors=10, random_state=0, verbose=v), None, "k-NN graph"),
-    (lambda v: AttentionKMeans(3, random_state=0, verbose=v), None, "inertia="),
-    (lambda v: AttentionKMeans(3, temperature=0, init="random", random_state=0, verbose=v), None, "10/10"),
-    (lambda v: AttentionMeanShift(verbose=v), None, "moving="),
-    (lambda v: AttentionMeanShift(blurring=True, verbose=v), None, "shift="),
+    (lambda v: cheap("MetricAttentionClassifier", verbose=v), Y_MOONS, "loss="),
+    (lambda v: cheap("MetricAttentionRegressor", verbose=v), X_MOONS[:, 0], "loss="),
+    (lambda v: cheap("MetricAttentionTransformer", verbose=v), Y_MOONS, "loss="),
+    (lambda v: cheap("AttentionNetworkClassifier", max_iter=2, verbose=v), Y_MOONS, "loss="),
+    (lambda v: cheap("AttentionDiffusionEmbedding", verbose=v), None, "eigenpairs"),
+    (lambda v: cheap("AttentionDiffusionEmbedding", n_neighbors=10, verbose=v), None, "k-NN graph"),
+    (lambda v: cheap("AttentionKMeans", verbose=v), None, "inertia="),
+    (lambda v: cheap("AttentionKMeans", temperature=0, init="random", n_init="auto", verbose=v),
+     None, "10/10"),
+    (lambda v: cheap("AttentionMeanShift", verbose=v), None, "moving="),
+    (lambda v: cheap("AttentionMeanShift", blurring=True, verbose=v), None, "shift="),
 ]
 IDS = ["classifier", "regressor", "transformer", "network", "diffusion", "diffusion-knn", "kmeans",
        "kmeans-restarts", "mean-shift", "blurring-mean-shift"]
@@ -69,8 +67,8 @@ def test_verbose_zero_writes_nothing(make, y, text, capfd):
 
 
 @pytest.mark.parametrize("make", [
-    lambda: MetricAttentionClassifier(max_iter=2, random_state=0, verbose=2),
-    lambda: AttentionNetworkClassifier(width=8, max_iter=2, random_state=0, verbose=2),
+    lambda: cheap("MetricAttentionClassifier", verbose=2),
+    lambda: cheap("AttentionNetworkClassifier", max_iter=2, verbose=2),
 ])
 def test_verbose_2_adds_one_line_per_epoch(make, capfd):
     est = make().fit(X_MOONS, Y_MOONS)

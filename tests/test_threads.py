@@ -15,6 +15,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from skattention import MetricAttentionClassifier
+from tests.conftest import cheap
 
 
 def _torch_threads(estimator=None, X=None, y=None):
@@ -132,12 +133,10 @@ def test_concurrent_seeded_fits_are_reproducible(dropout):
 
     from sklearn.datasets import make_classification
 
-    from skattention.nn import AttentionNetworkClassifier
-
     X, y = make_classification(200, 6, random_state=0)
     models = [
-        MetricAttentionClassifier(max_iter=3, dropout=dropout, random_state=0, device="cpu"),
-        AttentionNetworkClassifier(width=8, max_iter=3, random_state=0, device="cpu"),
+        cheap("MetricAttentionClassifier", max_iter=3, dropout=dropout, device="cpu"),
+        cheap("AttentionNetworkClassifier", max_iter=3, device="cpu"),
     ]
 
     def fit(model):
