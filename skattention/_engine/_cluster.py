@@ -43,8 +43,8 @@ _ANNEAL_SPLIT = 0.05  # a split centroid's children start at c +- 0.05 sqrt(lamb
 def _block_rows(n, k, d, itemsize, device, working_memory):
     # per row: distances, logits/responsibilities and their temporaries (4 x k), the weighted
     # copy of the row (d), norms, labels and weights.
-    if device.type == "cpu":  # cache-sized: the distances and the block of points
-        cap = min(cpu_block_rows(k), max(1024, cpu_block_rows(d)))
+    if device.type == "cpu":  # cache-sized: the 4 k-wide temporaries, and about 4 copies of x
+        cap = min(cpu_block_rows(4 * k), max(1024, cpu_block_rows(4 * d)))
     else:
         cap = _ACCEL_BLOCK_ROWS
     return plan_rows(
@@ -146,7 +146,7 @@ def sqdist_to_centers(X, centers, working_memory=None, shift=None):
     rows = plan_rows(
         n, row_bytes=X.element_size() * (2 * k * d + (d if shift is not None else 0)),
         budget=budget_bytes(working_memory),
-        max_rows=cpu_block_rows(k * d) if X.device.type == "cpu" else None,
+        max_rows=cpu_block_rows(2 * k * d) if X.device.type == "cpu" else None,  # diff, diff**2
     )
     for s in range(0, n, rows):
         block = X[s : s + rows] if shift is None else X[s : s + rows] - shift
