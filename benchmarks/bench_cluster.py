@@ -1,4 +1,4 @@
-"""Clustering benchmark: AttentionKMeans vs KMeans, AttentionMeanShift vs MeanShift, SpectralClustering.
+"""Clustering benchmark: AttentionKMeans vs KMeans, AttentionMeanShift vs MeanShift, spectral.
 
 Quality: ARI and NMI against the true labels on synthetic sets (blobs with unequal variances,
 anisotropic blobs, 8 blobs in 10-D, moons, circles) and real labelled sets (iris, wine, digits,
@@ -9,7 +9,8 @@ AttentionKMeans fitting 1,000,000 2-D points, in a fresh subprocess.
 
 Run from the repository root, one thread:
 
-    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python benchmarks/bench_cluster.py [--quick] [--only quality|speed|memory]
+    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python benchmarks/bench_cluster.py [--quick] \
+        [--only quality|speed|memory]
 
 Writes ``benchmarks/results/cluster.json``.
 """
@@ -83,7 +84,11 @@ def _timed(fn):
 
 
 def _summary(values):
-    return {"mean": float(np.mean(values)), "std": float(np.std(values)), "values": [float(v) for v in values]}
+    return {
+        "mean": float(np.mean(values)),
+        "std": float(np.std(values)),
+        "values": [float(v) for v in values],
+    }
 
 
 def quality(quick=False):
@@ -106,29 +111,63 @@ def quality(quick=False):
                 times.append(t)
                 if hasattr(est, "inertia_"):
                     inertias.append(est.inertia_)
-            r[label] = {"ari": _summary(aris), "nmi": _summary(nmis), "time_median_s": float(np.median(times))}
+            r[label] = {
+                "ari": _summary(aris),
+                "nmi": _summary(nmis),
+                "time_median_s": float(np.median(times)),
+            }
             if inertias:
                 r[label]["inertia"] = _summary(inertias)
-            print(f"  {label:20s} ARI {np.mean(aris):.3f}+-{np.std(aris):.3f}  NMI {np.mean(nmis):.3f}+-"
-                  f"{np.std(nmis):.3f}  t {np.median(times):.3f}s", flush=True)
-        r["time_ratio_AttentionKMeans_vs_KMeans"] = r["AttentionKMeans"]["time_median_s"] / r["KMeans"]["time_median_s"]
+            print(
+                f"  {label:20s} ARI {np.mean(aris):.3f}+-{np.std(aris):.3f}  "
+                f"NMI {np.mean(nmis):.3f}+-"
+                f"{np.std(nmis):.3f}  t {np.median(times):.3f}s",
+                flush=True,
+            )
+        r["time_ratio_AttentionKMeans_vs_KMeans"] = (
+            r["AttentionKMeans"]["time_median_s"] / r["KMeans"]["time_median_s"]
+        )
         if X.shape[0] <= 2000:  # scikit-learn's MeanShift runs one Python loop per seed
-            for label, make in [("MeanShift", lambda: MeanShift()), ("AttentionMeanShift", lambda: AttentionMeanShift(device="cpu")),
-                                ("AttentionMeanShift_flat", lambda: AttentionMeanShift(kernel="flat", device="cpu"))]:
+            for label, make in [
+                ("MeanShift", lambda: MeanShift()),
+                ("AttentionMeanShift", lambda: AttentionMeanShift(device="cpu")),
+                (
+                    "AttentionMeanShift_flat",
+                    lambda: AttentionMeanShift(kernel="flat", device="cpu"),
+                ),
+            ]:
                 est, t = _timed(lambda: make().fit(X))
-                h = est.bandwidth if isinstance(est, MeanShift) and est.bandwidth else getattr(est, "bandwidth_", None)
+                h = (
+                    est.bandwidth
+                    if isinstance(est, MeanShift) and est.bandwidth
+                    else getattr(est, "bandwidth_", None)
+                )
                 if h is None:
                     h = estimate_bandwidth(X)
-                entry = {"ari": float(adjusted_rand_score(y, est.labels_)),
-                         "nmi": float(normalized_mutual_info_score(y, est.labels_)),
-                         "n_clusters": int(len(est.cluster_centers_)), "time_s": t, "bandwidth": float(h)}
+                entry = {
+                    "ari": float(adjusted_rand_score(y, est.labels_)),
+                    "nmi": float(normalized_mutual_info_score(y, est.labels_)),
+                    "n_clusters": int(len(est.cluster_centers_)),
+                    "time_s": t,
+                    "bandwidth": float(h),
+                }
                 if label == "AttentionMeanShift":
                     entry["spectral_count"] = spectral_cluster_count(X, est.bandwidth_)
                 r[label] = entry
-                print(f"  {label:20s} ARI {entry['ari']:.3f}  NMI {entry['nmi']:.3f}  clusters {entry['n_clusters']}"
-                      + (f" (spectral count {entry['spectral_count']})" if "spectral_count" in entry else "")
-                      + f"  h {h:.3g}  t {t:.3f}s", flush=True)
-            r["time_ratio_AttentionMeanShift_vs_MeanShift"] = r["AttentionMeanShift"]["time_s"] / r["MeanShift"]["time_s"]
+                print(
+                    f"  {label:20s} ARI {entry['ari']:.3f}  NMI {entry['nmi']:.3f}  "
+                    f"clusters {entry['n_clusters']}"
+                    + (
+                        f" (spectral count {entry['spectral_count']})"
+                        if "spectral_count" in entry
+                        else ""
+                    )
+                    + f"  h {h:.3g}  t {t:.3f}s",
+                    flush=True,
+                )
+            r["time_ratio_AttentionMeanShift_vs_MeanShift"] = (
+                r["AttentionMeanShift"]["time_s"] / r["MeanShift"]["time_s"]
+            )
             r["time_ratio_AttentionMeanShift_flat_vs_MeanShift"] = (
                 r["AttentionMeanShift_flat"]["time_s"] / r["MeanShift"]["time_s"])
         res[name] = r
@@ -138,15 +177,24 @@ def quality(quick=False):
 def speed(n=100_000, d=10, k=8, repeats=3):
     X, _ = make_blobs(n_samples=n, n_features=d, centers=k, cluster_std=2.0, random_state=0)
     out = {"n": n, "d": d, "k": k}
-    for label, make in [("KMeans", lambda s: KMeans(k, random_state=s)),
-                        ("AttentionKMeans", lambda s: AttentionKMeans(k, random_state=s, device="cpu")),
-                        ("AttentionKMeans_T0", lambda s: AttentionKMeans(k, temperature=0, random_state=s, device="cpu"))]:
+    for label, make in [
+        ("KMeans", lambda s: KMeans(k, random_state=s)),
+        ("AttentionKMeans", lambda s: AttentionKMeans(k, random_state=s, device="cpu")),
+        (
+            "AttentionKMeans_T0",
+            lambda s: AttentionKMeans(k, temperature=0, random_state=s, device="cpu"),
+        ),
+    ]:
         make(0).fit(X[:2000])  # warm-up
         times = [_timed(lambda: make(s).fit(X))[1] for s in range(repeats)]
         out[label] = {"times_s": times, "median_s": float(np.median(times))}
         print(f"  speed {label:20s} median {np.median(times):.3f}s {times}", flush=True)
-    out["ratio_AttentionKMeans_vs_KMeans"] = out["AttentionKMeans"]["median_s"] / out["KMeans"]["median_s"]
-    out["ratio_AttentionKMeans_T0_vs_KMeans"] = out["AttentionKMeans_T0"]["median_s"] / out["KMeans"]["median_s"]
+    out["ratio_AttentionKMeans_vs_KMeans"] = (
+        out["AttentionKMeans"]["median_s"] / out["KMeans"]["median_s"]
+    )
+    out["ratio_AttentionKMeans_T0_vs_KMeans"] = (
+        out["AttentionKMeans_T0"]["median_s"] / out["KMeans"]["median_s"]
+    )
     return out
 
 
@@ -162,20 +210,29 @@ peak = [0.0]; stop = [False]
 def sample():
     while not stop[0]:
         peak[0] = max(peak[0], rss()); time.sleep(0.005)
-X = np.random.RandomState(0).normal(size=(1_000_000, 2)) + np.repeat(np.arange(8), 125_000)[:, None] * 3.0
-AttentionKMeans(8, random_state=0, device="cpu").fit(X[:1000])  # import/warm-up costs out of the way
+X = np.random.RandomState(0).normal(size=(1_000_000, 2))
+X += np.repeat(np.arange(8), 125_000)[:, None] * 3.0
+AttentionKMeans(8, random_state=0, device="cpu").fit(X[:1000])  # import and warm-up costs
 base = rss()
 th = threading.Thread(target=sample); th.start()
-t = time.perf_counter(); km = AttentionKMeans(8, random_state=0, device="cpu").fit(X); t = time.perf_counter() - t
+t = time.perf_counter()
+km = AttentionKMeans(8, random_state=0, device="cpu").fit(X)
+t = time.perf_counter() - t
 stop[0] = True; th.join()
-print({"baseline_rss_mib": base, "peak_rss_mib": peak[0], "fit_extra_mib": peak[0] - base, "data_mib": X.nbytes / 2**20, "fit_s": t})
+print({"baseline_rss_mib": base, "peak_rss_mib": peak[0], "fit_extra_mib": peak[0] - base,
+       "data_mib": X.nbytes / 2**20, "fit_s": t})
 """
 
 
 def memory():
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD], capture_output=True, text=True, env=env,
-                         cwd=str(pathlib.Path(__file__).resolve().parents[1]))
+    out = subprocess.run(
+        [sys.executable, "-c", _MEMORY_CHILD],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(pathlib.Path(__file__).resolve().parents[1]),
+    )
     if out.returncode:
         raise RuntimeError(out.stderr)
     res = eval(out.stdout.strip().splitlines()[-1])

@@ -80,8 +80,12 @@ def main():
     parser.add_argument("--eigen-neighbors", type=int, default=60,
                         help="a second, larger graph for the circle eigenvalue error")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--pydiffmap-max-n", type=int, default=10000,
-                        help="skip pydiffmap above this n (at 50,000 it had not finished after 25 minutes)")
+    parser.add_argument(
+        "--pydiffmap-max-n",
+        type=int,
+        default=10000,
+        help="skip pydiffmap above this n (at 50,000 it had not finished after 25 minutes)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -89,31 +93,57 @@ def main():
     rows = []
     with threadpool_limits(args.threads):
         # warm-up (imports, first torch kernels)
-        AttentionDiffusionEmbedding(n_neighbors=k, random_state=0).fit(make_s_curve(500, random_state=0)[0])
+        AttentionDiffusionEmbedding(n_neighbors=k, random_state=0).fit(
+            make_s_curve(500, random_state=0)[0]
+        )
         for n in args.sizes:
             repeats = args.repeats if n <= 10000 else 1
             X, _ = make_s_curve(n, random_state=0)
-            t_ours, _ = timed(lambda: AttentionDiffusionEmbedding(n_neighbors=k, random_state=0).fit(X), repeats)
-            t_sk, _ = timed(lambda: SpectralEmbedding(n_components=2, affinity="nearest_neighbors", n_neighbors=k, random_state=0).fit(X), repeats)
+            t_ours, _ = timed(
+                lambda: AttentionDiffusionEmbedding(n_neighbors=k, random_state=0).fit(X), repeats
+            )
+            t_sk, _ = timed(
+                lambda: SpectralEmbedding(
+                    n_components=2, affinity="nearest_neighbors", n_neighbors=k, random_state=0
+                ).fit(X),
+                repeats,
+            )
             C = circle(n)
             ours = AttentionDiffusionEmbedding(n_components=4, n_neighbors=k, random_state=0).fit(C)
-            se = SpectralEmbedding(n_components=4, affinity="nearest_neighbors", n_neighbors=k, random_state=0).fit(C)
-            se_lam = spectral_embedding_eigenvalues(se)[:4]  # embedding_ already drops the trivial vector
+            se = SpectralEmbedding(
+                n_components=4, affinity="nearest_neighbors", n_neighbors=k, random_state=0
+            ).fit(C)
+            # embedding_ already drops the trivial vector
+            se_lam = spectral_embedding_eigenvalues(se)[:4]
             k2 = args.eigen_neighbors
-            ours_k2 = AttentionDiffusionEmbedding(n_components=4, n_neighbors=k2, random_state=0).fit(C)
-            se_k2 = SpectralEmbedding(n_components=4, affinity="nearest_neighbors", n_neighbors=k2, random_state=0).fit(C)
+            ours_k2 = AttentionDiffusionEmbedding(
+                n_components=4, n_neighbors=k2, random_state=0
+            ).fit(C)
+            se_k2 = SpectralEmbedding(
+                n_components=4, affinity="nearest_neighbors", n_neighbors=k2, random_state=0
+            ).fit(C)
             row = dict(
-                n=n, n_neighbors=k, fit_s=t_ours, spectral_embedding_fit_s=t_sk, ratio=t_ours / t_sk,
+                n=n,
+                n_neighbors=k,
+                fit_s=t_ours,
+                spectral_embedding_fit_s=t_sk,
+                ratio=t_ours / t_sk,
                 circle_eigen_ratio_error=ratio_error(ours.laplacian_eigenvalues_),
                 spectral_embedding_circle_eigen_ratio_error=ratio_error(se_lam),
                 circle_laplacian_eigenvalues=ours.laplacian_eigenvalues_.tolist(),
                 eigen_neighbors=k2,
                 circle_eigen_ratio_error_k2=ratio_error(ours_k2.laplacian_eigenvalues_),
-                spectral_embedding_circle_eigen_ratio_error_k2=ratio_error(spectral_embedding_eigenvalues(se_k2)[:4]),
+                spectral_embedding_circle_eigen_ratio_error_k2=ratio_error(
+                    spectral_embedding_eigenvalues(se_k2)[:4]
+                ),
             )
-            if DiffusionMap is not None and n <= args.pydiffmap_max_n:  # same k, its BGH bandwidth, alpha=1
+            # same k, its BGH bandwidth, alpha=1
+            if DiffusionMap is not None and n <= args.pydiffmap_max_n:
+
                 def pdm(data, k_, n_evecs):
-                    return DiffusionMap.from_sklearn(n_evecs=n_evecs, k=k_, alpha=1.0, epsilon="bgh").fit(data)
+                    return DiffusionMap.from_sklearn(
+                        n_evecs=n_evecs, k=k_, alpha=1.0, epsilon="bgh"
+                    ).fit(data)
                 def attempt(fn):  # its ARPACK (non-symmetric, no shift-invert) may not converge
                     try:
                         return fn()
@@ -125,7 +155,9 @@ def main():
                 if isinstance(t_pdm, float):
                     row["ratio_vs_pydiffmap"] = t_ours / t_pdm
                 # its evals are those of the generator (negative): -evals ~ Laplacian eigenvalues
-                row["pydiffmap_circle_eigen_ratio_error_k2"] = attempt(lambda: ratio_error(-pdm(C, k2, 4).evals))
+                row["pydiffmap_circle_eigen_ratio_error_k2"] = attempt(
+                    lambda: ratio_error(-pdm(C, k2, 4).evals)
+                )
             if n <= 10000:  # the dense operator (n x n) as well
                 dense = AttentionDiffusionEmbedding(n_components=4, random_state=0)
                 row["dense_fit_s"], dense = timed(lambda: dense.fit(C), 1)

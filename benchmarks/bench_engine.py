@@ -1,7 +1,7 @@
 """Engine speed and memory against scikit-learn, in one process, on a fixed number of threads.
 
-    python benchmarks/bench_engine.py                 # n_train=100,000, n_test=10,000, d=32, 2 threads
-    python benchmarks/bench_engine.py --quick         # a small smoke run
+    python benchmarks/bench_engine.py          # n_train=100,000, n_test=10,000, d=32, 2 threads
+    python benchmarks/bench_engine.py --quick  # a small smoke run
 
 Times are medians over ``--repeats`` runs of ``predict``; each ratio divides the attention time by
 the scikit-learn time measured in the same process. Peak extra memory is measured in a fresh
@@ -38,11 +38,17 @@ def _models(kind, T):
     from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 
     if kind == "knn":
-        return MetricAttentionClassifier("euclidean", n_neighbors=5, temperature=np.inf, device="cpu"), KNeighborsClassifier(5, algorithm="brute")
+        return MetricAttentionClassifier(
+            "euclidean", n_neighbors=5, temperature=np.inf, device="cpu"
+        ), KNeighborsClassifier(5, algorithm="brute")
     if kind == "dense":
-        return MetricAttentionClassifier("euclidean", temperature=T, device="cpu"), KNeighborsClassifier(5, algorithm="brute")
+        return MetricAttentionClassifier(
+            "euclidean", temperature=T, device="cpu"
+        ), KNeighborsClassifier(5, algorithm="brute")
     if kind == "nw":
-        return MetricAttentionRegressor("euclidean", temperature=T, device="cpu"), _SklearnNadarayaWatson(T)
+        return MetricAttentionRegressor(
+            "euclidean", temperature=T, device="cpu"
+        ), _SklearnNadarayaWatson(T)
     raise ValueError(kind)
 
 
@@ -132,14 +138,32 @@ def _temperature(Xtr):
 
 
 def _measure_memory(kind, which, n_test, args):
-    cmd = [sys.executable, __file__, "--memory-case", kind, "--which", which, "--n-train", str(args.n_train),
-           "--n-test", str(n_test), "--d", str(args.d), "--dtype", args.dtype, "--threads", str(args.threads)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--memory-case",
+        kind,
+        "--which",
+        which,
+        "--n-train",
+        str(args.n_train),
+        "--n-test",
+        str(n_test),
+        "--d",
+        str(args.d),
+        "--dtype",
+        args.dtype,
+        "--threads",
+        str(args.threads),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["extra_mib"]
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n-train", type=int, default=100_000)
     parser.add_argument("--n-test", type=int, default=10_000)
     parser.add_argument("--d", type=int, default=32)
@@ -149,7 +173,9 @@ def main():
     parser.add_argument("--memory-n-test", type=int, nargs="*", default=None,
                         help="n_test values for the memory runs (default: n_test and 5 x n_test)")
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
-    parser.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results" / "bench_engine.json"))
+    parser.add_argument(
+        "--out", default=str(pathlib.Path(__file__).parent / "results" / "bench_engine.json")
+    )
     parser.add_argument("--memory-case", choices=["knn", "dense", "nw"], help=argparse.SUPPRESS)
     parser.add_argument("--which", choices=["attention", "sklearn"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -166,10 +192,17 @@ def main():
     torch.set_num_threads(args.threads)
     Xtr, ytr, Xte, yte = _make_data(args.n_train, args.n_test, args.d, np.dtype(args.dtype))
     T = _temperature(Xtr)
-    print(f"n_train={args.n_train} n_test={args.n_test} d={args.d} dtype={args.dtype} threads={args.threads} "
-          f"repeats={args.repeats} torch={torch.__version__} sklearn={sklearn.__version__} "
-          f"cpu={platform.processor() or platform.machine()} T={T:.3g}")
-    results = {"config": vars(args) | {"temperature": T, "torch": torch.__version__, "sklearn": sklearn.__version__}, "cases": []}
+    print(
+        f"n_train={args.n_train} n_test={args.n_test} d={args.d} dtype={args.dtype} "
+        f"threads={args.threads} "
+        f"repeats={args.repeats} torch={torch.__version__} sklearn={sklearn.__version__} "
+        f"cpu={platform.processor() or platform.machine()} T={T:.3g}"
+    )
+    results = {
+        "config": vars(args)
+        | {"temperature": T, "torch": torch.__version__, "sklearn": sklearn.__version__},
+        "cases": [],
+    }
     memory_sizes = args.memory_n_test or [args.n_test, 5 * args.n_test]
     with threadpool_limits(args.threads):
         for kind in ["knn", "dense", "nw"]:
@@ -189,16 +222,24 @@ def main():
             case = {"case": kind, "attention_s": t_att, "sklearn_s": t_ref, "ratio": t_att / t_ref,
                     "baseline": type(ref).__name__, "agreement": agree}
             for n_test in memory_sizes:
-                case[f"attention_extra_mib_n_test_{n_test}"] = _measure_memory(kind, "attention", n_test, args)
-                case[f"sklearn_extra_mib_n_test_{n_test}"] = _measure_memory(kind, "sklearn", n_test, args)
+                case[f"attention_extra_mib_n_test_{n_test}"] = _measure_memory(
+                    kind, "attention", n_test, args
+                )
+                case[f"sklearn_extra_mib_n_test_{n_test}"] = _measure_memory(
+                    kind, "sklearn", n_test, args
+                )
             results["cases"].append(case)
             mem = " ".join(
-                f"n_test={n}: {case[f'attention_extra_mib_n_test_{n}']:.0f} vs {case[f'sklearn_extra_mib_n_test_{n}']:.0f} MiB"
+                f"n_test={n}: {case[f'attention_extra_mib_n_test_{n}']:.0f} vs "
+                f"{case[f'sklearn_extra_mib_n_test_{n}']:.0f} MiB"
                 for n in memory_sizes
             )
             label = {"knn": "agreement with sklearn", "nw": "max |diff|", "dense": "accuracy"}[kind]
-            print(f"{kind:>5}: attention {t_att:.3f}s, {type(ref).__name__} {t_ref:.3f}s, ratio {t_att / t_ref:.2f}; "
-                  f"{label} {agree:.3g}; peak extra memory {mem}")
+            print(
+                f"{kind:>5}: attention {t_att:.3f}s, {type(ref).__name__} {t_ref:.3f}s, "
+                f"ratio {t_att / t_ref:.2f}; "
+                f"{label} {agree:.3g}; peak extra memory {mem}"
+            )
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -39,7 +39,18 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def run_gpu_tests(extra=()):
     """``pytest -m gpu``; returns (exit code, last summary line)."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", str(ROOT / "tests"), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-m",
+        "gpu",
+        "-p",
+        "no:cacheprovider",
+        str(ROOT / "tests"),
+        *extra,
+    ]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     lines = [ln for ln in proc.stdout.strip().splitlines() if ln.strip()]
@@ -100,13 +111,21 @@ def throughput(device, dtypes, sizes, n_queries, d, k, repeats, working_memory, 
             }
             base = None
             for name, (fn, flops_per) in cases.items():
-                row = {"case": name, "dtype": dtype_name, "n_queries": n_queries, "n_keys": n_keys, "d": d}
+                row = {
+                    "case": name,
+                    "dtype": dtype_name,
+                    "n_queries": n_queries,
+                    "n_keys": n_keys,
+                    "d": d,
+                }
                 try:
                     t = _timer(device, fn, repeats)
                 except (RuntimeError, MemoryError, ValueError) as exc:  # e.g. no kernel for a dtype
                     row.update(error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
                     rows.append(row)
-                    print(f"{dtype_name:9s} {n_keys:>10d} {name:14s} {'failed':>9s}  {row['error']}")
+                    print(
+                        f"{dtype_name:9s} {n_keys:>10d} {name:14s} {'failed':>9s}  {row['error']}"
+                    )
                     continue
                 if name == "matmul":
                     base = t
@@ -115,27 +134,36 @@ def throughput(device, dtypes, sizes, n_queries, d, k, repeats, working_memory, 
                 rows.append(row)
                 ratio = "" if base is None else f"{base / t:8.2f}"
                 print(f"{dtype_name:9s} {n_keys:>10d} {name:14s} {t:9.4f} {tflops:9.3f} {ratio}")
-            del Q, K, V
+            Q = K = V = None  # free this size's tensors before the next size's
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     return rows
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes (runs on a CPU in seconds)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes (runs on a CPU in seconds)"
+    )
     parser.add_argument("--skip-tests", action="store_true", help="leave out pytest -m gpu")
     parser.add_argument("--n-queries", type=int, default=4096)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10**5, 10**6, 10**7], help="n_keys values")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=[10**5, 10**6, 10**7], help="n_keys values"
+    )
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--d", type=int, default=64)
     parser.add_argument("--n-neighbors", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--working-memory", type=float, default=2048,
                         help="MiB of scratch memory per engine call (the library default is 256)")
-    parser.add_argument("--output", default=None, help="JSON path (default benchmarks/results/gpu.json; "
-                                                       "--smoke writes nothing unless given)")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help="JSON path (default benchmarks/results/gpu.json; --smoke writes nothing unless given)",
+    )
     args = parser.parse_args(argv)
     if args.smoke:
         args.n_queries, args.sizes, args.repeats, args.working_memory = 32, [500, 3000], 1, 16
@@ -145,18 +173,28 @@ def main(argv=None):
     from skattention import resolve_device
 
     device = resolve_device(args.device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    name = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or "cpu"
+    )
     print(f"device: {device} ({name}); torch {torch.__version__}")
     tests = None
     if not args.skip_tests:
         rc, summary = run_gpu_tests()
         tests = {"exit_code": rc, "summary": summary}
         print(f"pytest -m gpu: {summary} (exit code {rc})")
-    print(f"{'dtype':9s} {'n_keys':>10s} {'case':14s} {'seconds':>9s} {'TFLOP/s':>9s} {'vs matmul':>8s}")
-    key_block = max(1, min(max(args.sizes), (1 << 30) // (4 * args.n_queries)))  # 1 GiB float32 blocks
+    print(
+        f"{'dtype':9s} {'n_keys':>10s} {'case':14s} {'seconds':>9s} {'TFLOP/s':>9s} "
+        f"{'vs matmul':>8s}"
+    )
+    # 1 GiB float32 blocks
+    key_block = max(1, min(max(args.sizes), (1 << 30) // (4 * args.n_queries)))
     rows = throughput(device, args.dtypes, args.sizes, args.n_queries, args.d, args.n_neighbors,
                       args.repeats, args.working_memory, key_block)
-    output = args.output or (None if args.smoke else str(ROOT / "benchmarks" / "results" / "gpu.json"))
+    output = args.output or (
+        None if args.smoke else str(ROOT / "benchmarks" / "results" / "gpu.json")
+    )
     if output:
         payload = {"device": str(device), "device_name": name, "torch": torch.__version__,
                    "working_memory_mib": args.working_memory, "tests": tests, "results": rows}

@@ -20,7 +20,6 @@ import statistics
 import time
 
 import numpy as np
-
 from datasets import load
 
 
@@ -92,11 +91,15 @@ def predict_times(args):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", choices=["fit", "predict"])
-    parser.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results" / "bench_learned_speed.json"))
+    parser.add_argument(
+        "--out", default=str(pathlib.Path(__file__).parent / "results" / "bench_learned_speed.json")
+    )
     args = parser.parse_args()
 
     import torch

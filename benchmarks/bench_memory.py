@@ -1,7 +1,7 @@
-"""Peak extra memory of prediction and clustering on 1,000,000 points against the working-memory budget.
+"""Peak extra memory of prediction and clustering on 1,000,000 points against working_memory.
 
-    python benchmarks/bench_memory.py                     # n_train=1,000,000, n_test=2,000, d=16, budgets 256 and 64 MiB
-    python benchmarks/bench_memory.py --quick             # n_train=100,000, a smoke run
+    python benchmarks/bench_memory.py          # n_train=1,000,000, n_test=2,000, d=16, 256, 64 MiB
+    python benchmarks/bench_memory.py --quick  # n_train=100,000, a smoke run
 
 Method: every case runs in a fresh subprocess (``--case``) on one thread. It imports, creates the
 data (float32, 10 Gaussian blobs), fits (or loads the pickled learned model, fitted once by the
@@ -9,7 +9,8 @@ parent), warms up on 100 queries, then measures one call: resident memory (``/pr
 is sampled every 2 ms by a thread during the call (``_PeakRSS`` of bench_engine.py) and the
 figure is the peak minus the resident memory just before the call. ``MALLOC_MMAP_THRESHOLD_=65536``
 is set so that glibc returns freed buffers to the system (otherwise the warm-up's freed blocks
-are reused without showing in the resident set, and the peak is underestimated). The bound checked is
+are reused without showing in the resident set, and the peak is underestimated). The bound checked
+is
 ``working_memory + model size``, the model size being the bytes of the arrays the fitted
 estimator holds (training keys, values, priors; centroids for k-means). For AttentionKMeans.fit
 the centred copy of X (like scikit-learn's KMeans with ``copy_x=True``) is added to the bound and
@@ -54,9 +55,9 @@ def _model_bytes(est):
 
 def _case(args):
     import torch
+    from bench_engine import _PeakRSS
 
     import skattention
-    from bench_engine import _PeakRSS
     from skattention import MetricAttentionClassifier, MetricAttentionRegressor
     from skattention.cluster import AttentionKMeans
 
@@ -72,8 +73,15 @@ def _case(args):
             if args.case == "kmeans_predict":
                 est.fit(X[:100000])
         else:
-            Est = MetricAttentionRegressor if args.case == "regressor" else MetricAttentionClassifier
-            est = Est(metric="euclidean", temperature=1.0, n_neighbors=5 if args.case == "knn5" else None, device="cpu")
+            Est = (
+                MetricAttentionRegressor if args.case == "regressor" else MetricAttentionClassifier
+            )
+            est = Est(
+                metric="euclidean",
+                temperature=1.0,
+                n_neighbors=5 if args.case == "knn5" else None,
+                device="cpu",
+            )
             est.fit(X, y.astype(np.float64) if args.case == "regressor" else y)
         if args.case == "kmeans_fit":
             AttentionKMeans(8, random_state=0, device="cpu", max_iter=5).fit(X[:2000])  # warm-up
@@ -97,7 +105,9 @@ def _fit_mlp(args, path):
     from skattention import MetricAttentionClassifier
 
     X, y, _ = _data(args.n_train, 0, args.d)
-    est = MetricAttentionClassifier(metric="mlp", max_iter=1, early_stopping=False, random_state=0, device="cpu")
+    est = MetricAttentionClassifier(
+        metric="mlp", max_iter=1, early_stopping=False, random_state=0, device="cpu"
+    )
     start = time.perf_counter()
     est.fit(X, y)
     with open(path, "wb") as f:
@@ -116,7 +126,9 @@ def main():
     parser.add_argument("--case", choices=CASES)
     parser.add_argument("--budget", type=float)
     parser.add_argument("--model", default="/tmp/skattention_bench_memory_mlp.pkl")
-    parser.add_argument("--reuse-model", action="store_true", help="skip the mlp fit if --model exists")
+    parser.add_argument(
+        "--reuse-model", action="store_true", help="skip the mlp fit if --model exists"
+    )
     args = parser.parse_args()
     if args.quick:
         args.n_train, args.n_test = 100_000, 2_000
@@ -125,26 +137,69 @@ def main():
     model = args.model
     rows = []
     if "mlp" in args.cases and not (args.reuse_model and pathlib.Path(model).exists()):
-        print(f"fitting the mlp metric on {args.n_train} points (max_iter=1): {_fit_mlp(args, model):.0f} s", flush=True)
-    print(f"{'case':<16}{'budget MiB':>11}{'model MiB':>10}{'copy MiB':>9}{'peak extra MiB':>15}{'bound MiB':>10}{'s':>7}  ok")
+        print(
+            f"fitting the mlp metric on {args.n_train} points (max_iter=1): "
+            f"{_fit_mlp(args, model):.0f} s",
+            flush=True,
+        )
+    print(
+        f"{'case':<16}{'budget MiB':>11}{'model MiB':>10}{'copy MiB':>9}{'peak extra MiB':>15}"
+        f"{'bound MiB':>10}{'s':>7}  ok"
+    )
     for case in args.cases:
         for budget in args.budgets:
-            cmd = [sys.executable, __file__, "--case", case, "--budget", str(budget), "--n-train", str(args.n_train),
-                   "--n-test", str(args.n_test), "--d", str(args.d), "--model", model]
-            out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_="65536"))
+            cmd = [
+                sys.executable,
+                __file__,
+                "--case",
+                case,
+                "--budget",
+                str(budget),
+                "--n-train",
+                str(args.n_train),
+                "--n-test",
+                str(args.n_test),
+                "--d",
+                str(args.d),
+                "--model",
+                model,
+            ]
+            out = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, OMP_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_="65536"),
+            )
             if out.returncode:
                 raise RuntimeError(out.stderr)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             bound = budget + r["model_mib"] + r["copy_mib"]
-            row = dict(case=case, budget_mib=budget, n_train=args.n_train, n_test=args.n_test, d=args.d,
-                       model_mib=r["model_mib"], copy_mib=r["copy_mib"], peak_extra_mib=r["extra_mib"],
-                       bound_mib=bound, within_bound=r["extra_mib"] <= bound, seconds=r["seconds"])
+            row = dict(
+                case=case,
+                budget_mib=budget,
+                n_train=args.n_train,
+                n_test=args.n_test,
+                d=args.d,
+                model_mib=r["model_mib"],
+                copy_mib=r["copy_mib"],
+                peak_extra_mib=r["extra_mib"],
+                bound_mib=bound,
+                within_bound=r["extra_mib"] <= bound,
+                seconds=r["seconds"],
+            )
             rows.append(row)
-            print(f"{case:<16}{budget:>11.0f}{r['model_mib']:>10.1f}{r['copy_mib']:>9.1f}{r['extra_mib']:>15.1f}"
-                  f"{bound:>10.1f}{r['seconds']:>7.1f}  {'yes' if row['within_bound'] else 'NO'}", flush=True)
+            print(
+                f"{case:<16}{budget:>11.0f}{r['model_mib']:>10.1f}{r['copy_mib']:>9.1f}{r['extra_mib']:>15.1f}"
+                f"{bound:>10.1f}{r['seconds']:>7.1f}  {'yes' if row['within_bound'] else 'NO'}",
+                flush=True,
+            )
     if not args.quick:
         RESULTS.parent.mkdir(exist_ok=True)
-        RESULTS.write_text(json.dumps(dict(threads=1, method=__doc__.split("Method: ")[1].strip(), rows=rows), indent=2))
+        RESULTS.write_text(
+            json.dumps(
+                dict(threads=1, method=__doc__.split("Method: ")[1].strip(), rows=rows), indent=2
+            )
+        )
         print(f"wrote {RESULTS}")
 
 

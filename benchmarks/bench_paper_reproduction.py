@@ -1,4 +1,4 @@
-"""Reproduction of the seed paper's experiments: self-attention vs L2 self-attention vs metric-attention.
+"""Reproduction of the seed paper's experiments: self-, L2 self- and metric-attention compared.
 
 THEORY.md section 1 (Ruan & Zhang, arXiv 2412.18288). The same network for every method, only the
 attention differs (skattention.nn.MetricAttention with metric "dot", "linear" or "mlp"); 10 seeds
@@ -29,7 +29,6 @@ Results go to benchmarks/results/paper_<task>.json, figures to docs/images/paper
 
 import argparse
 import json
-import math
 import pathlib
 import platform
 import time
@@ -103,7 +102,8 @@ def load(task):
 
 
 class SequenceClassifier(nn.Module):
-    """Token + position embeddings -> TransformerEncoder with MetricAttention -> last token -> logits."""
+    """Token + position embeddings -> TransformerEncoder with MetricAttention -> last token ->
+    logits."""
 
     def __init__(self, metric, vocab, length, d_model, n_layers, n_heads, dim_ff):
         super().__init__()
@@ -126,11 +126,24 @@ def run_one(task, metric, seed, data):
     rng = np.random.default_rng(seed)
     if task == "sequence":
         Xt, Xv = torch.as_tensor(Xtr), torch.as_tensor(Xte)
-        net = SequenceClassifier(metric, cfg["vocab"], cfg["length"], cfg["d_model"], cfg["n_layers"],
-                                 cfg["n_heads"], cfg["dim_ff"])
+        net = SequenceClassifier(
+            metric,
+            cfg["vocab"],
+            cfg["length"],
+            cfg["d_model"],
+            cfg["n_layers"],
+            cfg["n_heads"],
+            cfg["dim_ff"],
+        )
     else:
         Xt, Xv = torch.tensor(Xtr, dtype=torch.float32), torch.tensor(Xte, dtype=torch.float32)
-        net = IPN(Xt.shape[1], int(ytr.max()) + 1, width=cfg["width"], n_blocks=cfg["n_blocks"], metric=metric)
+        net = IPN(
+            Xt.shape[1],
+            int(ytr.max()) + 1,
+            width=cfg["width"],
+            n_blocks=cfg["n_blocks"],
+            metric=metric,
+        )
     yt, yv = torch.as_tensor(ytr), torch.as_tensor(yte)
     opt = torch.optim.Adam(net.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
     n = Xt.shape[0]
@@ -202,7 +215,8 @@ def _compact_json(out):
     runs = out.pop("runs")
     head = json.dumps(out, indent=1)[:-2]
     body = ",\n".join(
-        f' "{m}": [\n' + ",\n".join("  " + json.dumps(r) for r in rs) + "\n ]" for m, rs in runs.items()
+        f' "{m}": [\n' + ",\n".join("  " + json.dumps(r) for r in rs) + "\n ]"
+        for m, rs in runs.items()
     )
     return head + ',\n "runs": {\n' + body + "\n }\n}\n"
 
@@ -218,9 +232,13 @@ def summarise(res):
         L = np.array([r["loss_curve"] for r in runs])
         acc = np.array([r["test_accuracy"] for r in runs])
         rows[metric] = {
-            "loss_at": {int(e): (float(L[:, e - 1].mean()), float(L[:, e - 1].std())) for e in marks},
-            "acc_mean": float(acc.mean()), "acc_std": float(acc.std(ddof=1)),
-            "acc_min": float(acc.min()), "acc_max": float(acc.max()),
+            "loss_at": {
+                int(e): (float(L[:, e - 1].mean()), float(L[:, e - 1].std())) for e in marks
+            },
+            "acc_mean": float(acc.mean()),
+            "acc_std": float(acc.std(ddof=1)),
+            "acc_min": float(acc.min()),
+            "acc_max": float(acc.max()),
             "final_loss_std": float(L[:, -1].std(ddof=1)),
             "seconds_per_run": float(np.mean([r["seconds"] for r in runs])),
         }
@@ -246,7 +264,9 @@ def plot(name):
             ax1.plot(ep, curve, color=colours[metric], lw=0.6, alpha=0.5)
         acc = [r["test_accuracy"] for r in runs]
         x = list(METHODS).index(metric)
-        ax2.scatter(np.full(len(acc), x) + np.linspace(-0.15, 0.15, len(acc)), acc, color=colours[metric])
+        ax2.scatter(
+            np.full(len(acc), x) + np.linspace(-0.15, 0.15, len(acc)), acc, color=colours[metric]
+        )
         ax2.errorbar(x + 0.3, np.mean(acc), yerr=np.std(acc, ddof=1), fmt="o", color="k", capsize=4)
     ax1.set_yscale("log")
     ax1.set_xlabel("epoch")
@@ -272,41 +292,58 @@ def report():
             print("(matplotlib missing: no figure)")
         rows = summarise(res)
         marks = list(next(iter(rows.values()))["loss_at"])
-        print(f"\n### {task} ({res['n_train']} train / {res['n_test']} test, {len(res['seeds'])} seeds)\n")
+        print(
+            f"\n### {task} ({res['n_train']} train / {res['n_test']} test, "
+            f"{len(res['seeds'])} seeds)\n"
+        )
         head = "| method | " + " | ".join(f"loss @ epoch {e}" for e in marks) + \
                " | test acc mean ± std | min - max | s/run |"
         print(head)
-        # (seed-level figures: the JSON; std is over seeds with ddof=1 for accuracies, ddof=0 for losses)
+        # (seed-level figures: the JSON; std is over seeds, ddof=1 for accuracies, 0 for losses)
         print("|" + "---|" * (head.count("|") - 1))
         for metric, r in rows.items():
             cells = [f"{m:.4f} ± {s:.4f}" for m, s in r["loss_at"].values()]
-            print(f"| {METHODS[metric]} | " + " | ".join(cells) +
-                  f" | {r['acc_mean']:.4f} ± {r['acc_std']:.4f} | {r['acc_min']:.3f} - {r['acc_max']:.3f}"
-                  f" | {r['seconds_per_run']:.1f} |")
+            print(
+                f"| {METHODS[metric]} | "
+                + " | ".join(cells)
+                + f" | {r['acc_mean']:.4f} ± {r['acc_std']:.4f}"
+                f" | {r['acc_min']:.3f} - {r['acc_max']:.3f}"
+                f" | {r['seconds_per_run']:.1f} |"
+            )
         extra_statistics(res)
 
 
 def extra_statistics(res):
-    """Speed (epochs to a common loss level), seed-level tests of the accuracy and variance claims."""
+    """Speed (epochs to a common loss level), seed-level tests of the accuracy and variance
+    claims."""
     from scipy import stats
 
     curves = {m: np.array([r["loss_curve"] for r in runs]) for m, runs in res["runs"].items()}
     accs = {m: np.array([r["test_accuracy"] for r in runs]) for m, runs in res["runs"].items()}
     level = max(c[:, -1].mean() for c in curves.values())  # the worst method's final mean loss
-    print(f"\nepochs for the mean loss curve to reach {level:.4f} (the worst method's final mean loss); "
-          "seeds whose own curve reaches it:")
+    print(
+        f"\nepochs for the mean loss curve to reach {level:.4f} "
+        "(the worst method's final mean loss); "
+        "seeds whose own curve reaches it:"
+    )
     for m, c in curves.items():
         mean = c.mean(0)
         hit = np.flatnonzero(mean <= level)
         per_seed = [int(np.flatnonzero(row <= level)[0]) + 1 for row in c if (row <= level).any()]
-        print(f"  {METHODS[m]}: {hit[0] + 1 if hit.size else 'never'}; {len(per_seed)}/{len(c)} seeds, "
-              f"median epoch {np.median(per_seed) if per_seed else float('nan'):.0f}")
+        print(
+            f"  {METHODS[m]}: {hit[0] + 1 if hit.size else 'never'}; "
+            f"{len(per_seed)}/{len(c)} seeds, "
+            f"median epoch {np.median(per_seed) if per_seed else float('nan'):.0f}"
+        )
     for other in ("dot", "linear"):
         u = stats.mannwhitneyu(accs["mlp"], accs[other], alternative="two-sided")
         lev = stats.levene(accs["mlp"], accs[other], center="median")
         fl = stats.mannwhitneyu(curves["mlp"][:, -1], curves[other][:, -1], alternative="two-sided")
-        print(f"  metric-attention vs {METHODS[other]}: accuracy Mann-Whitney p = {u.pvalue:.3g}; "
-              f"final loss Mann-Whitney p = {fl.pvalue:.3g}; equal-variance (Brown-Forsythe) p = {lev.pvalue:.3g}")
+        print(
+            f"  metric-attention vs {METHODS[other]}: accuracy Mann-Whitney p = {u.pvalue:.3g}; "
+            f"final loss Mann-Whitney p = {fl.pvalue:.3g}; "
+            f"equal-variance (Brown-Forsythe) p = {lev.pvalue:.3g}"
+        )
 
 
 if __name__ == "__main__":
@@ -315,7 +352,9 @@ if __name__ == "__main__":
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--epochs", type=int, default=None, help="override the task's epochs")
     parser.add_argument("--suffix", default="", help="results file paper_<task><suffix>.json")
-    parser.add_argument("--plot", action="store_true", help="figures and tables from the saved JSON")
+    parser.add_argument(
+        "--plot", action="store_true", help="figures and tables from the saved JSON"
+    )
     args = parser.parse_args()
     if args.epochs:
         for cfg in TASKS.values():

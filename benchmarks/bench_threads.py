@@ -62,7 +62,9 @@ def _run(name, n, d, max_iter):
     X, y = make_classification(n_samples=n, n_features=d, n_informative=d // 2, n_classes=4,
                                random_state=0)
     grid = {"metric": ["linear", "mlp"], "hidden_size": [32, 64], "temperature": ["auto", 1.0]}
-    est = MetricAttentionClassifier(max_iter=max_iter, early_stopping=False, random_state=0, device="cpu")
+    est = MetricAttentionClassifier(
+        max_iter=max_iter, early_stopping=False, random_state=0, device="cpu"
+    )
     search = GridSearchCV(est, grid, cv=3, n_jobs=n_jobs, refit=False,
                           scoring={"accuracy": "accuracy", "torch_threads": _torch_threads})
     cores = os.cpu_count()
@@ -87,13 +89,19 @@ def _run(name, n, d, max_iter):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="small smoke run")
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--d", type=int, default=32)
     parser.add_argument("--max-iter", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=3, help="runs per configuration (median reported)")
-    parser.add_argument("--output", default=str(pathlib.Path(__file__).parent / "results" / "threads.json"))
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs per configuration (median reported)"
+    )
+    parser.add_argument(
+        "--output", default=str(pathlib.Path(__file__).parent / "results" / "threads.json")
+    )
     parser.add_argument("--_child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
@@ -106,8 +114,11 @@ def main():
            if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
     root = str(pathlib.Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    print(f"cores: {os.cpu_count()}  n={args.n} d={args.d} max_iter={args.max_iter}, 8 candidates x 3 folds, "
-          f"median of {args.repeats} runs (configurations interleaved)")
+    print(
+        f"cores: {os.cpu_count()}  n={args.n} d={args.d} max_iter={args.max_iter}, "
+        "8 candidates x 3 folds, "
+        f"median of {args.repeats} runs (configurations interleaved)"
+    )
     runs = {name: [] for name in _CONFIGS}
     for _ in range(args.repeats):
         for name in _CONFIGS:
@@ -124,14 +135,23 @@ def main():
                    wall_s_runs=[r["wall_s"] for r in results])
         row["ratio_to_n_jobs_1"] = round(row["wall_s"] / rows[0]["wall_s"], 3) if rows else 1.0
         rows.append(row)
-        print(f"{name:45s} {row['wall_s']:8.2f} {row['ratio_to_n_jobs_1']:6.2f}  {row['wall_s_runs']}; "
-              f"{row['torch_threads_in_workers']}")
+        print(
+            f"{name:45s} {row['wall_s']:8.2f} {row['ratio_to_n_jobs_1']:6.2f}  "
+            f"{row['wall_s_runs']}; "
+            f"{row['torch_threads_in_workers']}"
+        )
     same = all(r["mean_accuracy"] == rows[0]["mean_accuracy"] for r in rows)
     print(f"identical mean test accuracies across configurations: {same}")
     if not args.quick:
-        payload = {"machine": {"cores": os.cpu_count(), "platform": platform.platform()},
-                   "n": args.n, "d": args.d, "max_iter": args.max_iter, "repeats": args.repeats, "results": rows,
-                   "identical_scores": same}
+        payload = {
+            "machine": {"cores": os.cpu_count(), "platform": platform.platform()},
+            "n": args.n,
+            "d": args.d,
+            "max_iter": args.max_iter,
+            "repeats": args.repeats,
+            "results": rows,
+            "identical_scores": same,
+        }
         pathlib.Path(args.output).write_text(json.dumps(payload, indent=2) + "\n")
         print(f"wrote {args.output}")
 

@@ -23,10 +23,15 @@ from sklearn.preprocessing import StandardScaler
 from skattention import MetricAttentionClassifier
 
 X, y = load_digits(return_X_y=True)
-pipe = Pipeline([("scale", StandardScaler()), ("metric", "passthrough"), ("model", KNeighborsClassifier())])
+pipe = Pipeline(
+    [("scale", StandardScaler()), ("metric", "passthrough"), ("model", KNeighborsClassifier())]
+)
 param_grid = [
     {"model": [KNeighborsClassifier()], "model__n_neighbors": [1, 5]},
-    {"metric": [NeighborhoodComponentsAnalysis(max_iter=30, random_state=0)], "model": [KNeighborsClassifier(5)]},
+    {
+        "metric": [NeighborhoodComponentsAnalysis(max_iter=30, random_state=0)],
+        "model": [KNeighborsClassifier(5)],
+    },
     {
         "model": [MetricAttentionClassifier(random_state=0)],
         "model__metric": ["euclidean", "linear", "mlp"],
@@ -34,15 +39,25 @@ param_grid = [
         "model__n_neighbors": [None, 5],
     },
 ]
-search = GridSearchCV(pipe, param_grid, cv=StratifiedKFold(3, shuffle=True, random_state=0), n_jobs=1)
+search = GridSearchCV(
+    pipe, param_grid, cv=StratifiedKFold(3, shuffle=True, random_state=0), n_jobs=1
+)
 search.fit(X, y)
 
 results = pd.DataFrame(search.cv_results_)
 results["pipeline"] = [
-    ("NCA + " if not isinstance(p.get("metric", "passthrough"), str) else "") + type(p["model"]).__name__
+    ("NCA + " if not isinstance(p.get("metric", "passthrough"), str) else "")
+    + type(p["model"]).__name__
     for p in results["params"]
 ]
-columns = ["pipeline", "param_model__metric", "param_model__temperature", "param_model__n_neighbors",
-           "mean_test_score", "std_test_score", "mean_fit_time"]
+columns = [
+    "pipeline",
+    "param_model__metric",
+    "param_model__temperature",
+    "param_model__n_neighbors",
+    "mean_test_score",
+    "std_test_score",
+    "mean_fit_time",
+]
 print(results[columns].sort_values("mean_test_score", ascending=False).to_string(index=False))
 print("best:", search.best_params_)

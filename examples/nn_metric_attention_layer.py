@@ -28,7 +28,9 @@ print("metric-attention output", tuple(out.shape), "weights", tuple(weights.shap
 
 X, y = make_moons(300, noise=0.2, random_state=0)
 for metric in ["dot", "linear", "mlp"]:
-    clf = AttentionNetworkClassifier(metric, width=10, max_iter=60, learning_rate=1e-2, random_state=0)
+    clf = AttentionNetworkClassifier(
+        metric, width=10, max_iter=60, learning_rate=1e-2, random_state=0
+    )
     clf.fit(X[:200], y[:200])
     print(f"IPN with {metric:6s} attention: final training loss {clf.loss_curve_[-1]:.3f}, "
           f"test accuracy {clf.score(X[200:], y[200:]):.2f}")

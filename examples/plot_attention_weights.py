@@ -41,9 +41,11 @@ ax.set_title(f"moons, Euclidean attention (T={clf.temperature_:.3g}): p(class 1)
 
 all_weights, all_indices = clf.attention_weights(query[None], n_weights=len(X))
 mass_on_knn = all_weights[0][np.isin(all_indices[0], knn[0])].sum()
-print(f"moons: T={clf.temperature_:.3g}, top weight {display.weights[0]:.3f}, the 10 nearest "
-      f"neighbours carry {mass_on_knn:.3f} of the attention; attention p(class 1) = {proba[1]:.2f}, "
-      f"10-NN vote {y[knn[0]].mean():.2f}")
+print(
+    f"moons: T={clf.temperature_:.3g}, top weight {display.weights[0]:.3f}, the 10 nearest "
+    f"neighbours carry {mass_on_knn:.3f} of the attention; attention p(class 1) = {proba[1]:.2f}, "
+    f"10-NN vote {y[knn[0]].mean():.2f}"
+)
 
 # %%
 # With the Euclidean metric the largest weights fall on exactly the nearest points (the weight

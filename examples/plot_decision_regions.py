@@ -51,7 +51,8 @@ def make_models():
             StandardScaler(), MetricAttentionClassifier("euclidean", device="cpu")
         ),
         "attention, learned mlp metric": make_pipeline(
-            StandardScaler(), MetricAttentionClassifier("mlp", hidden_size=64, random_state=0, device="cpu")
+            StandardScaler(),
+            MetricAttentionClassifier("mlp", hidden_size=64, random_state=0, device="cpu"),
         ),
     }
 
@@ -67,7 +68,9 @@ def make_models():
 names = list(make_models())
 fig, axes = plt.subplots(len(datasets), len(names), figsize=(4 * len(names), 3.6 * len(datasets)))
 for row, (data_name, (X, y)) in enumerate(datasets.items()):
-    X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.25, stratify=y, random_state=0)
+    X_train, X_test, y_train, y_test = train_test_split(
+        X, y, test_size=0.25, stratify=y, random_state=0
+    )
     for col, (model_name, model) in enumerate(make_models().items()):
         model.fit(X_train, y_train)
         y_pred = model.predict(X_test)
@@ -84,7 +87,15 @@ for row, (data_name, (X, y)) in enumerate(datasets.items()):
             model, X, response_method="predict_proba", cmap="RdBu", alpha=0.7, ax=ax,
             grid_resolution=120, vmin=0, vmax=1,
         )
-        ax.scatter(X_train[:, 0], X_train[:, 1], c=y_train, cmap="RdBu", edgecolors="k", s=14, linewidths=0.4)
+        ax.scatter(
+            X_train[:, 0],
+            X_train[:, 1],
+            c=y_train,
+            cmap="RdBu",
+            edgecolors="k",
+            s=14,
+            linewidths=0.4,
+        )
         ax.set_xticks([])
         ax.set_yticks([])
         ax.set_xlabel("")

@@ -40,7 +40,10 @@ t_ours = time.perf_counter() - start
 start = time.perf_counter()
 theirs = SpectralEmbedding(n_components=2, n_neighbors=10, random_state=0).fit_transform(X)
 t_theirs = time.perf_counter() - start
-for ax, emb, title in [(axes[0, 0], ours, "AttentionDiffusionEmbedding"), (axes[0, 1], theirs, "SpectralEmbedding")]:
+for ax, emb, title in [
+    (axes[0, 0], ours, "AttentionDiffusionEmbedding"),
+    (axes[0, 1], theirs, "SpectralEmbedding"),
+]:
     ax.scatter(emb[:, 0], emb[:, 1], c=t, s=4, cmap="viridis")
     ax.set_title(f"S-curve: {title}")
 print(f"S-curve, n=2000: |corr(first coordinate, position)| attention "
@@ -49,7 +52,9 @@ print(f"S-curve, n=2000: |corr(first coordinate, position)| attention "
 
 # Digits: embed 1,497 training digits, then place 300 held-out ones by attention
 digits, labels = load_digits(return_X_y=True)
-X_train, X_test, y_train, y_test = train_test_split(digits, labels, test_size=300, random_state=0, stratify=labels)
+X_train, X_test, y_train, y_test = train_test_split(
+    digits, labels, test_size=300, random_state=0, stratify=labels
+)
 emb = AttentionDiffusionEmbedding(n_components=2, alpha=0.5, random_state=0).fit(X_train)
 train_2d, test_2d = emb.embedding_, emb.transform(X_test)
 spectral_2d = SpectralEmbedding(n_components=2, random_state=0).fit_transform(X_train)
@@ -57,7 +62,9 @@ ax = axes[1, 0]
 ax.scatter(train_2d[:, 0], train_2d[:, 1], c=y_train, s=4, cmap="tab10", vmin=0, vmax=9)
 ax.scatter(test_2d[:, 0], test_2d[:, 1], c=y_test, s=25, marker="x", cmap="tab10", vmin=0, vmax=9)
 ax.set_title("digits: attention diffusion (x: held out)")
-axes[1, 1].scatter(spectral_2d[:, 0], spectral_2d[:, 1], c=y_train, s=4, cmap="tab10", vmin=0, vmax=9)
+axes[1, 1].scatter(
+    spectral_2d[:, 0], spectral_2d[:, 1], c=y_train, s=4, cmap="tab10", vmin=0, vmax=9
+)
 axes[1, 1].set_title("digits: SpectralEmbedding (training only)")
 # held-out digits land among training digits of their class
 emb10 = AttentionDiffusionEmbedding(n_components=10, alpha=0.5, random_state=0).fit(X_train)

@@ -42,7 +42,9 @@ spectrum = DiffusionSpectrumDisplay.from_data(blobs, max_clusters=10, random_sta
 digits, labels = load_digits(return_X_y=True)
 digits, labels = digits[:500], labels[:500]
 emb = AttentionDiffusionEmbedding(n_components=2, alpha=0.5, random_state=0).fit(digits)
-EmbeddingDisplay.from_estimator(emb, digits, labels, ax=axes[1, 1], s=6, title="digits: attention diffusion embedding")
+EmbeddingDisplay.from_estimator(
+    emb, digits, labels, ax=axes[1, 1], s=6, title="digits: attention diffusion embedding"
+)
 
 fig.tight_layout()
 print(f"wine: top weight {weights.weights.max():.3f} over {len(weights.weights)} points; "

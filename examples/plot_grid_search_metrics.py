@@ -38,7 +38,9 @@ from sklearn.preprocessing import StandardScaler
 from skattention import MetricAttentionClassifier
 
 X, y = load_wine(return_X_y=True)
-pipe = Pipeline([("scale", StandardScaler()), ("metric", "passthrough"), ("model", KNeighborsClassifier())])
+pipe = Pipeline(
+    [("scale", StandardScaler()), ("metric", "passthrough"), ("model", KNeighborsClassifier())]
+)
 attention = MetricAttentionClassifier(hidden_size=64, max_iter=50, random_state=0, device="cpu")
 param_grid = [
     {"model": [KNeighborsClassifier()], "model__n_neighbors": [1, 5, 15]},

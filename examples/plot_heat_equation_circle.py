@@ -203,7 +203,9 @@ eps_spec = 1e-2
 ax = axes[1, 1]
 ax.plot(np.arange(1, 9), k**2, "k_", ms=20, mew=2, label="k^2 (Laplacian)")
 bessel = (1 - ive(k, 1 / eps_spec) / ive(0, 1 / eps_spec)) / (eps_spec / 2)
-ax.plot(np.arange(1, 9), bessel, "_", color="grey", ms=14, mew=2, label="uniform, continuum at this eps")
+ax.plot(
+    np.arange(1, 9), bessel, "_", color="grey", ms=14, mew=2, label="uniform, continuum at this eps"
+)
 print(f"continuum (n -> inf) eigenvalues at eps={eps_spec}: {np.round(bessel, 2).tolist()}")
 reference = drift_diffusion_eigenvalues()
 ax.plot(np.arange(1, 9), reference, "_", color="tab:red", ms=20, mew=2,
@@ -212,7 +214,9 @@ samples = {"uniform": rng.uniform(0, 2 * np.pi, 2000), "non-uniform": nonuniform
 for (density, alpha), marker in zip(
     [("uniform", 1.0), ("non-uniform", 1.0), ("non-uniform", 0.0)], ["o", "s", "^"]
 ):
-    emb = AttentionDiffusionEmbedding(n_components=8, epsilon=2 * eps_spec, alpha=alpha, random_state=0)
+    emb = AttentionDiffusionEmbedding(
+        n_components=8, epsilon=2 * eps_spec, alpha=alpha, random_state=0
+    )
     lam = emb.fit(circle(samples[density])).laplacian_eigenvalues_
     target = k**2 if alpha == 1 else reference
     rel = np.max(np.abs(lam[:4] - target[:4]) / target[:4])

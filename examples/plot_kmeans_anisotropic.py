@@ -40,7 +40,10 @@ X_white = PCA(whiten=True).fit_transform(X)
 models = {
     "KMeans": (KMeans(n_clusters=3, random_state=0), X),
     "AttentionKMeans (annealing)": (AttentionKMeans(n_clusters=3, random_state=0, device="cpu"), X),
-    "AttentionKMeans on whitened data": (AttentionKMeans(n_clusters=3, random_state=0, device="cpu"), X_white),
+    "AttentionKMeans on whitened data": (
+        AttentionKMeans(n_clusters=3, random_state=0, device="cpu"),
+        X_white,
+    ),
     "MeanShift (flat kernel)": (MeanShift(bin_seeding=True), X),
     "AttentionMeanShift (Gaussian)": (AttentionMeanShift(bin_seeding=True, device="cpu"), X),
 }
@@ -73,7 +76,9 @@ grid = np.array([[i, j] for i in range(5) for j in range(5)]) * 4.0
 X_grid, _ = make_blobs(n_samples=2500, centers=grid, cluster_std=1.0, random_state=0)
 seeds = np.arange(10)
 inertia_km = [KMeans(25, n_init=1, random_state=s).fit(X_grid).inertia_ for s in seeds]
-inertia_att = [AttentionKMeans(25, random_state=s, device="cpu").fit(X_grid).inertia_ for s in seeds]
+inertia_att = [
+    AttentionKMeans(25, random_state=s, device="cpu").fit(X_grid).inertia_ for s in seeds
+]
 best = min(min(inertia_km), min(inertia_att))
 reached_km = sum(i <= best * 1.001 for i in inertia_km)
 reached_att = sum(i <= best * 1.001 for i in inertia_att)

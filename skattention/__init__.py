@@ -8,7 +8,11 @@ from ._config import config_context, get_config, set_config
 from ._engine import attention, kneighbors, resolve_device
 from .cluster import AttentionKMeans, AttentionMeanShift
 from .manifold import AttentionDiffusionEmbedding
-from .neighbors import MetricAttentionClassifier, MetricAttentionRegressor, MetricAttentionTransformer
+from .neighbors import (
+    MetricAttentionClassifier,
+    MetricAttentionRegressor,
+    MetricAttentionTransformer,
+)
 from .nn import AttentionNetworkClassifier
 
 __version__ = "0.1.0.dev0"

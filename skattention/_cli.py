@@ -1,4 +1,4 @@
-"""Command line: ``skattention compare``, ``embed`` and ``cluster`` (also ``python -m skattention ...``)."""
+"""Command line: ``skattention compare``, ``embed`` and ``cluster`` (``python -m skattention``)."""
 
 import argparse
 import csv
@@ -18,11 +18,11 @@ _COMPARE_EXAMPLE = """examples:
 _EMBED_EXAMPLE = """examples:
   skattention embed --plot digits.png              # digits in 2-D, coloured by digit
   skattention embed --data cells.csv --target type --scale --n-components 3 --json
-  skattention embed --data points.csv --n-neighbors 15 --plot embedding.png   # no target: all columns are features
+  skattention embed --data points.csv --n-neighbors 15 --plot emb.png  # all columns are features
 """
 
 _CLUSTER_EXAMPLE = """examples:
-  skattention cluster                              # digits, 10 clusters, ARI/NMI against the digit labels
+  skattention cluster                      # digits, 10 clusters, ARI/NMI against the digit labels
   skattention cluster --data blobs.csv --n-clusters 4 --plot clusters.png
   skattention cluster --data wine.csv --target cultivar --scale --json
 """
@@ -48,11 +48,21 @@ def main(argv=None):
         epilog=_COMPARE_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_data_arguments(compare, target_help="name of the target column in --data (required with --data)")
-    compare.add_argument("--task", choices=["auto", "classification", "regression"], default="auto",
-                         help="default: classification unless the target is numeric with many distinct values")
-    compare.add_argument("--cv", type=int, default=5, help="number of cross-validation folds (default: 5)")
-    compare.add_argument("--no-scale", action="store_true", help="do not standardise the features first")
+    _add_data_arguments(
+        compare, target_help="name of the target column in --data (required with --data)"
+    )
+    compare.add_argument(
+        "--task",
+        choices=["auto", "classification", "regression"],
+        default="auto",
+        help="default: classification unless the target is numeric with many distinct values",
+    )
+    compare.add_argument(
+        "--cv", type=int, default=5, help="number of cross-validation folds (default: 5)"
+    )
+    compare.add_argument(
+        "--no-scale", action="store_true", help="do not standardise the features first"
+    )
     _add_output_arguments(compare, "a bar chart of the mean scores (needs matplotlib)")
 
     embed = sub.add_parser(
@@ -64,15 +74,27 @@ def main(argv=None):
         epilog=_EMBED_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_data_arguments(embed, target_help="optional label column in --data: colours the plot, not used to fit")
-    embed.add_argument("--n-components", type=int, default=2, help="number of diffusion coordinates (default: 2)")
-    embed.add_argument("--alpha", type=float, default=1.0,
-                       help="density normalisation in [0, 1] (default: 1, the Laplace-Beltrami operator)")
+    _add_data_arguments(
+        embed, target_help="optional label column in --data: colours the plot, not used to fit"
+    )
+    embed.add_argument(
+        "--n-components", type=int, default=2, help="number of diffusion coordinates (default: 2)"
+    )
+    embed.add_argument(
+        "--alpha",
+        type=float,
+        default=1.0,
+        help="density normalisation in [0, 1] (default: 1, the Laplace-Beltrami operator)",
+    )
     embed.add_argument("--epsilon", default="auto", help="kernel bandwidth, or 'auto' (default)")
     embed.add_argument("--n-neighbors", type=int, default=None,
                        help="sparse k-NN operator with this many neighbours (default: dense)")
-    embed.add_argument("--scale", action="store_true", help="standardise the features first (off by default: "
-                       "on digits it turns rare pixels into outliers that the diffusion isolates)")
+    embed.add_argument(
+        "--scale",
+        action="store_true",
+        help="standardise the features first (off by default: "
+        "on digits it turns rare pixels into outliers that the diffusion isolates)",
+    )
     _add_output_arguments(embed, "a scatter plot of the first two coordinates (needs matplotlib)")
 
     cluster = sub.add_parser(
@@ -84,11 +106,15 @@ def main(argv=None):
         epilog=_CLUSTER_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_data_arguments(cluster, target_help="optional label column in --data: scores the clusters, not used to fit")
+    _add_data_arguments(
+        cluster, target_help="optional label column in --data: scores the clusters, not used to fit"
+    )
     cluster.add_argument("--n-clusters", type=int, default=None,
                          help="number of clusters (default: the number of target classes, else 8)")
     cluster.add_argument("--scale", action="store_true", help="standardise the features first")
-    _add_output_arguments(cluster, "the AttentionKMeans clusters in 2-D (PCA beyond 2 features; needs matplotlib)")
+    _add_output_arguments(
+        cluster, "the AttentionKMeans clusters in 2-D (PCA beyond 2 features; needs matplotlib)"
+    )
 
     args = parser.parse_args(argv)
     try:
@@ -99,7 +125,11 @@ def main(argv=None):
 
 
 def _add_data_arguments(parser, target_help):
-    parser.add_argument("--data", metavar="PATH.csv", help="CSV file with a header row (default: scikit-learn's digits)")
+    parser.add_argument(
+        "--data",
+        metavar="PATH.csv",
+        help="CSV file with a header row (default: scikit-learn's digits)",
+    )
     parser.add_argument("--target", metavar="COLUMN", help=target_help)
     parser.add_argument("--max-samples", type=int, default=None, metavar="N",
                         help="use a random subset of N samples (seed 0) to go faster")
@@ -107,7 +137,9 @@ def _add_data_arguments(parser, target_help):
 
 
 def _add_output_arguments(parser, plot_help):
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+    parser.add_argument(
+        "--json", action="store_true", help="print machine-readable JSON instead of a table"
+    )
     parser.add_argument("--plot", metavar="FILE.png", help=f"write {plot_help}")
 
 
@@ -191,7 +223,9 @@ def _plot_scores(fig, dataset, results):
     ax = fig.add_subplot()
     names = [r["model"] for r in results]
     pos = np.arange(len(names))
-    ax.barh(pos, [r["mean"] for r in results], xerr=[r["std"] for r in results], color="C0", capsize=3)
+    ax.barh(
+        pos, [r["mean"] for r in results], xerr=[r["std"] for r in results], color="C0", capsize=3
+    )
     ax.set_yticks(pos, names)
     ax.invert_yaxis()
     ax.set_xlabel(f"{results[0]['metric']} (mean +- std over folds)")
@@ -209,7 +243,10 @@ def _models(task, device):
         knn, att = KNeighborsRegressor, MetricAttentionRegressor
     return [
         (f"{knn.__name__}(k=5)", knn(n_neighbors=5)),
-        ("attention euclidean k-NN (k=5, T=inf)", att("euclidean", n_neighbors=5, temperature=np.inf, device=device)),
+        (
+            "attention euclidean k-NN (k=5, T=inf)",
+            att("euclidean", n_neighbors=5, temperature=np.inf, device=device),
+        ),
         ("attention euclidean kernel (T=auto)", att("euclidean", device=device)),
         ("attention learned linear (L2)", att("linear", random_state=0, device=device)),
         ("attention learned dot (self-attention)", att("dot", random_state=0, device=device)),
@@ -259,12 +296,18 @@ def _cross_validate(X, y, task, args):
 
 def _print_table(dataset, task, n_folds, results):
     metric = results[0]["metric"]
-    print(f"dataset: {dataset}; task: {task}; {n_folds}-fold cross-validation, features standardised unless --no-scale")
+    print(
+        f"dataset: {dataset}; task: {task}; {n_folds}-fold cross-validation, "
+        "features standardised unless --no-scale"
+    )
     header = f"{'model':<42} {metric + ' mean':>13} {'std':>7} {'fit s':>8} {'predict s':>10}"
     print(header)
     print("-" * len(header))
     for r in results:
-        print(f"{r['model']:<42} {r['mean']:>13.4f} {r['std']:>7.4f} {r['fit_time_s']:>8.3f} {r['predict_time_s']:>10.3f}")
+        print(
+            f"{r['model']:<42} {r['mean']:>13.4f} {r['std']:>7.4f} {r['fit_time_s']:>8.3f} "
+            f"{r['predict_time_s']:>10.3f}"
+        )
 
 
 # --------------------------------------------------------------------------- embed
@@ -292,7 +335,9 @@ def _embed(args):
     if args.n_components < 1:
         raise CLIError(f"--n-components must be at least 1, got {args.n_components}")
     if args.n_components >= X.shape[0]:
-        raise CLIError(f"--n-components {args.n_components} must be smaller than the {X.shape[0]} samples")
+        raise CLIError(
+            f"--n-components {args.n_components} must be smaller than the {X.shape[0]} samples"
+        )
     if args.plot and args.n_components < 2:
         raise CLIError("--plot needs --n-components 2 or more")
     if not 0.0 <= args.alpha <= 1.0:
@@ -302,14 +347,24 @@ def _embed(args):
         try:
             epsilon = float(epsilon)
         except ValueError:
-            raise CLIError(f"--epsilon must be a positive number or 'auto', got {args.epsilon!r}") from None
+            raise CLIError(
+                f"--epsilon must be a positive number or 'auto', got {args.epsilon!r}"
+            ) from None
         if not epsilon > 0 or not np.isfinite(epsilon):
             raise CLIError(f"--epsilon must be a positive number or 'auto', got {args.epsilon!r}")
     if args.n_neighbors is not None and not 1 <= args.n_neighbors <= X.shape[0]:
-        raise CLIError(f"--n-neighbors must be between 1 and the {X.shape[0]} samples, got {args.n_neighbors}")
+        raise CLIError(
+            f"--n-neighbors must be between 1 and the {X.shape[0]} samples, got {args.n_neighbors}"
+        )
     fig = _new_figure(args, figsize=(6, 5)) if args.plot else None
-    model = AttentionDiffusionEmbedding(n_components=args.n_components, epsilon=epsilon, alpha=args.alpha,
-                                        n_neighbors=args.n_neighbors, device=args.device, random_state=0)
+    model = AttentionDiffusionEmbedding(
+        n_components=args.n_components,
+        epsilon=epsilon,
+        alpha=args.alpha,
+        n_neighbors=args.n_neighbors,
+        device=args.device,
+        random_state=0,
+    )
     start = time.perf_counter()
     try:
         Z = model.fit_transform(_scaled(X, args.scale))
@@ -324,25 +379,33 @@ def _embed(args):
         "alpha": args.alpha,
         "n_neighbors": args.n_neighbors,
         "epsilon": float(model.epsilon_),
-        "intrinsic_dimension": None if model.intrinsic_dimension_ is None else float(model.intrinsic_dimension_),
+        "intrinsic_dimension": None
+        if model.intrinsic_dimension_ is None
+        else float(model.intrinsic_dimension_),
         "eigenvalues": [float(v) for v in model.eigenvalues_],
         "laplacian_eigenvalues": [float(v) for v in model.laplacian_eigenvalues_],
         "time_s": elapsed,
     }
     lines = [
-        f"dataset: {dataset}; AttentionDiffusionEmbedding(n_components={args.n_components}, alpha={args.alpha}"
+        f"dataset: {dataset}; AttentionDiffusionEmbedding(n_components={args.n_components}, "
+        f"alpha={args.alpha}"
         f"{'' if args.n_neighbors is None else f', n_neighbors={args.n_neighbors}'})"
         f"{', features standardised' if args.scale else ''}",
         f"epsilon: {model.epsilon_:.4g}"
-        + ("" if model.intrinsic_dimension_ is None else f"; intrinsic dimension: {model.intrinsic_dimension_:.2f}"),
+        + (
+            ""
+            if model.intrinsic_dimension_ is None
+            else f"; intrinsic dimension: {model.intrinsic_dimension_:.2f}"
+        ),
         "eigenvalues of S: " + " ".join(f"{v:.4f}" for v in model.eigenvalues_),
         f"time: {elapsed:.3f} s",
     ]
     if args.plot:
         from .plotting import EmbeddingDisplay
 
-        EmbeddingDisplay(Z[:, :2], _labels(y), xlabel="diffusion coordinate 1", ylabel="diffusion coordinate 2").plot(
-            ax=fig.add_subplot(), s=6, title=f"attention diffusion embedding: {dataset}")
+        EmbeddingDisplay(
+            Z[:, :2], _labels(y), xlabel="diffusion coordinate 1", ylabel="diffusion coordinate 2"
+        ).plot(ax=fig.add_subplot(), s=6, title=f"attention diffusion embedding: {dataset}")
         _save_figure(fig, args.plot)
     _emit(args, results, lines)
     return 0
@@ -363,11 +426,19 @@ def _cluster(args):
     if n_clusters is None:
         n_clusters = np.unique(labels).size if labels is not None else 8
     if not 1 <= n_clusters <= X.shape[0]:
-        raise CLIError(f"--n-clusters must be between 1 and the {X.shape[0]} samples, got {n_clusters}")
+        raise CLIError(
+            f"--n-clusters must be between 1 and the {X.shape[0]} samples, got {n_clusters}"
+        )
     fig = _new_figure(args, figsize=(6, 5)) if args.plot else None
     Xs = _scaled(X, args.scale)
-    results = {"dataset": dataset, "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]),
-               "n_clusters": int(n_clusters), "scored_against_target": labels is not None, "results": []}
+    results = {
+        "dataset": dataset,
+        "n_samples": int(X.shape[0]),
+        "n_features": int(X.shape[1]),
+        "n_clusters": int(n_clusters),
+        "scored_against_target": labels is not None,
+        "results": [],
+    }
     fitted = {}
     for name, model in [
         ("AttentionKMeans", AttentionKMeans(n_clusters, device=args.device, random_state=0)),
@@ -378,7 +449,11 @@ def _cluster(args):
             model.fit(Xs)
         except ValueError as exc:
             raise CLIError(f"{name}: {str(exc).splitlines()[0]}") from None
-        row = {"model": name, "inertia": float(model.inertia_), "time_s": time.perf_counter() - start}
+        row = {
+            "model": name,
+            "inertia": float(model.inertia_),
+            "time_s": time.perf_counter() - start,
+        }
         if labels is not None:
             row["ari"] = float(adjusted_rand_score(labels, model.labels_))
             row["nmi"] = float(normalized_mutual_info_score(labels, model.labels_))
@@ -388,7 +463,9 @@ def _cluster(args):
     lines = [f"dataset: {dataset}; {n_clusters} clusters"
              f"{', features standardised' if args.scale else ''}"
              f"{'; scored against the target' if scored else ''}"]
-    header = f"{'model':<16} {'inertia':>14} {'time s':>8}" + (f" {'ARI':>7} {'NMI':>7}" if scored else "")
+    header = f"{'model':<16} {'inertia':>14} {'time s':>8}" + (
+        f" {'ARI':>7} {'NMI':>7}" if scored else ""
+    )
     lines += [header, "-" * len(header)]
     for r in results["results"]:
         lines.append(f"{r['model']:<16} {r['inertia']:>14.6g} {r['time_s']:>8.3f}"
@@ -404,7 +481,11 @@ def _plot_clusters(fig, X, model, dataset, row):
     from .plotting import EmbeddingDisplay
 
     if X.shape[1] == 1:
-        Z, centers, axes = np.c_[X, np.zeros(len(X))], np.c_[model.cluster_centers_, np.zeros(len(model.cluster_centers_))], ("feature 1", "")
+        Z, centers, axes = (
+            np.c_[X, np.zeros(len(X))],
+            np.c_[model.cluster_centers_, np.zeros(len(model.cluster_centers_))],
+            ("feature 1", ""),
+        )
     elif X.shape[1] == 2:
         Z, centers, axes = X, model.cluster_centers_, ("feature 1", "feature 2")
     else:
@@ -415,9 +496,14 @@ def _plot_clusters(fig, X, model, dataset, row):
         axes = ("principal component 1", "principal component 2")
     score = f"; ARI {row['ari']:.3f}" if "ari" in row else ""
     display = EmbeddingDisplay(Z, model.labels_, xlabel=axes[0], ylabel=axes[1]).plot(
-        ax=fig.add_subplot(), s=6, title=f"AttentionKMeans, {len(centers)} clusters{score}\n{dataset}")
+        ax=fig.add_subplot(),
+        s=6,
+        title=f"AttentionKMeans, {len(centers)} clusters{score}\n{dataset}",
+    )
     display.legend_.set_title("cluster")
-    display.ax_.scatter(centers[:, 0], centers[:, 1], marker="X", s=120, c="black", label="centroids")
+    display.ax_.scatter(
+        centers[:, 0], centers[:, 1], marker="X", s=120, c="black", label="centroids"
+    )
 
 
 # --------------------------------------------------------------------------- CSV input
@@ -440,13 +526,17 @@ def _read_csv(path, target):
     if target is None:
         features = list(range(len(header)))
     elif target not in header:
-        raise CLIError(f"target column {target!r} not found in {path!r}; columns are: {', '.join(header)}")
+        raise CLIError(
+            f"target column {target!r} not found in {path!r}; columns are: {', '.join(header)}"
+        )
     elif len(header) < 2:
         raise CLIError(f"{path!r} has no feature columns besides the target")
     body = rows[1:]
     for line, row in enumerate(body, start=2):
         if len(row) != len(header):
-            raise CLIError(f"{path!r} line {line} has {len(row)} fields, the header has {len(header)}")
+            raise CLIError(
+                f"{path!r} line {line} has {len(row)} fields, the header has {len(header)}"
+            )
     if target is not None:
         t = header.index(target)
         features = [c for c in range(len(header)) if c != t]
@@ -455,7 +545,10 @@ def _read_csv(path, target):
         for i, row in enumerate(body):
             cell = row[c].strip()
             if cell == "" or cell.lower() in ("na", "nan", "null"):
-                raise CLIError(f"column {header[c]!r} has a missing value on line {i + 2}; impute or drop it first")
+                raise CLIError(
+                    f"column {header[c]!r} has a missing value on line {i + 2}; "
+                    "impute or drop it first"
+                )
             try:
                 X[i, j] = float(cell)
             except ValueError:

@@ -19,7 +19,9 @@ def _default_working_memory():
     except ValueError:
         mib = math.nan
     if not (math.isfinite(mib) and mib > 0):
-        raise ValueError(f"SKATTENTION_WORKING_MEMORY must be a positive number of MiB, got {value!r}.")
+        raise ValueError(
+            f"SKATTENTION_WORKING_MEMORY must be a positive number of MiB, got {value!r}."
+        )
     return int(mib) if mib.is_integer() else mib
 
 

@@ -36,7 +36,11 @@ settings.register_profile(
 )
 BAD_INPUT = settings.get_profile("bad_input")
 
-SUPERVISED = {"MetricAttentionClassifier", "MetricAttentionTransformer", "AttentionNetworkClassifier"}
+SUPERVISED = {
+    "MetricAttentionClassifier",
+    "MetricAttentionTransformer",
+    "AttentionNetworkClassifier",
+}
 REGRESSION = {"MetricAttentionRegressor"}
 OUTPUT_METHODS = ("predict", "predict_proba", "transform")
 # Words that name the problem with huge (finite) inputs.
@@ -71,7 +75,9 @@ def check_clear_error(exc, *words):
     msg = str(exc).lower()
     assert msg.strip(), f"empty message for {type(exc).__name__}"
     if words:
-        assert any(w.lower() in msg for w in words), f"message does not name the problem {words}: {exc}"
+        assert any(w.lower() in msg for w in words), (
+            f"message does not name the problem {words}: {exc}"
+        )
 
 
 def check_output(out, n):
@@ -238,7 +244,9 @@ def test_dataframe_column_names(name):
 def test_dataframe_categorical_column(name, kind):
     rng = np.random.default_rng(0)
     cats = ["x", "y", "z"] if kind == "strings" else [1.0, 2.0, 3.0]
-    X = pd.DataFrame({"a": rng.normal(size=12), "b": pd.Categorical([cats[i % 3] for i in range(12)])})
+    X = pd.DataFrame(
+        {"a": rng.normal(size=12), "b": pd.Categorical([cats[i % 3] for i in range(12)])}
+    )
     exc = run_estimator(name, X, make_y(name, 12, rng))
     if kind == "strings":
         assert exc is not None, "string categories accepted"
@@ -262,7 +270,9 @@ def test_dataframe_categorical_column(name, kind):
 def test_object_and_complex_arrays(name, X):
     exc = run_estimator(name, X, make_y(name, 8, np.random.default_rng(0)))
     if exc is not None:
-        check_clear_error(exc, "complex", "string", "float", "convert", "nan", "number", "numeric", "dtype")
+        check_clear_error(
+            exc, "complex", "string", "float", "convert", "nan", "number", "numeric", "dtype"
+        )
 
 
 @pytest.mark.parametrize("name", sorted(CHEAP))
@@ -371,7 +381,9 @@ def test_training_with_a_temperature_outside_float32(log_t):
     assert history.n_iter == 2 and np.isfinite(history.loss_curve).all()
 
 
-@pytest.mark.parametrize("name", ["MetricAttentionClassifier", "MetricAttentionRegressor", "MetricAttentionTransformer"])
+@pytest.mark.parametrize(
+    "name", ["MetricAttentionClassifier", "MetricAttentionRegressor", "MetricAttentionTransformer"]
+)
 def test_learned_metric_on_tiny_scale_data(name):
     """Found by the suite: float32 data at scale 1e-31 has a float32 variance of 0, so it was left
     unscaled, its starting temperature underflowed to 0 and training raised torch's

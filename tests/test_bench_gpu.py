@@ -22,4 +22,6 @@ def test_bench_gpu_smoke_on_cpu(tmp_path):
     cases = {r["case"] for r in rows}
     assert cases == {"matmul", "engine dense", "engine sdpa", "engine top-k", "torch sdpa"}
     assert {r["dtype"] for r in rows} == {"float32", "bfloat16"}  # the engine runs in bf16 too
-    assert all("error" not in r and r["tflops"] > 0 for r in rows), [r for r in rows if "error" in r]
+    assert all("error" not in r and r["tflops"] > 0 for r in rows), [
+        r for r in rows if "error" in r
+    ]

@@ -14,7 +14,11 @@ def test_compare_on_digits_prints_the_table(capsys):
     assert main(["compare", "--cv", "2", "--max-samples", "500"]) == 0
     out = capsys.readouterr().out
     assert "digits" in out and "KNeighborsClassifier(k=5)" in out
-    rows = [line for line in out.splitlines() if line.startswith("attention") or line.startswith("KNeigh")]
+    rows = [
+        line
+        for line in out.splitlines()
+        if line.startswith("attention") or line.startswith("KNeigh")
+    ]
     assert len(rows) == 6
     # the exact k-NN special case scores exactly like KNeighborsClassifier (same folds)
     knn, att_knn = rows[0].split()[-4], rows[1].split()[-4]
@@ -70,10 +74,24 @@ def test_bad_csv_gives_a_one_line_error(tmp_path, capsys, content, argv_extra, m
 
 
 def test_module_entry_point_and_help():
-    out = subprocess.run([sys.executable, "-m", "skattention", "compare", "--help"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "skattention", "compare", "--help"], capture_output=True, text=True
+    )
     assert out.returncode == 0 and "examples:" in out.stdout and "--target" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "skattention", "compare", "--data", "/nonexistent.csv", "--target", "y"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "skattention",
+            "compare",
+            "--data",
+            "/nonexistent.csv",
+            "--target",
+            "y",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr and "cannot read" in out.stderr
 
 
@@ -86,7 +104,9 @@ def _blobs_csv(tmp_path, with_target=True):
     X, y = make_blobs(120, centers=[[0, 0, 0], [8, 0, 0], [0, 8, 0]], random_state=0)
     path = tmp_path / "blobs.csv"
     header = "a,b,c" + (",kind" if with_target else "")
-    rows = [",".join(f"{v:.6f}" for v in x) + (f",k{t}" if with_target else "") for x, t in zip(X, y)]
+    rows = [
+        ",".join(f"{v:.6f}" for v in x) + (f",k{t}" if with_target else "") for x, t in zip(X, y)
+    ]
     path.write_text(header + "\n" + "\n".join(rows) + "\n")
     return path, X, y
 
@@ -94,8 +114,12 @@ def _blobs_csv(tmp_path, with_target=True):
 def test_embed_json_on_digits_subset(capsys):
     assert main(["embed", "--max-samples", "200", "--n-components", "3", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["n_samples"] == 200 and res["n_features"] == 64 and res["dataset"].startswith("digits")
-    assert len(res["eigenvalues"]) == 3 and res["eigenvalues"] == sorted(res["eigenvalues"], reverse=True)
+    assert (
+        res["n_samples"] == 200 and res["n_features"] == 64 and res["dataset"].startswith("digits")
+    )
+    assert len(res["eigenvalues"]) == 3 and res["eigenvalues"] == sorted(
+        res["eigenvalues"], reverse=True
+    )
     assert all(0 < mu < 1 for mu in res["eigenvalues"])
     assert res["epsilon"] > 0 and 1 < res["intrinsic_dimension"] < 64 and res["time_s"] > 0
 
@@ -114,7 +138,10 @@ def test_cluster_scores_against_the_target_and_plots(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     path, _, _ = _blobs_csv(tmp_path)
     png = tmp_path / "clusters.png"
-    assert main(["cluster", "--data", str(path), "--target", "kind", "--json", "--plot", str(png)]) == 0
+    assert (
+        main(["cluster", "--data", str(path), "--target", "kind", "--json", "--plot", str(png)])
+        == 0
+    )
     res = json.loads(capsys.readouterr().out)
     assert res["n_clusters"] == 3 and res["scored_against_target"] and res["plot"] == str(png)
     assert [r["model"] for r in res["results"]] == ["AttentionKMeans", "KMeans"]
@@ -146,7 +173,9 @@ def test_compare_plot_draws_one_bar_per_model(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(cli, "_plot_scores", spy)
     all_models = cli._models
-    monkeypatch.setattr(cli, "_models", lambda task, device: all_models(task, device)[:3])  # the fast ones
+    monkeypatch.setattr(
+        cli, "_models", lambda task, device: all_models(task, device)[:3]
+    )  # the fast ones
     png = tmp_path / "scores.png"
     assert main(["compare", "--cv", "2", "--max-samples", "150", "--plot", str(png)]) == 0
     assert len(drawn["bars"]) == 3 and drawn["bars"] == pytest.approx(drawn["means"])
@@ -160,13 +189,20 @@ def test_compare_plot_draws_one_bar_per_model(tmp_path, capsys, monkeypatch):
         (["embed", "--epsilon", "-1"], "--epsilon must be a positive number"),
         (["embed", "--n-components", "1", "--plot", "x.png"], "--plot needs --n-components 2"),
         (["embed", "--target", "y"], "--target needs --data"),
-        (["cluster", "--max-samples", "20", "--n-clusters", "50"], "--n-clusters must be between 1 and the 20"),
+        (
+            ["cluster", "--max-samples", "20", "--n-clusters", "50"],
+            "--n-clusters must be between 1 and the 20",
+        ),
     ],
 )
 def test_embed_and_cluster_one_line_errors(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("skattention: error:") and message in err and len(err.strip().splitlines()) == 1
+    assert (
+        err.startswith("skattention: error:")
+        and message in err
+        and len(err.strip().splitlines()) == 1
+    )
 
 
 def test_plot_without_matplotlib_is_a_one_line_error(monkeypatch, capsys):
@@ -182,4 +218,9 @@ def test_subcommand_help_shows_examples(command, capsys):
         main([command, "--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    assert "examples:" in out and f"skattention {command}" in out and "--plot" in out and "--json" in out
+    assert (
+        "examples:" in out
+        and f"skattention {command}" in out
+        and "--plot" in out
+        and "--json" in out
+    )

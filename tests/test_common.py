@@ -48,8 +48,14 @@ _INIT_DEPENDS_ON_ROWS = (
 def expected_failed_checks(estimator):
     """Every expected failure with its written reason."""
     if isinstance(estimator, AttentionKMeans):
-        return {} if estimator.temperature == "auto" else {"check_sample_weight_equivalence_on_dense_data": _INIT_DEPENDS_ON_ROWS}
-    if isinstance(estimator, (AttentionMeanShift, AttentionDiffusionEmbedding, AttentionNetworkClassifier)):
+        return (
+            {}
+            if estimator.temperature == "auto"
+            else {"check_sample_weight_equivalence_on_dense_data": _INIT_DEPENDS_ON_ROWS}
+        )
+    if isinstance(
+        estimator, (AttentionMeanShift, AttentionDiffusionEmbedding, AttentionNetworkClassifier)
+    ):
         return {}
     if getattr(estimator, "metric", None) == "euclidean":
         return {"check_non_transformer_estimators_n_iter": _NOTHING_TRAINED}
@@ -59,12 +65,19 @@ def expected_failed_checks(estimator):
 def test_discovery_finds_the_estimators():
     names = {name for name, _ in all_estimators()}
     assert {
-        "MetricAttentionClassifier", "MetricAttentionRegressor", "MetricAttentionTransformer",
-        "AttentionDiffusionEmbedding", "AttentionKMeans", "AttentionMeanShift", "AttentionNetworkClassifier",
+        "MetricAttentionClassifier",
+        "MetricAttentionRegressor",
+        "MetricAttentionTransformer",
+        "AttentionDiffusionEmbedding",
+        "AttentionKMeans",
+        "AttentionMeanShift",
+        "AttentionNetworkClassifier",
     } <= names
     assert len(FIXED_METRIC) == 2
 
 
-@parametrize_with_checks(DEFAULTS + FIXED_METRIC + OTHER_PATHS, expected_failed_checks=expected_failed_checks)
+@parametrize_with_checks(
+    DEFAULTS + FIXED_METRIC + OTHER_PATHS, expected_failed_checks=expected_failed_checks
+)
 def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)

@@ -1,4 +1,5 @@
-"""Determinism: the ``non_deterministic`` tag and the CUDA-deterministic code paths (docs/scaling.md)."""
+"""Determinism: the ``non_deterministic`` tag and the CUDA-deterministic code paths
+(docs/scaling.md)."""
 
 import numpy as np
 import pytest
@@ -25,7 +26,11 @@ def test_cpu_is_deterministic(monkeypatch):
     assert not MetricAttentionClassifier(device="cpu").__sklearn_tags__().non_deterministic
     assert MetricAttentionClassifier(device="cuda").__sklearn_tags__().non_deterministic
     # a fixed metric runs forward kernels only, which repeat exactly on a GPU too
-    assert not MetricAttentionClassifier("euclidean", device="cuda").__sklearn_tags__().non_deterministic
+    assert (
+        not MetricAttentionClassifier("euclidean", device="cuda")
+        .__sklearn_tags__()
+        .non_deterministic
+    )
     assert AttentionKMeans(device="cuda").__sklearn_tags__().non_deterministic
     assert not AttentionKMeans(device="cpu").__sklearn_tags__().non_deterministic
 
@@ -55,14 +60,18 @@ def test_cpu_estimators_run_under_deterministic_algorithms(deterministic_algorit
 
     X = np.random.default_rng(0).normal(size=(80, 3))
     y = (X[:, 0] > 0).astype(int)
-    MetricAttentionClassifier("linear", max_iter=2, random_state=0, device="cpu").fit(X, y).predict(X)
+    MetricAttentionClassifier("linear", max_iter=2, random_state=0, device="cpu").fit(X, y).predict(
+        X
+    )
     AttentionKMeans(n_clusters=2, random_state=0, device="cpu").fit(X)
     AttentionDiffusionEmbedding(n_components=2, device="cpu").fit(X)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_estimators_repeat_under_deterministic_algorithms(deterministic_algorithms, monkeypatch):
+def test_cuda_estimators_repeat_under_deterministic_algorithms(
+    deterministic_algorithms, monkeypatch
+):
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     from skattention import AttentionDiffusionEmbedding
 

@@ -11,7 +11,11 @@ from tests.conftest import CHEAP, cheap
 
 X, Y = make_blobs(90, centers=3, n_features=3, random_state=0)
 TARGETS = {"MetricAttentionRegressor": X[:, 0]}
-SUPERVISED = {"MetricAttentionClassifier", "MetricAttentionTransformer", "AttentionNetworkClassifier"}
+SUPERVISED = {
+    "MetricAttentionClassifier",
+    "MetricAttentionTransformer",
+    "AttentionNetworkClassifier",
+}
 
 
 @pytest.fixture

@@ -86,7 +86,9 @@ def test_every_plot_example_is_in_the_gallery_with_its_figures():
         assert page.is_file(), f"{example.name} has no gallery page: rebuild the docs"
         assert f"{example.stem}.html" in " ".join(index.links)
         thumbnail = f"sphx_glr_{example.stem}_thumb.png"
-        assert any(src.endswith(thumbnail) for src in index.images), f"no thumbnail for {example.name}"
+        assert any(src.endswith(thumbnail) for src in index.images), (
+            f"no thumbnail for {example.name}"
+        )
         figures = [src for src in _Page(page).images if f"sphx_glr_{example.stem}_0" in src]
         assert figures, f"{example.name} drew no figure in the gallery"
 
@@ -105,7 +107,8 @@ def test_api_reference_has_a_page_for_every_public_name():
     names = [f"skattention.{n}" for n in skattention.__all__ if n != "__version__"]
     for module in (manifold, nn, plotting, utils):
         names += [
-            f"skattention.{n}" if n in skattention.__all__ else f"{module.__name__}.{n}" for n in module.__all__
+            f"skattention.{n}" if n in skattention.__all__ else f"{module.__name__}.{n}"
+            for n in module.__all__
         ]
     missing = [n for n in names if not (HTML / "generated" / f"{n}.html").is_file()]
     assert not missing, f"API reference lacks {missing}"
@@ -116,10 +119,14 @@ def _browser():
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed")
     from selenium.webdriver.chrome.service import Service
 
-    binary = next(filter(None, map(shutil.which, ["chromium", "chromium-browser", "google-chrome"])), None)
+    binary = next(
+        filter(None, map(shutil.which, ["chromium", "chromium-browser", "google-chrome"])), None
+    )
     driver = shutil.which("chromedriver")
     if binary is None or driver is None:
-        pytest.skip("no headless Chromium: install the Debian packages chromium and chromium-driver")
+        pytest.skip(
+            "no headless Chromium: install the Debian packages chromium and chromium-driver"
+        )
     options = webdriver.ChromeOptions()
     options.binary_location = binary
     for arg in [
@@ -148,7 +155,8 @@ IMAGES_LOADED = """
 const done = arguments[arguments.length - 1];
 const images = Array.from(document.images);
 images.forEach(img => { img.loading = "eager"; });
-Promise.all(images.map(img => img.complete ? null : new Promise(r => { img.onload = img.onerror = r; })))
+const loaded = img => new Promise(r => { img.onload = img.onerror = r; });
+Promise.all(images.map(img => img.complete ? null : loaded(img)))
   .then(() => done(images.map(img => [img.getAttribute("src"), img.complete, img.naturalWidth])));
 """
 

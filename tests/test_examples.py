@@ -1,4 +1,4 @@
-"""Every script in examples/ runs to completion (in a scratch directory: plots are written there)."""
+"""Every script in examples/ runs to completion (in a scratch directory, which gets the plots)."""
 
 import pathlib
 import runpy

@@ -45,7 +45,9 @@ def test_sdpa_path_falls_back_to_streaming_when_its_key_copies_do_not_fit():
             attention(Q, K, V, temperature=2.0, log_prior=prior, backend="sdpa")
     torch.testing.assert_close(small, ref, rtol=1e-4, atol=1e-5)
     # a budget that holds the key copies but few queries: several query blocks, same result
-    blocked = attention(Q, K, V, temperature=2.0, log_prior=prior, backend="sdpa", working_memory=0.035)
+    blocked = attention(
+        Q, K, V, temperature=2.0, log_prior=prior, backend="sdpa", working_memory=0.035
+    )
     torch.testing.assert_close(blocked, ref, rtol=1e-6, atol=1e-6)
 
 
@@ -103,9 +105,13 @@ def test_auto_batch_size_is_sized_from_the_budget(data, monkeypatch):
         return real_train(*args, **kwargs)
 
     monkeypatch.setattr(base, "train_metric", train_spy)
-    MetricAttentionClassifier(metric="linear", max_iter=1, random_state=0, early_stopping=False).fit(X, y)
+    MetricAttentionClassifier(
+        metric="linear", max_iter=1, random_state=0, early_stopping=False
+    ).fit(X, y)
     with skattention.config_context(working_memory=0.1):
-        MetricAttentionClassifier(metric="linear", max_iter=1, random_state=0, early_stopping=False).fit(X, y)
+        MetricAttentionClassifier(
+            metric="linear", max_iter=1, random_state=0, early_stopping=False
+        ).fit(X, y)
     assert batches[0] == 64  # n / 16 raised to the minimum of the "auto" rule
     assert batches[1] == seen[1] < 64
 
@@ -126,7 +132,9 @@ def test_dense_diffusion_arrays_beyond_available_memory_suggest_n_neighbors(monk
     X, _ = make_s_curve(400, random_state=0)  # dense operator: 400^2 x 8 bytes = 1.2 MiB
     ref = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)
     monkeypatch.setattr("skattention.manifold._operator._available_memory", lambda: 2**20)
-    with pytest.raises(MemoryError, match=r"1\.2 MiB for a dense 400 x 400 operator(.|\n)*n_neighbors"):
+    with pytest.raises(
+        MemoryError, match=r"1\.2 MiB for a dense 400 x 400 operator(.|\n)*n_neighbors"
+    ):
         AttentionDiffusionEmbedding(random_state=0).fit(X)
     with pytest.raises(MemoryError, match="eigen_solver='arpack'"):
         AttentionDiffusionEmbedding(n_neighbors=15, eigen_solver="dense", random_state=0).fit(X)
@@ -193,17 +201,22 @@ def test_ipn_context_chunks_follow_the_budget():
 
 
 def test_working_memory_default_from_environment():
-    # Worker processes (joblib's loky, Dask) do not inherit set_config; they inherit the environment.
+    # Worker processes (joblib's loky, Dask) do not inherit set_config, but the environment.
     import subprocess
     import sys
 
     code = "import skattention; print(skattention.get_config()['working_memory'])"
     env = dict(os.environ, SKATTENTION_WORKING_MEMORY="64")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "64"
     env["SKATTENTION_WORKING_MEMORY"] = "lots"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.returncode != 0 and "SKATTENTION_WORKING_MEMORY must be a positive number of MiB" in out.stderr
+    assert (
+        out.returncode != 0
+        and "SKATTENTION_WORKING_MEMORY must be a positive number of MiB" in out.stderr
+    )
 
 
 def test_working_memory_reaches_loky_workers_through_the_environment(monkeypatch):

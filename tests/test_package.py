@@ -36,8 +36,13 @@ def test_engine_has_no_sklearn_imports():
 def test_engine_has_one_door():
     """Outside the engine, code imports ``skattention._engine`` itself, never its private
     modules (``skattention._engine._attention``, ...)."""
-    sources = [p for p in ROOT.glob("**/*.py") if "_engine" not in p.parts and ".venv" not in p.parts
-               and p.parts[len(ROOT.parts)] in {"skattention", "benchmarks", "examples", "docs"}]
+    sources = [
+        p
+        for p in ROOT.glob("**/*.py")
+        if "_engine" not in p.parts
+        and ".venv" not in p.parts
+        and p.parts[len(ROOT.parts)] in {"skattention", "benchmarks", "examples", "docs"}
+    ]
     assert len(sources) > 30
     for path in sources:
         for module, names in _imports(path):

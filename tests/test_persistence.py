@@ -67,7 +67,9 @@ def _run(code, stdin=None):
     # Same torch thread count as this process: bit-identity holds at a given thread count
     # (the order of floating-point reductions depends on it).
     threads = str(torch.get_num_threads())
-    out = subprocess.run([sys.executable, "-c", code, threads], input=stdin, capture_output=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, threads], input=stdin, capture_output=True, check=True
+    )
     return out.stdout
 
 

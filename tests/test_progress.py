@@ -164,7 +164,11 @@ def test_library_code_never_prints_to_stdout():
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "print"
+            ):
                 pytest.fail(f"{path.relative_to(PACKAGE)}:{node.lineno} calls print")
             if isinstance(node, ast.Attribute) and node.attr == "stdout":
                 pytest.fail(f"{path.relative_to(PACKAGE)}:{node.lineno} uses stdout")

@@ -10,7 +10,9 @@ from skattention import AttentionKMeans, MetricAttentionClassifier, MetricAttent
 
 @pytest.fixture(scope="module")
 def data():
-    X, y = make_classification(n_samples=150, n_features=6, n_informative=4, n_classes=3, random_state=0)
+    X, y = make_classification(
+        n_samples=150, n_features=6, n_informative=4, n_classes=3, random_state=0
+    )
     return X, y
 
 
@@ -18,9 +20,14 @@ def _searches():
     # Fixed metrics: a learned one is bit-identical only at a given torch thread count, and the
     # Dask workers run one thread each (the nanny sets OMP_NUM_THREADS=1).
     return [
-        GridSearchCV(MetricAttentionClassifier("euclidean", device="cpu"),
-                     {"temperature": [0.3, np.inf], "n_neighbors": [None, 5]}, cv=2),
-        GridSearchCV(MetricAttentionRegressor("euclidean", device="cpu"), {"temperature": [0.5, 2.0]}, cv=2),
+        GridSearchCV(
+            MetricAttentionClassifier("euclidean", device="cpu"),
+            {"temperature": [0.3, np.inf], "n_neighbors": [None, 5]},
+            cv=2,
+        ),
+        GridSearchCV(
+            MetricAttentionRegressor("euclidean", device="cpu"), {"temperature": [0.5, 2.0]}, cv=2
+        ),
     ]
 
 
@@ -34,7 +41,10 @@ def test_grid_search_on_dask_cluster_matches_sequential(data):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster, distributed.Client(cluster):
         with joblib.parallel_backend("dask"):
-            got = [s.set_params(n_jobs=-1).fit(X, y).cv_results_["mean_test_score"] for s in _searches()]
+            got = [
+                s.set_params(n_jobs=-1).fit(X, y).cv_results_["mean_test_score"]
+                for s in _searches()
+            ]
     for e, g in zip(expected, got):
         np.testing.assert_array_equal(g, e)
 
@@ -64,7 +74,9 @@ def test_transform_over_dask_array_chunks(data):
 
 def test_predict_over_iterator_of_batches(data, tmp_path):
     X, y = data
-    clf = MetricAttentionClassifier("euclidean", temperature=0.5, n_neighbors=7, device="cpu").fit(X, y)
+    clf = MetricAttentionClassifier("euclidean", temperature=0.5, n_neighbors=7, device="cpu").fit(
+        X, y
+    )
     path = tmp_path / "X.npy"
     np.save(path, X)
     X_disk = np.load(path, mmap_mode="r")  # stands for data too large for memory

@@ -57,7 +57,9 @@ def test_grid_search_loky_workers_split_the_cores():
     with joblib.parallel_config(backend="loky"):
         search.fit(X, y)
     threads = {search.cv_results_[f"split{i}_test_threads"][j] for i in range(2) for j in range(2)}
-    assert len(threads) == 1 and 1 <= threads.pop() <= _worker_thread_share(2)  # no oversubscription
+    assert len(threads) == 1 and 1 <= threads.pop() <= _worker_thread_share(
+        2
+    )  # no oversubscription
 
 
 def test_threads_started_after_set_num_threads_inherit_it():

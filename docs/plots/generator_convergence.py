@@ -39,9 +39,20 @@ for alpha, style in [(0.0, "-"), (1.0, "--")]:
         theta = circle_sample(n, np.random.default_rng(0))
         X = np.c_[np.cos(theta), np.sin(theta)]
         exact = limit(theta, alpha)
-        estimates = [attention_generator(X, np.sin(theta), epsilon=2 * eps, alpha=alpha, device="cpu") for eps in epsilons]
+        estimates = [
+            attention_generator(X, np.sin(theta), epsilon=2 * eps, alpha=alpha, device="cpu")
+            for eps in epsilons
+        ]
         errors = [np.sqrt(np.mean((estimate - exact) ** 2)) for estimate in estimates]
-        ax_err.loglog(epsilons, errors, style, marker="o", ms=3, color=colour, label=f"n = {n}, alpha = {alpha:g}")
+        ax_err.loglog(
+            epsilons,
+            errors,
+            style,
+            marker="o",
+            ms=3,
+            color=colour,
+            label=f"n = {n}, alpha = {alpha:g}",
+        )
     best = int(np.argmin(errors))  # at the largest n
     estimate, best = estimates[best], epsilons[best]
     ax_fun.plot(theta, estimate, ".", ms=1.5, alpha=0.5, color="C0" if alpha == 0 else "C3",

@@ -196,9 +196,9 @@ def scaled(s, T):
     return torch.where(masked, 0.0, s).div(T).masked_fill(masked, NEG_INF)
 
 
-def empty_rows(l, qs, on_empty, radius):
-    """Rows whose normaliser ``l`` is 0 (every key masked): ValueError or a mask of them."""
-    empty = l <= 0
+def empty_rows(normaliser, qs, on_empty, radius):
+    """Rows whose softmax normaliser is 0 (every key masked): ValueError or a mask of them."""
+    empty = normaliser <= 0
     if on_empty == "raise" and bool(empty.any()):
         rows = (empty.nonzero().squeeze(1) + qs).tolist()
         hint = f" within {radius}" if radius is not None else ""

@@ -89,7 +89,9 @@ def kmeans_step(X, centers, sample_weight, *, temperature=0.0, log_prior=None, u
     k = centers.shape[0]
     T = float(temperature)
     c_norm = (centers * centers).sum(1)
-    rows = _block_rows(n, k, d + (d if shift is not None else 0), X.element_size(), X.device, working_memory)
+    rows = _block_rows(
+        n, k, d + (d if shift is not None else 0), X.element_size(), X.device, working_memory
+    )
     sums = torch.zeros((k, d), dtype=X.dtype, device=X.device) if update else None
     mass = torch.zeros(k, dtype=X.dtype, device=X.device) if update else None
     if T > 0 and update:
@@ -110,7 +112,11 @@ def kmeans_step(X, centers, sample_weight, *, temperature=0.0, log_prior=None, u
             mass.add_(rw.sum(1))
             hardness = hardness + rw.amax(0).sum()
         total = float(sample_weight.sum())
-        return {"sums": sums, "mass": mass, "hardness": float(hardness) / total if total > 0 else 1.0}
+        return {
+            "sums": sums,
+            "mass": mass,
+            "hardness": float(hardness) / total if total > 0 else 1.0,
+        }
     labels = torch.empty(n, dtype=torch.long, device=X.device)
     min_sq = torch.empty(n, dtype=X.dtype, device=X.device)
     ct = centers.T.contiguous()
@@ -203,7 +209,9 @@ def anneal(Xt, wt, k, init_centers, rng, verbose=0):
     """
     n = Xt.shape[0]
     if n > ANNEAL_MAX_SAMPLES:
-        idx = torch.from_numpy(np.sort(rng.choice(n, ANNEAL_MAX_SAMPLES, replace=False))).to(Xt.device)
+        idx = torch.from_numpy(np.sort(rng.choice(n, ANNEAL_MAX_SAMPLES, replace=False))).to(
+            Xt.device
+        )
         Xs, ws = Xt[idx], wt[idx]
     else:
         Xs, ws = Xt, wt
@@ -347,7 +355,9 @@ def _centers_from_sums(X, w, centers_old, step, labels):
         # points farthest from their (old) centre, taking it out of its cluster.
         d2 = ((X - centers_old[labels]) ** 2).sum(1)
         if float(d2.max()) > 0:
-            far = torch.from_numpy(np.argpartition(d2.cpu().numpy(), -empty.numel())[: -empty.numel() - 1 : -1].copy())
+            far = torch.from_numpy(
+                np.argpartition(d2.cpu().numpy(), -empty.numel())[: -empty.numel() - 1 : -1].copy()
+            )
             for j, idx in zip(empty.tolist(), far.tolist()):
                 old = int(labels[idx])
                 sums[old] -= X[idx] * w[idx]

@@ -65,7 +65,9 @@ def resolve_device(device="auto"):
         if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
             raise ValueError(f"device={device!r} was requested but MPS is not available.")
     elif dev.type != "cpu":
-        raise ValueError(f"device={device!r} is not supported; use 'auto', 'cpu', 'cuda' or 'cuda:N'.")
+        raise ValueError(
+            f"device={device!r} is not supported; use 'auto', 'cpu', 'cuda' or 'cuda:N'."
+        )
     return dev
 
 
@@ -133,6 +135,7 @@ def draws_from_global_rng(module):
     """Whether running ``module`` in training mode draws from torch's global RNG (dropout)."""
     for m in module.modules():
         rate = m.p if isinstance(m, _DROPOUT_MODULES) else getattr(m, "dropout", 0.0)
-        if isinstance(rate, float) and rate > 0:  # skattention.nn layers keep their rate as `dropout`
+        # skattention.nn layers keep their rate as `dropout`
+        if isinstance(rate, float) and rate > 0:
             return True
     return False

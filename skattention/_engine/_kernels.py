@@ -1,4 +1,4 @@
-"""Gaussian kernels between point sets, computed blockwise (diffusion operators, THEORY.md section 1).
+"""Gaussian kernels between point sets, computed blockwise (diffusion operators, THEORY.md 1).
 
 The attention (Markov) operator of a point set is ``S = softmax_j(-||x_i - x_j||^2 / T)``; these
 helpers produce its raw pieces under the same working-memory budget as :func:`attention`:
@@ -23,7 +23,9 @@ def _setup(queries, keys, device, dtype, working_memory):
     Q = as_tensor(queries, "queries", dev, dt, ndims=(2,))
     K = as_tensor(keys, "keys", dev, dt, ndims=(2,))
     if Q.shape[1] != K.shape[1]:
-        raise ValueError(f"queries have {Q.shape[1]} features but keys have {K.shape[1]}; they must match.")
+        raise ValueError(
+            f"queries have {Q.shape[1]} features but keys have {K.shape[1]}; they must match."
+        )
     if K.shape[0] == 0:
         raise ValueError("keys is empty.")
     return Q, Scorer(K, "sqeuclidean"), budget_bytes(working_memory)
@@ -50,7 +52,9 @@ def _sqdist_blocks(Q, scorer, budget, what, pair_bytes, whole_rows=False):
 
 
 @torch.no_grad()
-def gaussian_kernel(queries, keys, temperature, *, out=None, device="auto", dtype=None, working_memory=None):
+def gaussian_kernel(
+    queries, keys, temperature, *, out=None, device="auto", dtype=None, working_memory=None
+):
     """The dense kernel matrix ``exp(-||q_i - k_j||^2 / temperature)``, filled block by block.
 
     Parameters
@@ -72,7 +76,8 @@ def gaussian_kernel(queries, keys, temperature, *, out=None, device="auto", dtyp
     --------
     >>> import numpy as np
     >>> from skattention._engine import gaussian_kernel
-    >>> gaussian_kernel(np.array([[0.0], [1.0]]), np.array([[0.0], [2.0]]), 1.0, dtype="float64").round(4)
+    >>> Q, K = np.array([[0.0], [1.0]]), np.array([[0.0], [2.0]])
+    >>> gaussian_kernel(Q, K, 1.0, dtype="float64").round(4)
     array([[1.    , 0.0183],
            [0.3679, 0.3679]])
     """
@@ -82,7 +87,9 @@ def gaussian_kernel(queries, keys, temperature, *, out=None, device="auto", dtyp
         out = np.empty((Q.shape[0], scorer.n_keys), dtype=np.float64)
     elif out.shape != (Q.shape[0], scorer.n_keys):
         raise ValueError(f"out has shape {out.shape}, expected {(Q.shape[0], scorer.n_keys)}.")
-    for qs, qe, ks, ke, d2 in _sqdist_blocks(Q, scorer, budget, "the kernel matrix", 2, whole_rows=True):
+    for qs, qe, ks, ke, d2 in _sqdist_blocks(
+        Q, scorer, budget, "the kernel matrix", 2, whole_rows=True
+    ):
         out[qs:qe, ks:ke] = d2.mul_(-1.0 / temperature).exp_().cpu().numpy()
     return out
 
@@ -156,7 +163,9 @@ def _histc(x, n_bins, lo, hi, deterministic=None):
 
 
 @torch.no_grad()
-def gaussian_kernel_log_sums(queries, keys, temperature, *, device="auto", dtype=None, working_memory=None):
+def gaussian_kernel_log_sums(
+    queries, keys, temperature, *, device="auto", dtype=None, working_memory=None
+):
     """``log sum_j exp(-||q_i - k_j||^2 / temperature)`` for every query, streamed over key blocks.
 
     The log-degrees of the kernel graph: the density estimate behind Coifman–Lafon's
@@ -186,7 +195,7 @@ def gaussian_kernel_log_sums(queries, keys, temperature, *, device="auto", dtype
     temperature = check_temperature(temperature, positive_finite=True)
     Q, scorer, budget = _setup(queries, keys, device, dtype, working_memory)
     out = torch.full((Q.shape[0],), -math.inf, dtype=Q.dtype, device=Q.device)
-    for qs, qe, ks, ke, d2 in _sqdist_blocks(Q, scorer, budget, "kernel sums", 2):
+    for qs, qe, _, _, d2 in _sqdist_blocks(Q, scorer, budget, "kernel sums", 2):
         out[qs:qe] = torch.logaddexp(out[qs:qe], torch.logsumexp(d2.mul_(-1.0 / temperature), 1))
     return out if isinstance(queries, torch.Tensor) else out.cpu().numpy()
 
@@ -220,6 +229,6 @@ def ball_counts(queries, keys, radius, *, device="auto", dtype=None, working_mem
     radius = check_nonnegative_real(radius, "radius")
     Q, scorer, budget = _setup(queries, keys, device, dtype, working_memory)
     out = torch.zeros(Q.shape[0], dtype=torch.long, device=Q.device)
-    for qs, qe, ks, ke, d2 in _sqdist_blocks(Q, scorer, budget, "ball counts", 2):
+    for qs, qe, _, _, d2 in _sqdist_blocks(Q, scorer, budget, "ball counts", 2):
         out[qs:qe] += (d2 <= radius * radius).sum(1)
     return out if isinstance(queries, torch.Tensor) else out.cpu().numpy()

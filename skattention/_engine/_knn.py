@@ -60,7 +60,7 @@ def knn_attention(spec):
     gather_bytes = k * Q.element_size() * (dv + (scorer.dim if spec.grad else 0) + 6)
     blocks = topk_blocks(spec, k, gather_bytes, f"k-NN attention with n_neighbors={k}")
     outs, weights, indices = [], [], []
-    for qs, qe, q, q_index, top in blocks:
+    for qs, _, q, q_index, top in blocks:
         valid = top.r > NEG_INF
         idx = torch.where(valid, top.i, -1)
         safe_idx = idx.clamp(min=0)
@@ -79,9 +79,9 @@ def knn_attention(spec):
             z = torch.where(valid, scaled(s, T) + prior, NEG_INF)
         m = z.amax(1, keepdim=True)
         p = torch.exp(z - torch.where(torch.isfinite(m), m, 0.0))
-        l = p.sum(1)
-        empty = empty_rows(l, qs, spec.on_empty, spec.radius)
-        w = p / torch.where(l > 0, l, 1.0)[:, None]
+        total = p.sum(1)
+        empty = empty_rows(total, qs, spec.on_empty, spec.radius)
+        w = p / torch.where(total > 0, total, 1.0)[:, None]
         out = torch.bmm(w[:, None, :], V[safe_idx]).squeeze(1)
         outs.append(torch.where(empty[:, None], 0.0, out))
         if n_weights is not None:

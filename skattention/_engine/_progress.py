@@ -179,7 +179,11 @@ class _LineProgress(_NullProgress):
         now = time.monotonic()
         # The final state, unless nothing was shown (a short inner loop) or it is already shown.
         shown = self.last is not None
-        if (self.leave or shown) and now - self.start >= self.delay and self.n != getattr(self, "_last_n", None):
+        if (
+            (self.leave or shown)
+            and now - self.start >= self.delay
+            and self.n != getattr(self, "_last_n", None)
+        ):
             self._line(now)
 
     def _line(self, now):

@@ -64,7 +64,8 @@ class Scorer:
             queries = _apply_phi(self.phi, queries, "queries")
             if queries.shape[1] != self.dim:
                 raise ValueError(
-                    f"metric callable maps queries to {queries.shape[1]} features but keys to {self.dim}."
+                    f"metric callable maps queries to {queries.shape[1]} features but keys to "
+                    f"{self.dim}."
                 )
         if self.shift is not None:
             queries = queries - self.shift

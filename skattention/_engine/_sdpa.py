@@ -153,7 +153,9 @@ def sdpa_attention(spec, strict):
     # keys' copies), and per query its padded row, its output row and the kernel's per-row
     # state. When they do not fit the budget the streaming path (blocks of keys) is used instead.
     item = Q.element_size()
-    key_bytes = keys.shape[0] * item * (2 * width + 2 + (d + dv + 1 if keys is not scorer.keys else 0))
+    key_bytes = (
+        keys.shape[0] * item * (2 * width + 2 + (d + dv + 1 if keys is not scorer.keys else 0))
+    )
     query_bytes = 4 * width * item
     if key_bytes + query_bytes > spec.budget:
         if strict:

@@ -29,7 +29,13 @@ from ._progress import track
 
 def stream_attention(spec):
     """``(out,)`` or, with ``spec.n_weights``, ``(out, weights, indices)``."""
-    scorer, Q, V, T, n_weights = spec.scorer, spec.queries, spec.values, spec.temperature, spec.n_weights
+    scorer, Q, V, T, n_weights = (
+        spec.scorer,
+        spec.queries,
+        spec.values,
+        spec.temperature,
+        spec.n_weights,
+    )
     n_q, n_k, dv = Q.shape[0], scorer.n_keys, V.shape[1]
     item = Q.element_size()
     inplace = not spec.grad

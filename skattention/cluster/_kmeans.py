@@ -5,7 +5,12 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+)
 from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
@@ -27,7 +32,13 @@ from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight, _fit_context
 
 
-class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, DevicePortableMixin, BaseEstimator):
+class AttentionKMeans(
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+    ClusterMixin,
+    DevicePortableMixin,
+    BaseEstimator,
+):
     """K-means as alternating attention: points attend to centroids, centroids attend to points.
 
     The E-step is the attention of each point over the centroids,
@@ -68,7 +79,8 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         Euclidean distance keeps the weighted mean the exact M-step.
     init : {"k-means++", "random"}, callable or array-like of shape (n_clusters, n_features), \
             default="k-means++"
-        Initial centroids, as in :class:`~sklearn.cluster.KMeans` (``sklearn.cluster.kmeans_plusplus``
+        Initial centroids, as in :class:`~sklearn.cluster.KMeans`
+        (``sklearn.cluster.kmeans_plusplus``
         for ``"k-means++"``). With annealing, only the direction in which each centroid leaves
         the mean.
     n_init : "auto" or int, default="auto"
@@ -146,8 +158,20 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         "verbose": ["verbose"],
     }
 
-    def __init__(self, n_clusters=8, *, temperature="auto", metric="euclidean", init="k-means++",
-                 n_init="auto", max_iter=300, tol=1e-4, device="auto", random_state=None, verbose=0):
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        temperature="auto",
+        metric="euclidean",
+        init="k-means++",
+        n_init="auto",
+        max_iter=300,
+        tol=1e-4,
+        device="auto",
+        random_state=None,
+        verbose=0,
+    ):
         self.n_clusters = n_clusters
         self.temperature = temperature
         self.metric = metric
@@ -182,9 +206,13 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         """
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", copy=False)
         _check_distance_range(X)
-        sample_weight = _check_sample_weight(sample_weight, X, dtype=X.dtype, ensure_non_negative=True)
+        sample_weight = _check_sample_weight(
+            sample_weight, X, dtype=X.dtype, ensure_non_negative=True
+        )
         if not np.any(sample_weight > 0):
-            raise ValueError("All sample weights are zero: at least one sample needs positive weight.")
+            raise ValueError(
+                "All sample weights are zero: at least one sample needs positive weight."
+            )
         n_samples, n_features = X.shape
         if n_samples < self.n_clusters:
             raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}.")
@@ -223,10 +251,14 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
             if T is None or T == 0:
                 ct, labels, inertia, n_iter = lloyd(Xt, wt, ct, self.max_iter, tol, self.verbose)
             else:
-                ct, labels, inertia, n_iter = soft_kmeans(Xt, wt, ct, T, self.max_iter, tol, self.verbose)
+                ct, labels, inertia, n_iter = soft_kmeans(
+                    Xt, wt, ct, T, self.max_iter, tol, self.verbose
+                )
             if self.verbose >= 2:
-                runs.write(f"AttentionKMeans run {run}: inertia {inertia:.6g}, {n_anneal} annealing "
-                           f"and {n_iter} {'Lloyd' if not T else 'soft'} iterations")
+                runs.write(
+                    f"AttentionKMeans run {run}: inertia {inertia:.6g}, {n_anneal} annealing "
+                    f"and {n_iter} {'Lloyd' if not T else 'soft'} iterations"
+                )
             if best is None or inertia < best[2]:
                 best = (ct, labels, inertia, n_anneal + n_iter)
             runs.set_postfix(inertia=f"{inertia:.6g}", best=f"{best[2]:.6g}", refresh=False)
@@ -255,7 +287,9 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         self.n_iter_ = int(n_iter)
         if annealing:
             total = float(sample_weight.sum())
-            self.temperature_ = 2.0 * self.inertia_ / (total * n_features) if self.inertia_ > 0 else 0.0
+            self.temperature_ = (
+                2.0 * self.inertia_ / (total * n_features) if self.inertia_ > 0 else 0.0
+            )
         else:
             self.temperature_ = T
         return self
@@ -284,7 +318,9 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
 
     def _init_centroids(self, Xc, init, rng, sample_weight):
         if isinstance(init, str) and init == "k-means++":
-            centers, _ = kmeans_plusplus(Xc, self.n_clusters, sample_weight=sample_weight, random_state=rng)
+            centers, _ = kmeans_plusplus(
+                Xc, self.n_clusters, sample_weight=sample_weight, random_state=rng
+            )
         elif isinstance(init, str) and init == "random":
             seeds = rng.choice(Xc.shape[0], size=self.n_clusters, replace=False,
                                p=sample_weight / sample_weight.sum())
@@ -374,7 +410,9 @@ class AttentionKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         eye = np.eye(self.n_clusters)
         if T == 0:
             return eye[self._labels_inertia(X, inertia=False)[0]]
-        out = attention(X, self.cluster_centers_, eye, temperature=T, device=self.device, dtype=dtype)
+        out = attention(
+            X, self.cluster_centers_, eye, temperature=T, device=self.device, dtype=dtype
+        )
         return np.asarray(out, dtype=np.float64)
 
     def predict_proba(self, X):

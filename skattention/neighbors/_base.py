@@ -1,4 +1,4 @@
-"""Shared machinery of the metric-attention estimators (thin scikit-learn shells over the engine)."""
+"""Shared machinery of the metric-attention estimators (scikit-learn shells over the engine)."""
 
 import copy
 import math
@@ -33,7 +33,8 @@ from ..utils._sklearn_compat import _check_sample_weight
 from ..utils._validation import encode_classes, standardisation
 
 # temperature="auto" with the fixed metric: leave-one-out choice on a geometric grid around the
-# nearest-neighbour scale (weighted median squared distance from a point to its nearest distinct one).
+# nearest-neighbour scale (weighted median squared distance from a point to its nearest distinct
+# one).
 _AUTO_TEMPERATURE_GRID = 2.0 ** np.arange(-3, 5)
 _AUTO_TEMPERATURE_MAX_QUERIES = 2000
 _AUTO_TEMPERATURE_CANDIDATES = 8
@@ -134,12 +135,22 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             key_weight = compute_class_weight(self.class_weight, classes=classes, y=y)[y_encoded]
         self._fit_y = y_encoded
         values = np.eye(classes.size, dtype=X.dtype)[y_encoded]
-        self._fit_attention(X, values, sample_weight, key_weight, loss="log_loss", stratify=y_encoded)
+        self._fit_attention(
+            X, values, sample_weight, key_weight, loss="log_loss", stratify=y_encoded
+        )
         return self
 
-    def _fit_attention(self, X, values, sample_weight, key_weight=None, loss="log_loss", stratify=None,
-                       train_values=None):
-        """Validate weights, then store keys, values, log-prior and temperature (training if learned).
+    def _fit_attention(
+        self,
+        X,
+        values,
+        sample_weight,
+        key_weight=None,
+        loss="log_loss",
+        stratify=None,
+        train_values=None,
+    ):
+        """Validate weights; store keys, values, log-prior and temperature (training if learned).
 
         ``values`` are what attention propagates (one-hot labels or targets); ``train_values``,
         if given, replace them during training (standardised targets: attention outputs are convex
@@ -148,10 +159,14 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         """
         resolve_device(self.device)  # fail early and clearly on an unavailable device
         n_samples = X.shape[0]
-        sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+        sample_weight = _check_sample_weight(
+            sample_weight, X, dtype=np.float64, ensure_non_negative=True
+        )
         prior_weight = sample_weight if key_weight is None else sample_weight * key_weight
         if not np.any(prior_weight > 0):
-            raise ValueError("All sample weights are zero: at least one training sample needs positive weight.")
+            raise ValueError(
+                "All sample weights are zero: at least one training sample needs positive weight."
+            )
         if self.n_neighbors is not None and self.n_neighbors > n_samples:
             raise ValueError(
                 f"n_neighbors={self.n_neighbors} is larger than the number of training samples "
@@ -163,7 +178,9 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             self._log_prior = np.log(prior_weight)
         self.n_samples_fit_ = n_samples
         if self.metric in LEARNED_METRICS:
-            self._fit_learned(X, values if train_values is None else train_values, prior_weight, loss, stratify)
+            self._fit_learned(
+                X, values if train_values is None else train_values, prior_weight, loss, stratify
+            )
             return
         self._fit_Z = X
         self.map_, self.loss_curve_, self.n_iter_ = None, [], 0
@@ -186,7 +203,8 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         warm = self.warm_start and getattr(self, "map_", None) is not None
         if warm and self.map_.n_features != X.shape[1]:
             raise ValueError(
-                f"warm_start: X has {X.shape[1]} features but the map was trained on {self.map_.n_features}."
+                f"warm_start: X has {X.shape[1]} features but the map was trained on "
+                f"{self.map_.n_features}."
             )
         if not warm:
             self._x_mean, self._x_scale = standardisation(X)
@@ -213,7 +231,9 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                 validation = (Xt[val_idx], Vt[val_idx], Wt[val_idx])
                 Xt, Vt, Wt = Xt[train_idx], Vt[train_idx], Wt[train_idx]
                 if not bool((Wt > 0).any()):
-                    raise ValueError("All training sample weights are zero after the validation split.")
+                    raise ValueError(
+                        "All training sample weights are zero after the validation split."
+                    )
             n_train = Xt.shape[0]
             n_candidates = (
                 min(n_train, _AUTO_CANDIDATES) if self.sample_rate == "auto"
@@ -222,13 +242,24 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             # "auto" is also capped by working_memory; a larger explicit batch is split into
             # gradient-accumulated chunks by train_metric.
             batch_size = (
-                min(_AUTO_BATCH[1], max(_AUTO_BATCH[0], math.ceil(n_train / 16)),
-                    batch_rows(min(n_candidates, n_train), Vt.shape[1], self.map_.n_components, Xt.element_size()))
-                if self.batch_size == "auto" else self.batch_size
+                min(
+                    _AUTO_BATCH[1],
+                    max(_AUTO_BATCH[0], math.ceil(n_train / 16)),
+                    batch_rows(
+                        min(n_candidates, n_train),
+                        Vt.shape[1],
+                        self.map_.n_components,
+                        Xt.element_size(),
+                    ),
+                )
+                if self.batch_size == "auto"
+                else self.batch_size
             )
             previous = getattr(self, "_history", None) if warm else None
             name = type(self).__name__
-            with progress_bar(self.verbose, total=self.max_iter, desc=f"{name} fit", unit="epoch") as bar:
+            with progress_bar(
+                self.verbose, total=self.max_iter, desc=f"{name} fit", unit="epoch"
+            ) as bar:
                 report = ProgressReport(
                     bar, name, self.max_iter, self.verbose, validating=validation is not None,
                     first=previous.n_iter if previous else 0,
@@ -249,9 +280,15 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         if self.temperature in (0, math.inf):
             self.temperature_ = float(self.temperature)
         self.loss_curve_ = list(history.loss_curve)
-        self.validation_scores_ = list(history.validation_scores) if validation is not None else None
-        self.validation_loss_curve_ = list(history.validation_losses) if validation is not None else None
-        self.best_validation_score_ = history.best_validation_score if validation is not None else None
+        self.validation_scores_ = (
+            list(history.validation_scores) if validation is not None else None
+        )
+        self.validation_loss_curve_ = (
+            list(history.validation_losses) if validation is not None else None
+        )
+        self.best_validation_score_ = (
+            history.best_validation_score if validation is not None else None
+        )
         self.n_iter_ = history.n_iter
         self._fit_Z = self._embed(X, side="key")
 
@@ -288,7 +325,9 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             counts = np.bincount(strat)
             if counts[counts > 0].min() < 2 or n_val < np.count_nonzero(counts):
                 strat = None  # too small to stratify
-        train_idx, val_idx = train_test_split(idx, test_size=n_val, random_state=rng, stratify=strat)
+        train_idx, val_idx = train_test_split(
+            idx, test_size=n_val, random_state=rng, stratify=strat
+        )
         return torch.as_tensor(np.sort(train_idx)), torch.as_tensor(np.sort(val_idx))
 
     # ------------------------------------------------------------------ fixed metric temperature
@@ -309,8 +348,12 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         if positive.size < 2:
             return 1.0
         if positive.size > _AUTO_TEMPERATURE_MAX_QUERIES:
-            positive = positive[np.linspace(0, positive.size - 1, _AUTO_TEMPERATURE_MAX_QUERIES).astype(int)]
-        scale = _neighbor_scale(Z, positive, sample_weight, log_weight, self.device, self._compute_dtype())
+            positive = positive[
+                np.linspace(0, positive.size - 1, _AUTO_TEMPERATURE_MAX_QUERIES).astype(int)
+            ]
+        scale = _neighbor_scale(
+            Z, positive, sample_weight, log_weight, self.device, self._compute_dtype()
+        )
         w = sample_weight[positive]
         kwargs = self._engine_kwargs(temperature=scale)
         kwargs["log_prior"] = log_weight
@@ -360,13 +403,18 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             metric_map = copy.deepcopy(metric_map).to(device=device, dtype=dtype)
         metric_map.eval()
         fn = metric_map.query if side == "query" else metric_map.key
-        out = np.empty((X.shape[0], self.map_.n_components), dtype=np.float32 if dtype == torch.float32 else np.float64)
+        out = np.empty(
+            (X.shape[0], self.map_.n_components),
+            dtype=np.float32 if dtype == torch.float32 else np.float64,
+        )
         # per row: the standardised float64 copy, its tensor, and the map's activations (input,
         # hidden and output widths, with their temporaries)
         item = torch.finfo(dtype).bits // 8
         width = self.map_.n_components + self.map_.n_features
         row_bytes = 8 * X.shape[1] + item * (X.shape[1] + 2 * self.hidden_size + 3 * width)
-        rows = plan_rows(X.shape[0], row_bytes=row_bytes, budget=budget_bytes(), max_rows=_EMBED_CHUNK)
+        rows = plan_rows(
+            X.shape[0], row_bytes=row_bytes, budget=budget_bytes(), max_rows=_EMBED_CHUNK
+        )
         with torch.no_grad():
             for batch in gen_batches(X.shape[0], rows):
                 xb = torch.as_tensor(self._standardise(X[batch]), dtype=dtype, device=device)
@@ -380,11 +428,14 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
     def _propagate(self, X):
         """Attention of the rows of ``X`` over the training set, applied to the fitted values."""
         Z = self._embed(self._validate_queries(X))
-        out = attention(Z, self._fit_Z, self._fit_values, progress=self.verbose, **self._engine_kwargs())
+        out = attention(
+            Z, self._fit_Z, self._fit_values, progress=self.verbose, **self._engine_kwargs()
+        )
         return np.asarray(out, dtype=np.float64)
 
     def attention_weights(self, X=None, n_weights=None):
-        """The largest attention weights behind each prediction and the training points they fall on.
+        """The largest attention weights behind each prediction and the training points they
+        fall on.
 
         The attention analogue of :meth:`~sklearn.neighbors.KNeighborsClassifier.kneighbors`.
 
@@ -410,8 +461,14 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         else:
             X, exclude_self = self._validate_queries(X), False
         if n_weights is None:
-            n_weights = self.n_neighbors if self.n_neighbors is not None else min(10, self.n_samples_fit_)
-        if exclude_self and self.n_neighbors is not None and self.n_neighbors >= self.n_samples_fit_:
+            n_weights = (
+                self.n_neighbors if self.n_neighbors is not None else min(10, self.n_samples_fit_)
+            )
+        if (
+            exclude_self
+            and self.n_neighbors is not None
+            and self.n_neighbors >= self.n_samples_fit_
+        ):
             raise ValueError(
                 f"n_neighbors={self.n_neighbors} leaves no room to exclude each training point "
                 f"from its own row ({self.n_samples_fit_} samples)."
@@ -428,7 +485,9 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         tags.input_tags.allow_nan = False
         # Learned metrics train with CUDA float atomics (backward of gather/indexing and of the
         # fused attention kernels); fixed metrics run forward kernels only, which repeat exactly.
-        tags.non_deterministic = self.metric in LEARNED_METRICS and _cuda_nondeterministic(self.device)
+        tags.non_deterministic = self.metric in LEARNED_METRICS and _cuda_nondeterministic(
+            self.device
+        )
         return tags
 
 
@@ -457,11 +516,20 @@ def _initial_projection(Xs, n_components, rng):
 
 
 def _neighbor_scale(Z, queries, sample_weight, log_weight, device, dtype=torch.float64):
-    """Weighted median squared distance from ``Z[queries]`` to their nearest distinct key in ``Z``."""
+    """Weighted median squared distance from ``Z[queries]`` to their nearest distinct key in
+    ``Z``."""
     n_candidates = min(_AUTO_TEMPERATURE_CANDIDATES, int(np.sum(sample_weight > 0)) - 1)
     if n_candidates < 1:
         return 1.0
-    _, idx = kneighbors(Z[queries], Z, n_candidates, log_prior=log_weight, exclude_self=queries, device=device, dtype=dtype)
+    _, idx = kneighbors(
+        Z[queries],
+        Z,
+        n_candidates,
+        log_prior=log_weight,
+        exclude_self=queries,
+        device=device,
+        dtype=dtype,
+    )
     # Exact distances on the candidates (duplicates are exactly 0 and skipped), in chunks so the
     # gathered candidates (and their differences) stay small.
     nearest = np.full(queries.size, np.inf)

@@ -10,7 +10,9 @@ from . import _docs
 from ._base import _BaseMetricAttention
 
 
-class MetricAttentionClassifier(ProbabilisticClassifierMixin, ClassifierMixin, _BaseMetricAttention):
+class MetricAttentionClassifier(
+    ProbabilisticClassifierMixin, ClassifierMixin, _BaseMetricAttention
+):
     """Classifier by attention over the training set under a learned (or fixed) pseudo-metric.
 
     The class probabilities of a query ``x`` are the attention-weighted average of the one-hot

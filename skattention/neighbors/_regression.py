@@ -91,7 +91,9 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
         values = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
         scale = values.std(0)
         train_values = (values - values.mean(0)) / np.where(scale > 0, scale, 1.0)
-        self._fit_attention(X, values, sample_weight, loss="squared_error", train_values=train_values)
+        self._fit_attention(
+            X, values, sample_weight, loss="squared_error", train_values=train_values
+        )
         return self
 
     def _loo_loss(self, pred, rows, weight):

@@ -9,7 +9,9 @@ from . import _docs
 from ._base import _BaseMetricAttention
 
 
-class MetricAttentionTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, _BaseMetricAttention):
+class MetricAttentionTransformer(
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, _BaseMetricAttention
+):
     """Map inputs into the space of a pseudo-metric learned by attention from class labels.
 
     The metric is trained exactly as in :class:`MetricAttentionClassifier`: leave-one-out

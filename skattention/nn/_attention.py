@@ -136,11 +136,15 @@ class MetricAttention(nn.Module):
         self._qkv_same_embed_dim = False
         n_proj = 3 if metric == "dot" else 2
         self.in_proj_weight = nn.Parameter(torch.empty(n_proj * embed_dim, embed_dim, **factory))
-        self.in_proj_bias = nn.Parameter(torch.empty(n_proj * embed_dim, **factory)) if bias else None
+        self.in_proj_bias = (
+            nn.Parameter(torch.empty(n_proj * embed_dim, **factory)) if bias else None
+        )
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.phi = None
         if metric == "mlp":
-            self.phi = ResidualBlock(embed_dim, hidden_size or embed_dim, activation, 0.0).to(**factory)
+            self.phi = ResidualBlock(embed_dim, hidden_size or embed_dim, activation, 0.0).to(
+                **factory
+            )
         if metric == "dot":
             self.log_temperature = None
         else:
@@ -187,7 +191,9 @@ class MetricAttention(nn.Module):
         q, k = augmented_coordinates(self._heads(zq), self._heads(zk), inv_t)
         return q, k, 1.0
 
-    def _merged_mask(self, attn_mask, key_padding_mask, is_causal, n, length, src_len, dtype, device):
+    def _merged_mask(
+        self, attn_mask, key_padding_mask, is_causal, n, length, src_len, dtype, device
+    ):
         """One additive float mask broadcastable to (N, H, L, S), or None."""
         mask = None
         if attn_mask is None and is_causal:
@@ -196,7 +202,10 @@ class MetricAttention(nn.Module):
             attn_mask = _as_additive(attn_mask, dtype, "attn_mask")
             if attn_mask.dim() == 2:
                 if attn_mask.shape != (length, src_len):
-                    raise ValueError(f"attn_mask must have shape {(length, src_len)}, got {tuple(attn_mask.shape)}.")
+                    raise ValueError(
+                        f"attn_mask must have shape {(length, src_len)}, "
+                        f"got {tuple(attn_mask.shape)}."
+                    )
                 mask = attn_mask[None, None]
             elif attn_mask.dim() == 3:
                 if attn_mask.shape != (n * self.num_heads, length, src_len):
@@ -211,7 +220,8 @@ class MetricAttention(nn.Module):
             key_padding_mask = _as_additive(key_padding_mask, dtype, "key_padding_mask")
             if key_padding_mask.shape != (n, src_len):
                 raise ValueError(
-                    f"key_padding_mask must have shape {(n, src_len)}, got {tuple(key_padding_mask.shape)}."
+                    f"key_padding_mask must have shape {(n, src_len)}, "
+                    f"got {tuple(key_padding_mask.shape)}."
                 )
             kpm = key_padding_mask[:, None, None, :]
             mask = kpm if mask is None else mask + kpm
@@ -271,8 +281,12 @@ class MetricAttention(nn.Module):
             out = torch.matmul(weights, v)
         else:
             out = scaled_dot_product(
-                q, k, v, attn_mask=None if mask is None else mask.expand(n, self.num_heads, length, src_len),
-                dropout_p=dropout_p, scale=scale,
+                q,
+                k,
+                v,
+                attn_mask=None if mask is None else mask.expand(n, self.num_heads, length, src_len),
+                dropout_p=dropout_p,
+                scale=scale,
             )
         out = self.out_proj(out.transpose(1, 2).reshape(n, length, self.embed_dim))
         if weights is not None and average_attn_weights:
@@ -287,7 +301,9 @@ class MetricAttention(nn.Module):
 
 def _as_additive(mask, dtype, name):
     if mask.dtype == torch.bool:
-        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(mask, float("-inf"))
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+            mask, float("-inf")
+        )
     if not mask.is_floating_point():
         raise TypeError(f"{name} must be bool or float, got {mask.dtype}.")
     return mask.to(dtype)

@@ -164,7 +164,9 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin, 
                       metric=self.metric, num_heads=self.num_heads).to(device)
             release_rng(net)  # training draws nothing from it (unless dropout)
             name = type(self).__name__
-            with progress_bar(self.verbose, total=self.max_iter, desc=f"{name} fit", unit="epoch") as bar:
+            with progress_bar(
+                self.verbose, total=self.max_iter, desc=f"{name} fit", unit="epoch"
+            ) as bar:
                 history = train_network(
                     net, Xt, yt, max_iter=self.max_iter, batch_size=batch_size,
                     learning_rate=self.learning_rate, weight_decay=self.weight_decay,

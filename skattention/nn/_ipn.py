@@ -69,7 +69,9 @@ class IPN(nn.Module):
         self.output = nn.Linear(width, n_outputs)
 
     def _step(self, block, h_query, h_keys, attn_mask=None):
-        out = block(h_query[None], h_keys[None], h_keys[None], attn_mask=attn_mask, need_weights=False)[0][0]
+        out = block(
+            h_query[None], h_keys[None], h_keys[None], attn_mask=attn_mask, need_weights=False
+        )[0][0]
         return h_query + out if self.residual else out
 
     def forward(self, x, context=None, chunk_size=None):
@@ -103,8 +105,12 @@ class IPN(nn.Module):
         outs = []
         m = context.shape[0]
         if chunk_size is None:
-            chunk_size = _chunk_rows(m, hc.shape[1], self.blocks[0].num_heads if len(self.blocks) else 1,
-                                     hc.element_size())
+            chunk_size = _chunk_rows(
+                m,
+                hc.shape[1],
+                self.blocks[0].num_heads if len(self.blocks) else 1,
+                hc.element_size(),
+            )
         for start in range(0, x.shape[0], chunk_size):
             hx = h[start:start + chunk_size]
             c = hx.shape[0]

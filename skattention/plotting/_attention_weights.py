@@ -80,9 +80,18 @@ class AttentionWeightsDisplay:
         top = w.max() if w.size and w.max() > 0 else 1.0
         self.background_ = ax.scatter(self.points[:, 0], self.points[:, 1], s=8, c="lightgrey",
                                       label="training points")
-        self.scatter_ = ax.scatter(self.points[idx, 0], self.points[idx, 1], s=max_size * w / top, c=w,
-                                   cmap=cmap, vmin=0.0, vmax=top, edgecolors="black", linewidths=0.5,
-                                   label="attended (size, colour: weight)")
+        self.scatter_ = ax.scatter(
+            self.points[idx, 0],
+            self.points[idx, 1],
+            s=max_size * w / top,
+            c=w,
+            cmap=cmap,
+            vmin=0.0,
+            vmax=top,
+            edgecolors="black",
+            linewidths=0.5,
+            label="attended (size, colour: weight)",
+        )
         self.query_ = ax.scatter([self.query[0]], [self.query[1]], s=250, marker="*", c="red",
                                  edgecolors="black", linewidths=0.8, label="query", zorder=3)
         self.colorbar_ = ax.figure.colorbar(self.scatter_, ax=ax, label="attention weight")

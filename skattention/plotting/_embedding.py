@@ -76,10 +76,18 @@ class EmbeddingDisplay:
                 self.scatter_ = ax.scatter(Z[:, 0], Z[:, 1], c=codes, s=s, cmap=cmap, vmin=-0.5,
                                            vmax=(10 if k <= 10 else 20) - 0.5)
                 handles, _ = self.scatter_.legend_elements(num=list(range(k)))
-                self.legend_ = ax.legend(handles, [str(c) for c in self.classes_], loc="best", fontsize="small",
-                                         markerscale=0.8, ncols=1 if k <= 10 else 2)
+                self.legend_ = ax.legend(
+                    handles,
+                    [str(c) for c in self.classes_],
+                    loc="best",
+                    fontsize="small",
+                    markerscale=0.8,
+                    ncols=1 if k <= 10 else 2,
+                )
             else:
-                self.scatter_ = ax.scatter(Z[:, 0], Z[:, 1], c=y.astype(np.float64), s=s, cmap="viridis")
+                self.scatter_ = ax.scatter(
+                    Z[:, 0], Z[:, 1], c=y.astype(np.float64), s=s, cmap="viridis"
+                )
                 self.colorbar_ = ax.figure.colorbar(self.scatter_, ax=ax)
         ax.set_xlabel(self.xlabel)
         ax.set_ylabel(self.ylabel)
@@ -116,8 +124,10 @@ class EmbeddingDisplay:
         Z = np.asarray(embedding.transform(X))
         i, j = components
         if Z.ndim != 2 or max(i, j) >= Z.shape[1]:
-            raise ValueError(f"components={components} needs at least {max(i, j) + 1} output columns, "
-                             f"the transformer gives {Z.shape[1] if Z.ndim == 2 else 1}.")
+            raise ValueError(
+                f"components={components} needs at least {max(i, j) + 1} output columns, "
+                f"the transformer gives {Z.shape[1] if Z.ndim == 2 else 1}."
+            )
         name = type(final).__name__
         display = cls(Z[:, [i, j]], y, xlabel=f"{name} {i + 1}", ylabel=f"{name} {j + 1}")
         return display.plot(ax=ax, **plot_kwargs)

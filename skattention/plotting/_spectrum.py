@@ -64,10 +64,13 @@ class DiffusionSpectrumDisplay:
         self.rest_ = ax.scatter(rank[~low], ev[~low], c="C0", s=30, label="eigenvalues")
         self.near_zero_ = ax.scatter(rank[low], ev[low], c="C3", s=50, marker="D",
                                      label=f"below {self.threshold:g} (clusters)")
-        self.threshold_line_ = ax.axhline(self.threshold, color="grey", linestyle="--", label="threshold")
+        self.threshold_line_ = ax.axhline(
+            self.threshold, color="grey", linestyle="--", label="threshold"
+        )
         if yscale == "symlog":
             ax.set_yscale("symlog", linthresh=self.threshold / 10)
-            if ev.size and ev.min() >= -self.threshold / 10:  # round-off below 0: no negative decades
+            # round-off below 0: no negative decades
+            if ev.size and ev.min() >= -self.threshold / 10:
                 ax.set_ylim(bottom=-self.threshold / 100)
         elif yscale != "linear":
             raise ValueError(f"yscale must be 'symlog' or 'linear', got {yscale!r}.")
@@ -75,8 +78,11 @@ class DiffusionSpectrumDisplay:
         ax.set_ylabel("eigenvalue of I - S")
         ax.legend(loc="best", fontsize="small")
         if title is None:
-            title = f"{self.n_clusters_} near-zero eigenvalue{'s' if self.n_clusters_ != 1 else ''} of I - S: " \
-                    f"{self.n_clusters_} cluster{'s' if self.n_clusters_ != 1 else ''}"
+            plural = "s" if self.n_clusters_ != 1 else ""
+            title = (
+                f"{self.n_clusters_} near-zero eigenvalue{plural} of I - S: "
+                f"{self.n_clusters_} cluster{plural}"
+            )
             if self.n_clusters_ == ev.size:
                 title += " (or more)"
         ax.set_title(title)
@@ -84,8 +90,20 @@ class DiffusionSpectrumDisplay:
         return self
 
     @classmethod
-    def from_data(cls, X, *, epsilon="auto", n_neighbors=None, alpha=0.0, threshold=1e-3, max_clusters=20,
-                  device="auto", random_state=None, ax=None, **plot_kwargs):
+    def from_data(
+        cls,
+        X,
+        *,
+        epsilon="auto",
+        n_neighbors=None,
+        alpha=0.0,
+        threshold=1e-3,
+        max_clusters=20,
+        device="auto",
+        random_state=None,
+        ax=None,
+        **plot_kwargs,
+    ):
         """Compute the spectrum with ``spectral_cluster_count(X, ..., return_eigenvalues=True)``.
 
         Parameters
@@ -104,8 +122,15 @@ class DiffusionSpectrumDisplay:
         from ..manifold import spectral_cluster_count
 
         _, eigenvalues = spectral_cluster_count(
-            X, epsilon=epsilon, n_neighbors=n_neighbors, alpha=alpha, threshold=threshold,
-            max_clusters=max_clusters, return_eigenvalues=True, device=device, random_state=random_state,
+            X,
+            epsilon=epsilon,
+            n_neighbors=n_neighbors,
+            alpha=alpha,
+            threshold=threshold,
+            max_clusters=max_clusters,
+            return_eigenvalues=True,
+            device=device,
+            random_state=random_state,
         )
         return cls(eigenvalues, threshold).plot(ax=ax, **plot_kwargs)
 
@@ -131,5 +156,7 @@ class DiffusionSpectrumDisplay:
         display : DiffusionSpectrumDisplay
         """
         check_is_fitted(embedding, "eigenvalues_")
-        eigenvalues = np.sort(np.r_[0.0, 1.0 - np.asarray(embedding.eigenvalues_, dtype=np.float64)])
+        eigenvalues = np.sort(
+            np.r_[0.0, 1.0 - np.asarray(embedding.eigenvalues_, dtype=np.float64)]
+        )
         return cls(eigenvalues, threshold).plot(ax=ax, **plot_kwargs)

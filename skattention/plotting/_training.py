@@ -68,14 +68,22 @@ class TrainingCurveDisplay:
         ax = get_axes(ax, "TrainingCurveDisplay")
         loss = np.asarray(self.loss_curve, dtype=np.float64)
         epochs = np.arange(1, loss.size + 1)
-        (self.loss_line_,) = ax.plot(epochs, loss, marker="o", markersize=3, color="C0", label="training loss")
+        (self.loss_line_,) = ax.plot(
+            epochs, loss, marker="o", markersize=3, color="C0", label="training loss"
+        )
         self.validation_loss_line_ = self.validation_score_line_ = self.best_epoch_line_ = None
         self.ax_score_ = None
         handles = [self.loss_line_]
         if self.validation_loss_curve is not None:
             vloss = np.asarray(self.validation_loss_curve, dtype=np.float64)
-            (self.validation_loss_line_,) = ax.plot(np.arange(1, vloss.size + 1), vloss, marker="o", markersize=3,
-                                                    color="C1", label="validation loss")
+            (self.validation_loss_line_,) = ax.plot(
+                np.arange(1, vloss.size + 1),
+                vloss,
+                marker="o",
+                markersize=3,
+                color="C1",
+                label="validation loss",
+            )
             handles.append(self.validation_loss_line_)
             if vloss.size:
                 best = int(np.argmin(vloss)) + 1
@@ -88,7 +96,12 @@ class TrainingCurveDisplay:
             score = np.asarray(self.validation_scores, dtype=np.float64)
             self.ax_score_ = ax.twinx()
             (self.validation_score_line_,) = self.ax_score_.plot(
-                np.arange(1, score.size + 1), score, marker="s", markersize=3, color="C2", label=self.score_name
+                np.arange(1, score.size + 1),
+                score,
+                marker="s",
+                markersize=3,
+                color="C2",
+                label=self.score_name,
             )
             self.ax_score_.set_ylabel(self.score_name)
             handles.append(self.validation_score_line_)
@@ -126,6 +139,11 @@ class TrainingCurveDisplay:
                 "metric='euclidean' learns nothing."
             )
         score_name = "validation R^2" if is_regressor(final) else "validation accuracy"
-        display = cls(loss, getattr(final, "validation_loss_curve_", None), getattr(final, "validation_scores_", None),
-                      score_name=score_name, estimator_name=type(final).__name__)
+        display = cls(
+            loss,
+            getattr(final, "validation_loss_curve_", None),
+            getattr(final, "validation_scores_", None),
+            score_name=score_name,
+            estimator_name=type(final).__name__,
+        )
         return display.plot(ax=ax, **plot_kwargs)

@@ -14,7 +14,9 @@ def _available(device):
     except (RuntimeError, TypeError):
         return True  # not a device at all: left for parameter validation to report
     if dev.type == "cuda":
-        return torch.cuda.is_available() and (dev.index is None or dev.index < torch.cuda.device_count())
+        return torch.cuda.is_available() and (
+            dev.index is None or dev.index < torch.cuda.device_count()
+        )
     if dev.type == "mps":
         return hasattr(torch.backends, "mps") and torch.backends.mps.is_available()
     return True

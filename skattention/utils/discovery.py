@@ -15,7 +15,8 @@ def all_estimators(type_filter=None):
 
     Parameters
     ----------
-    type_filter : {"classifier", "regressor", "transformer", "cluster"} or list of those, default=None
+    type_filter : {"classifier", "regressor", "transformer", "cluster"} or list of those, \
+            default=None
         Keep only estimators of these kinds.
 
     Returns

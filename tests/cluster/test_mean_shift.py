@@ -1,4 +1,4 @@
-"""AttentionMeanShift: the flat kernel is scikit-learn's MeanShift; Gaussian and blurring variants."""
+"""AttentionMeanShift: the flat kernel is scikit-learn's MeanShift; Gaussian, blurring variants."""
 
 import pickle
 

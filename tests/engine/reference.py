@@ -5,7 +5,9 @@ import math
 import torch
 
 
-def reference_attention(Q, K, V, metric="sqeuclidean", T=1.0, k=None, radius=None, log_prior=None, exclude=None):
+def reference_attention(
+    Q, K, V, metric="sqeuclidean", T=1.0, k=None, radius=None, log_prior=None, exclude=None
+):
     """Materialise every score; returns (out, weights) with weights of shape (n_q, n_k)."""
     Q, K, V = (torch.as_tensor(a).double() for a in (Q, K, V))
     if metric == "dot":
@@ -20,7 +22,11 @@ def reference_attention(Q, K, V, metric="sqeuclidean", T=1.0, k=None, radius=Non
     if exclude is not None:
         rows = torch.arange(len(Q))[exclude >= 0]
         mask[rows, exclude[exclude >= 0]] = True
-    prior = torch.zeros_like(s) if log_prior is None else torch.as_tensor(log_prior).double()[None].expand_as(s)
+    prior = (
+        torch.zeros_like(s)
+        if log_prior is None
+        else torch.as_tensor(log_prior).double()[None].expand_as(s)
+    )
     mask |= torch.isneginf(prior)
     if k is not None:
         kth = s.masked_fill(mask, -math.inf).topk(k, 1).values[:, -1:]

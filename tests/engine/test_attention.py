@@ -37,8 +37,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("backend, metric, temperature, n_neighbors, radius, with_prior, working_memory", CASES)
-def test_matches_reference(data, backend, metric, temperature, n_neighbors, radius, with_prior, working_memory):
+@pytest.mark.parametrize(
+    "backend, metric, temperature, n_neighbors, radius, with_prior, working_memory", CASES
+)
+def test_matches_reference(
+    data, backend, metric, temperature, n_neighbors, radius, with_prior, working_memory
+):
     Q, K, V, prior = data
     prior = prior if with_prior else None
     expected, _ = reference_attention(Q, K, V, metric, temperature, n_neighbors, radius, prior)
@@ -68,8 +72,26 @@ def test_sdpa_path_equals_streaming_path(data):
     Q, K, V, prior = data
     for dtype, tol in [(torch.float32, 2e-6), (torch.float64, 1e-12)]:
         for metric in ["sqeuclidean", "dot"]:
-            fused = attention(Q, K, V, metric=metric, temperature=2.0, log_prior=prior, backend="sdpa", dtype=dtype)
-            plain = attention(Q, K, V, metric=metric, temperature=2.0, log_prior=prior, backend="stream", dtype=dtype)
+            fused = attention(
+                Q,
+                K,
+                V,
+                metric=metric,
+                temperature=2.0,
+                log_prior=prior,
+                backend="sdpa",
+                dtype=dtype,
+            )
+            plain = attention(
+                Q,
+                K,
+                V,
+                metric=metric,
+                temperature=2.0,
+                log_prior=prior,
+                backend="stream",
+                dtype=dtype,
+            )
             torch.testing.assert_close(fused, plain, rtol=tol, atol=tol)
 
 
@@ -82,7 +104,16 @@ def test_sdpa_backend_refuses_what_it_cannot_do(data):
 def test_top_weights_dense_and_knn(data):
     Q, K, V, prior = data
     _, W = reference_attention(Q, K, V, T=2.0, log_prior=prior)
-    out, w, idx = attention(Q, K, V, temperature=2.0, log_prior=prior, return_weights=True, n_weights=5, working_memory=0.01)
+    out, w, idx = attention(
+        Q,
+        K,
+        V,
+        temperature=2.0,
+        log_prior=prior,
+        return_weights=True,
+        n_weights=5,
+        working_memory=0.01,
+    )
     top_w, top_i = W.topk(5, 1)
     torch.testing.assert_close(w, top_w)
     assert torch.equal(idx, top_i)
@@ -101,7 +132,9 @@ def test_top_weights_dense_and_knn(data):
 def test_top_weights_in_the_limits(data, temperature):
     Q, K, V, _ = data
     _, W = reference_attention(Q, K, V, T=temperature)
-    _, w, idx = attention(Q, K, V, temperature=temperature, return_weights=True, n_weights=4, working_memory=0.01)
+    _, w, idx = attention(
+        Q, K, V, temperature=temperature, return_weights=True, n_weights=4, working_memory=0.01
+    )
     torch.testing.assert_close(w, W.gather(1, idx))
     if temperature == 0.0:
         assert torch.equal(idx[:, 0], torch.cdist(Q, K).argmin(1))
@@ -134,7 +167,9 @@ def test_callable_metric_phi(data):
     expected, _ = reference_attention(Q, K, V, phi, T=0.3)
     torch.testing.assert_close(attention(Q, K, V, metric=phi, temperature=0.3), expected)
     expected, _ = reference_attention(Q, K, V, phi, T=0.3, k=4)
-    torch.testing.assert_close(attention(Q, K, V, metric=phi, temperature=0.3, n_neighbors=4), expected)
+    torch.testing.assert_close(
+        attention(Q, K, V, metric=phi, temperature=0.3, n_neighbors=4), expected
+    )
 
 
 def test_callable_log_prior_relative_position_bias():
@@ -156,7 +191,11 @@ def test_callable_log_prior_relative_position_bias():
 
 def test_gradients_match_reference(data):
     Q, K, V, prior = data
-    for kwargs in [dict(n_neighbors=5), dict(log_prior=prior, working_memory=0.01), dict(log_prior=prior)]:
+    for kwargs in [
+        dict(n_neighbors=5),
+        dict(log_prior=prior, working_memory=0.01),
+        dict(log_prior=prior),
+    ]:
         q1 = Q.clone().requires_grad_()
         attention(q1, K, V, temperature=2.0, **kwargs).sum().backward()
         q2 = Q.clone().requires_grad_()
@@ -179,8 +218,12 @@ def test_gradcheck_tiny_case():
     Q = torch.randn(4, 2, dtype=torch.float64, generator=g, requires_grad=True)
     K = torch.randn(6, 2, dtype=torch.float64, generator=g, requires_grad=True)
     V = torch.randn(6, 2, dtype=torch.float64, generator=g, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, temperature=1.5, backend="stream"), (Q, K, V))
-    assert torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, temperature=1.5, n_neighbors=3), (Q, K, V))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: attention(q, k, v, temperature=1.5, backend="stream"), (Q, K, V)
+    )
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: attention(q, k, v, temperature=1.5, n_neighbors=3), (Q, K, V)
+    )
 
 
 def test_numpy_in_numpy_out_and_1d_values():
@@ -225,7 +268,9 @@ def test_fully_masked_rows_raise_or_fall_back():
     V = np.array([1.0, 3.0])
     with pytest.raises(ValueError, match=r"no unmasked key within radius=1.0 \(first: \[1\]\)"):
         attention(Q, K, V, radius=1.0)
-    out, w, idx = attention(Q, K, V, radius=1.0, temperature=np.inf, on_empty="zero", return_weights=True)
+    out, w, idx = attention(
+        Q, K, V, radius=1.0, temperature=np.inf, on_empty="zero", return_weights=True
+    )
     np.testing.assert_allclose(out, [2.0, 0.0])
     np.testing.assert_array_equal(w[1], [0.0, 0.0])
     np.testing.assert_array_equal(idx[1], [-1, -1])
@@ -238,7 +283,9 @@ def test_fully_masked_rows_raise_or_fall_back():
 @pytest.mark.parametrize("temperature", [0.7, 0.0, math.inf])
 @pytest.mark.parametrize("n_neighbors", [None, 4])
 @pytest.mark.parametrize("working_memory", [None, 0.01])
-def test_per_point_radii_give_the_symmetric_knn_mask(data, temperature, n_neighbors, working_memory):
+def test_per_point_radii_give_the_symmetric_knn_mask(
+    data, temperature, n_neighbors, working_memory
+):
     Q, K, V, prior = data
     rng = np.random.default_rng(1)
     query_r = torch.as_tensor(rng.uniform(1.5, 3.0, N_QUERIES))
@@ -249,7 +296,9 @@ def test_per_point_radii_give_the_symmetric_knn_mask(data, temperature, n_neighb
     expected = []
     for i in range(N_QUERIES):
         row_prior = torch.where(keep[i], prior, -math.inf)
-        out, _ = reference_attention(Q[i:i + 1], K, V, "sqeuclidean", temperature, n_neighbors, None, row_prior)
+        out, _ = reference_attention(
+            Q[i : i + 1], K, V, "sqeuclidean", temperature, n_neighbors, None, row_prior
+        )
         expected.append(out)
     expected = torch.cat(expected)
     out = attention(

@@ -33,7 +33,11 @@ V = np.ones(20)
         (dict(metric="cosine"), ValueError, "metric='cosine' is not supported"),
         (dict(log_prior=np.ones(3)), ValueError, r"log_prior must have shape \(n_keys,\)"),
         (dict(log_prior=np.full(20, np.nan)), ValueError, "log_prior contains NaN"),
-        (dict(queries=K[:5], exclude_self=True), ValueError, "exclude_self=True needs the queries to be the keys"),
+        (
+            dict(queries=K[:5], exclude_self=True),
+            ValueError,
+            "exclude_self=True needs the queries to be the keys",
+        ),
         (dict(exclude_self=np.full(20, 99)), ValueError, "exclude_self indices"),
         (dict(on_empty="nan"), ValueError, "on_empty must be"),
         (dict(backend="flash"), ValueError, "backend must be"),

@@ -34,7 +34,9 @@ def rotation_fit(embedding, target):
     """|correlation| of each target column with its least-squares fit from the embedding."""
     coef, *_ = np.linalg.lstsq(embedding - embedding.mean(0), target - target.mean(0), rcond=None)
     fitted = (embedding - embedding.mean(0)) @ coef
-    return np.array([abs(np.corrcoef(fitted[:, i], target[:, i])[0, 1]) for i in range(target.shape[1])])
+    return np.array(
+        [abs(np.corrcoef(fitted[:, i], target[:, i])[0, 1]) for i in range(target.shape[1])]
+    )
 
 
 def canonical_correlations(A, B):
@@ -47,7 +49,9 @@ def canonical_correlations(A, B):
 def test_circle_gives_cos_sin_and_k_squared_spectrum(uniform):
     rng = np.random.default_rng(0)
     theta = circle_angles(2000, rng, uniform)
-    emb = AttentionDiffusionEmbedding(n_components=4, alpha=1.0, random_state=0).fit(on_circle(theta))
+    emb = AttentionDiffusionEmbedding(n_components=4, alpha=1.0, random_state=0).fit(
+        on_circle(theta)
+    )
     assert rotation_fit(emb.embedding_[:, :2], on_circle(theta)).min() > 0.99
     lam = emb.laplacian_eigenvalues_
     # Laplace–Beltrami on the circle: k^2 with multiplicity 2 (1, 1, 4, 4).
@@ -83,7 +87,9 @@ def test_sphere_spectrum_has_multiplicities_3_then_5_in_ratio_2_to_6():
 def test_alpha_zero_spans_the_same_space_as_spectral_embedding():
     X, _ = make_s_curve(600, random_state=0)
     emb = AttentionDiffusionEmbedding(n_components=2, alpha=0.0, random_state=0).fit(X)
-    se = SpectralEmbedding(n_components=2, affinity="rbf", gamma=1.0 / emb.epsilon_, random_state=0).fit(X)
+    se = SpectralEmbedding(
+        n_components=2, affinity="rbf", gamma=1.0 / emb.epsilon_, random_state=0
+    ).fit(X)
     assert canonical_correlations(emb.embedding_, se.embedding_).min() > 0.99
 
 
@@ -107,14 +113,19 @@ def test_transform_of_training_points_reproduces_embedding(n_neighbors, diffusio
     np.testing.assert_array_equal(fitted, emb.embedding_)
     np.testing.assert_allclose(emb.transform(X), fitted, rtol=1e-7, atol=1e-9)
     # diffusion_time scales component k by eigenvalue_k ** t
-    base = AttentionDiffusionEmbedding(n_components=3, n_neighbors=n_neighbors, diffusion_time=0, random_state=0).fit(X)
-    np.testing.assert_allclose(fitted, base.embedding_ * base.eigenvalues_**diffusion_time, rtol=1e-6, atol=1e-12)
+    base = AttentionDiffusionEmbedding(
+        n_components=3, n_neighbors=n_neighbors, diffusion_time=0, random_state=0
+    ).fit(X)
+    np.testing.assert_allclose(
+        fitted, base.embedding_ * base.eigenvalues_**diffusion_time, rtol=1e-6, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("n_neighbors", [None, 12])
 @pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
 def test_operator_is_attention_with_the_density_log_prior(n_neighbors, alpha):
-    """Rows of the Markov operator D^-1 K_alpha equal softmax(-d^2/eps - alpha log q_j) on the graph."""
+    """Rows of the Markov operator D^-1 K_alpha equal softmax(-d^2/eps - alpha log q_j) on the
+    graph."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(120, 3))
     eps = 0.7
@@ -150,7 +161,9 @@ def test_learned_metric_transformer_is_used_fitted_or_not():
     Z = unfitted.metric_.transform(X)
     manual = AttentionDiffusionEmbedding(random_state=0).fit(Z)
     np.testing.assert_allclose(unfitted.embedding_, manual.embedding_, rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(unfitted.transform(X[:10]), manual.transform(Z[:10]), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(
+        unfitted.transform(X[:10]), manual.transform(Z[:10]), rtol=1e-6, atol=1e-9
+    )
     prefit = AttentionDiffusionEmbedding(metric=unfitted.metric_, random_state=0).fit(X)
     assert prefit.metric_ is unfitted.metric_
     np.testing.assert_allclose(prefit.embedding_, unfitted.embedding_, rtol=1e-9, atol=1e-12)
@@ -171,7 +184,9 @@ def test_pandas_output_feature_names_pipeline_and_pickle():
     out = emb.fit(frame).transform(frame)
     assert list(out.columns) == ["attentiondiffusionembedding0", "attentiondiffusionembedding1"]
     np.testing.assert_array_equal(emb.get_feature_names_out(), out.columns)
-    pipe = make_pipeline(StandardScaler(), AttentionDiffusionEmbedding(n_components=2, random_state=0)).fit(X)
+    pipe = make_pipeline(
+        StandardScaler(), AttentionDiffusionEmbedding(n_components=2, random_state=0)
+    ).fit(X)
     restored = pickle.loads(pickle.dumps(pipe))
     np.testing.assert_array_equal(restored.transform(X[:20]), pipe.transform(X[:20]))
 
@@ -192,8 +207,16 @@ def test_memory_budget_is_respected_and_too_small_budget_is_clear():
 @pytest.mark.parametrize(
     "params, X, match",
     [
-        (dict(n_components=5), np.random.default_rng(0).normal(size=(5, 2)), "n_components=5 must be smaller"),
-        (dict(n_neighbors=10), np.random.default_rng(0).normal(size=(6, 2)), "n_neighbors=10 must be at most"),
+        (
+            dict(n_components=5),
+            np.random.default_rng(0).normal(size=(5, 2)),
+            "n_components=5 must be smaller",
+        ),
+        (
+            dict(n_neighbors=10),
+            np.random.default_rng(0).normal(size=(6, 2)),
+            "n_neighbors=10 must be at most",
+        ),
         (dict(), np.zeros((10, 2)), "all points coincide"),
         (dict(), np.array([[0.0, np.nan], [1.0, 2.0], [3.0, 4.0]]), "NaN"),
         (dict(device="cuda:99"), np.random.default_rng(0).normal(size=(10, 2)), "cuda"),
@@ -207,8 +230,12 @@ def test_bad_input_gives_clear_errors(params, X, match):
 
 def test_explicit_epsilon_and_dense_solver_agree_with_arpack():
     X, _ = make_s_curve(300, random_state=0)
-    dense = AttentionDiffusionEmbedding(n_components=3, epsilon=0.5, eigen_solver="dense", random_state=0).fit(X)
-    arpack = AttentionDiffusionEmbedding(n_components=3, epsilon=0.5, eigen_solver="arpack", random_state=0).fit(X)
+    dense = AttentionDiffusionEmbedding(
+        n_components=3, epsilon=0.5, eigen_solver="dense", random_state=0
+    ).fit(X)
+    arpack = AttentionDiffusionEmbedding(
+        n_components=3, epsilon=0.5, eigen_solver="arpack", random_state=0
+    ).fit(X)
     assert dense.epsilon_ == 0.5 and dense.intrinsic_dimension_ is None
     np.testing.assert_allclose(dense.eigenvalues_, arpack.eigenvalues_, rtol=1e-10)
     np.testing.assert_allclose(dense.embedding_, arpack.embedding_, rtol=1e-6, atol=1e-8)

@@ -47,7 +47,12 @@ def test_generator_converges_on_the_circle_with_non_uniform_density(alpha):
         errors = []
         for seed in range(2):
             X, f, laplacian, drift = circle_case(n, seed)
-            errors.append(rms(attention_generator(X, f, epsilon=2 * eps, alpha=alpha) - (laplacian + 2 * (1 - alpha) * drift)))
+            errors.append(
+                rms(
+                    attention_generator(X, f, epsilon=2 * eps, alpha=alpha)
+                    - (laplacian + 2 * (1 - alpha) * drift)
+                )
+            )
         return np.mean(errors)
 
     errors = [error(n, eps) for n, eps in [(500, 0.3), (2000, 0.2), (8000, 0.1)]]

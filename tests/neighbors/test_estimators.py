@@ -1,9 +1,9 @@
 """Interfaces of the metric-attention estimators: labels, pandas, pickling, search, pipelines."""
 
 import pickle
-from functools import partial
 import subprocess
 import sys
+from functools import partial
 
 import numpy as np
 import pytest
@@ -91,7 +91,9 @@ def test_fitted_model_holds_no_tensors(iris):
 def test_grid_search_next_to_knn():
     X, y = load_digits(return_X_y=True)
     X, y = X[:600], y[:600]
-    pipe = Pipeline([("scale", StandardScaler()), ("model", MetricAttentionClassifier("euclidean"))])
+    pipe = Pipeline(
+        [("scale", StandardScaler()), ("model", MetricAttentionClassifier("euclidean"))]
+    )
     grid = GridSearchCV(
         pipe,
         [
@@ -110,8 +112,18 @@ def test_grid_search_next_to_knn():
     assert grid.best_score_ > 0.85
     # the k-NN configuration of attention scores exactly like KNeighborsClassifier(5)
     att_knn = cross_val_score(
-        Pipeline([("scale", StandardScaler()), ("model", MetricAttentionClassifier("euclidean", n_neighbors=5, temperature=np.inf))]),
-        X, y, cv=3,
+        Pipeline(
+            [
+                ("scale", StandardScaler()),
+                (
+                    "model",
+                    MetricAttentionClassifier("euclidean", n_neighbors=5, temperature=np.inf),
+                ),
+            ]
+        ),
+        X,
+        y,
+        cv=3,
     )
     assert att_knn.mean() == pytest.approx(results[("KNeighborsClassifier", 5, None)])
 
@@ -124,7 +136,10 @@ def test_dtype_follows_the_data_unless_set(iris):
     est64 = MetricAttentionRegressor("euclidean", temperature=1.0).fit(X, y)
     assert est64._compute_dtype() == torch.float64
     np.testing.assert_allclose(est.predict(X), est64.predict(X), rtol=1e-4)
-    assert MetricAttentionRegressor("euclidean", dtype="float32").fit(X, y)._compute_dtype() == torch.float32
+    assert (
+        MetricAttentionRegressor("euclidean", dtype="float32").fit(X, y)._compute_dtype()
+        == torch.float32
+    )
 
 
 def test_auto_temperature_is_chosen_by_leave_one_out(iris):
@@ -169,7 +184,9 @@ def test_bad_input_errors(cls, iris):
         cls(temperature=-1.0).fit(X, y)
     with pytest.raises(ValueError, match="temperature"):
         cls(temperature=float("nan")).fit(X, y)
-    with pytest.raises(ValueError, match="n_neighbors=500 is larger than the number of training samples"):
+    with pytest.raises(
+        ValueError, match="n_neighbors=500 is larger than the number of training samples"
+    ):
         cls(n_neighbors=500).fit(X, y)
     with pytest.raises(ValueError, match="n_neighbors"):
         cls(n_neighbors=0).fit(X, y)

@@ -1,4 +1,4 @@
-"""Learned pseudo-metrics: training, reproducibility, warm start, early stopping, the transformer."""
+"""Learned pseudo-metrics: training, reproducibility, warm start, early stopping, transformer."""
 
 import pickle
 
@@ -11,14 +11,19 @@ from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from skattention import MetricAttentionClassifier, MetricAttentionRegressor, MetricAttentionTransformer
+from skattention import (
+    MetricAttentionClassifier,
+    MetricAttentionRegressor,
+    MetricAttentionTransformer,
+)
 
 FAST = dict(max_iter=30, random_state=0)
 
 
 @pytest.fixture(scope="module")
 def noisy_classification():
-    """4 informative features among 30: Euclidean k-NN drowns in the noise, a metric must be learned."""
+    """4 informative features among 30: Euclidean k-NN drowns in the noise, a metric must be
+    learned."""
     X, y = make_classification(
         n_samples=800, n_features=30, n_informative=4, n_redundant=0, n_classes=3,
         n_clusters_per_class=1, class_sep=1.0, random_state=0, shuffle=False,
@@ -32,7 +37,12 @@ def test_learned_metric_trains_and_beats_euclidean_knn(noisy_classification, met
     knn = make_pipeline(StandardScaler(), KNeighborsClassifier(5)).fit(Xtr, ytr).score(Xte, yte)
     clf = MetricAttentionClassifier(metric, **FAST).fit(Xtr, ytr)
     assert clf.loss_curve_[-1] < clf.loss_curve_[0]
-    assert len(clf.loss_curve_) == clf.n_iter_ == len(clf.validation_scores_) == len(clf.validation_loss_curve_)
+    assert (
+        len(clf.loss_curve_)
+        == clf.n_iter_
+        == len(clf.validation_scores_)
+        == len(clf.validation_loss_curve_)
+    )
     best = int(np.argmin(clf.validation_loss_curve_))
     assert clf.best_validation_score_ == clf.validation_scores_[best]
     assert clf.score(Xte, yte) > knn + 0.05, (clf.score(Xte, yte), knn)
@@ -63,14 +73,18 @@ def test_training_does_not_touch_the_global_torch_rng(noisy_classification):
 
 def test_warm_start_continues_training(noisy_classification):
     Xtr, _, ytr, _ = noisy_classification
-    clf = MetricAttentionClassifier(max_iter=3, early_stopping=False, warm_start=True, random_state=0, n_iter_no_change=100)
+    clf = MetricAttentionClassifier(
+        max_iter=3, early_stopping=False, warm_start=True, random_state=0, n_iter_no_change=100
+    )
     clf.fit(Xtr, ytr)
     first = [p.detach().clone() for p in clf.map_.parameters()]
     assert clf.n_iter_ == 3
     clf.fit(Xtr, ytr)
     assert clf.n_iter_ == 6 and len(clf.loss_curve_) == 6
     assert any(not torch.equal(a, b) for a, b in zip(first, clf.map_.parameters()))
-    cold = MetricAttentionClassifier(max_iter=3, early_stopping=False, random_state=0, n_iter_no_change=100).fit(Xtr, ytr)
+    cold = MetricAttentionClassifier(
+        max_iter=3, early_stopping=False, random_state=0, n_iter_no_change=100
+    ).fit(Xtr, ytr)
     cold.fit(Xtr, ytr)
     assert cold.n_iter_ == 3
 
@@ -108,7 +122,9 @@ def test_transformer_interface():
     Z = trans.transform(X)
     assert Z.shape == (178, 3) and Z.dtype == np.float64
     assert trans.transform(X.astype(np.float32)).dtype == np.float32
-    assert list(trans.get_feature_names_out()) == [f"metricattentiontransformer{i}" for i in range(3)]
+    assert list(trans.get_feature_names_out()) == [
+        f"metricattentiontransformer{i}" for i in range(3)
+    ]
     pd = pytest.importorskip("pandas")
     out = trans.set_output(transform="pandas").transform(X)
     assert isinstance(out, pd.DataFrame) and out.shape == (178, 3)
@@ -120,7 +136,11 @@ def test_regressor_learns_a_metric():
     X, y = make_regression(n_samples=600, n_features=12, n_informative=3, noise=1.0, random_state=0)
     X[:, 3:] *= 4.0  # loud irrelevant features
     Xtr, Xte, ytr, yte = train_test_split(X, y, random_state=0)
-    fixed = make_pipeline(StandardScaler(), MetricAttentionRegressor("euclidean")).fit(Xtr, ytr).score(Xte, yte)
+    fixed = (
+        make_pipeline(StandardScaler(), MetricAttentionRegressor("euclidean"))
+        .fit(Xtr, ytr)
+        .score(Xte, yte)
+    )
     learned = MetricAttentionRegressor(**FAST).fit(Xtr, ytr)
     assert learned.score(Xte, yte) > fixed + 0.1, (learned.score(Xte, yte), fixed)
     multi = MetricAttentionRegressor(**FAST).fit(Xtr, np.c_[ytr, -2 * ytr])
@@ -181,17 +201,26 @@ def test_grid_search_over_metric_temperature_neighbors_with_knn_and_nca():
     from sklearn.pipeline import Pipeline
 
     X, y = load_wine(return_X_y=True)
-    pipe = Pipeline([("scale", StandardScaler()), ("metric", "passthrough"), ("model", KNeighborsClassifier())])
+    pipe = Pipeline(
+        [("scale", StandardScaler()), ("metric", "passthrough"), ("model", KNeighborsClassifier())]
+    )
     grid = GridSearchCV(
         pipe,
         [
             {"model": [KNeighborsClassifier()], "model__n_neighbors": [5]},
-            {"metric": [NeighborhoodComponentsAnalysis(random_state=0)], "model": [KNeighborsClassifier(5)]},
-            {"model": [MetricAttentionClassifier(max_iter=10, random_state=0)],
-             "model__metric": ["euclidean", "linear", "mlp"], "model__temperature": ["auto", np.inf],
-             "model__n_neighbors": [None, 5]},
+            {
+                "metric": [NeighborhoodComponentsAnalysis(random_state=0)],
+                "model": [KNeighborsClassifier(5)],
+            },
+            {
+                "model": [MetricAttentionClassifier(max_iter=10, random_state=0)],
+                "model__metric": ["euclidean", "linear", "mlp"],
+                "model__temperature": ["auto", np.inf],
+                "model__n_neighbors": [None, 5],
+            },
         ],
-        cv=3, error_score="raise",
+        cv=3,
+        error_score="raise",
     ).fit(X, y)
     scores = grid.cv_results_["mean_test_score"]
     assert len(scores) == 2 + 12 and np.all(np.isfinite(scores))

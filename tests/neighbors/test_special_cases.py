@@ -17,7 +17,9 @@ from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 @pytest.fixture(scope="module")
 def classification():
     # Continuous features: no distance ties.
-    X, y = make_classification(n_samples=600, n_features=6, n_informative=4, n_classes=3, random_state=0)
+    X, y = make_classification(
+        n_samples=600, n_features=6, n_informative=4, n_classes=3, random_state=0
+    )
     return X[:450], y[:450], X[450:]
 
 
@@ -32,7 +34,9 @@ def regression():
 def test_knn_classifier(classification, k, dtype):
     X, y, Xq = classification
     knn = KNeighborsClassifier(n_neighbors=k).fit(X, y)
-    att = MetricAttentionClassifier("euclidean", n_neighbors=k, temperature=np.inf, dtype=dtype).fit(X, y)
+    att = MetricAttentionClassifier(
+        "euclidean", n_neighbors=k, temperature=np.inf, dtype=dtype
+    ).fit(X, y)
     np.testing.assert_allclose(att.predict_proba(Xq), knn.predict_proba(Xq), atol=1e-6)
     # Vote ties are broken by class order in both; compare where the vote is not tied.
     proba = knn.predict_proba(Xq)
@@ -47,7 +51,9 @@ def test_zero_temperature_is_1nn(classification):
     X, y, Xq = classification
     nn1 = KNeighborsClassifier(n_neighbors=1).fit(X, y)
     for n_neighbors in [None, 7]:
-        att = MetricAttentionClassifier("euclidean", temperature=0, n_neighbors=n_neighbors).fit(X, y)
+        att = MetricAttentionClassifier("euclidean", temperature=0, n_neighbors=n_neighbors).fit(
+            X, y
+        )
         np.testing.assert_array_equal(att.predict(Xq), nn1.predict(Xq))
         np.testing.assert_array_equal(att.predict_proba(Xq), nn1.predict_proba(Xq))
 
@@ -123,7 +129,9 @@ def test_sample_weight_is_a_log_prior_equal_to_repetition(classification):
         b = cls("euclidean").fit(X[repeated], target[repeated])
         assert a.temperature_ == pytest.approx(b.temperature_)
         method = "predict_proba" if hasattr(a, "predict_proba") else "predict"
-        np.testing.assert_allclose(getattr(a, method)(Xq), getattr(b, method)(Xq), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(
+            getattr(a, method)(Xq), getattr(b, method)(Xq), rtol=1e-9, atol=1e-12
+        )
 
 
 def test_class_weight_balanced_is_the_inverse_frequency_prior():

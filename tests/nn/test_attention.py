@@ -1,4 +1,4 @@
-"""MetricAttention: shapes, masks, the metric it computes, gradients, nn.MultiheadAttention parity."""
+"""MetricAttention: shapes, masks, the metric it computes, gradients, MultiheadAttention parity."""
 
 import math
 
@@ -16,8 +16,11 @@ def _inputs(n=2, length=4, src=5, e=6, dtype=torch.float64, seed=0, batch_first=
     g = torch.Generator().manual_seed(seed)
     shape_q = (n, length, e) if batch_first else (length, n, e)
     shape_k = (n, src, e) if batch_first else (src, n, e)
-    return (torch.randn(shape_q, generator=g, dtype=dtype), torch.randn(shape_k, generator=g, dtype=dtype),
-            torch.randn(shape_k, generator=g, dtype=dtype))
+    return (
+        torch.randn(shape_q, generator=g, dtype=dtype),
+        torch.randn(shape_k, generator=g, dtype=dtype),
+        torch.randn(shape_k, generator=g, dtype=dtype),
+    )
 
 
 def _randomise(layer, seed=1):
@@ -30,7 +33,8 @@ def _randomise(layer, seed=1):
 
 
 def _reference(layer, q, k, v, mask=None):
-    """Explicit float64 metric-attention, batch_first inputs, from the definition f = ||phi(x)-phi(y)||^2."""
+    """Explicit float64 metric-attention, batch_first inputs, from the definition
+    f = ||phi(x)-phi(y)||^2."""
     E, H = layer.embed_dim, layer.num_heads
     d = E // H
     W, b = layer.in_proj_weight, layer.in_proj_bias
@@ -76,7 +80,9 @@ def test_shapes(metric, batch_first):
 @pytest.mark.parametrize("metric", ["mlp", "linear"])
 @pytest.mark.parametrize("need_weights", [True, False])
 def test_computes_the_metric_attention_of_the_definition(metric, need_weights):
-    layer = _randomise(MetricAttention(6, 2, metric, batch_first=True, temperature=0.7, dtype=torch.float64))
+    layer = _randomise(
+        MetricAttention(6, 2, metric, batch_first=True, temperature=0.7, dtype=torch.float64)
+    )
     q, k, v = _inputs()
     mask = torch.zeros(4, 5, dtype=torch.float64)
     mask[0, 1] = -math.inf
@@ -98,7 +104,10 @@ def test_single_head_equals_the_engine():
         layer.out_proj.weight.copy_(torch.eye(E))
         layer.out_proj.bias.zero_()
     g = torch.Generator().manual_seed(3)
-    q, k = torch.randn(7, E, generator=g, dtype=torch.float64), torch.randn(9, E, generator=g, dtype=torch.float64)
+    q, k = (
+        torch.randn(7, E, generator=g, dtype=torch.float64),
+        torch.randn(9, E, generator=g, dtype=torch.float64),
+    )
     v = torch.randn(9, E, generator=g, dtype=torch.float64)
 
     def phi(x):
@@ -165,8 +174,13 @@ def test_dot_equals_multihead_attention(batch_first, need_weights):
     bool_mask[0, :2] = True
     float_mask = torch.randn(2 * 3, 4, 5, dtype=torch.float64)
     kpm = torch.tensor([[False] * 5, [False, False, False, True, True]])
-    for kwargs in [{}, {"attn_mask": bool_mask}, {"attn_mask": float_mask}, {"key_padding_mask": kpm},
-                   {"attn_mask": bool_mask, "key_padding_mask": kpm}]:
+    for kwargs in [
+        {},
+        {"attn_mask": bool_mask},
+        {"attn_mask": float_mask},
+        {"key_padding_mask": kpm},
+        {"attn_mask": bool_mask, "key_padding_mask": kpm},
+    ]:
         for avg in [True, False]:
             expected = mha(q, k, v, need_weights=need_weights, average_attn_weights=avg, **kwargs)
             got = layer(q, k, v, need_weights=need_weights, average_attn_weights=avg, **kwargs)
@@ -177,7 +191,9 @@ def test_dot_equals_multihead_attention(batch_first, need_weights):
 
 def test_drop_in_for_transformer_encoder_layer():
     torch.manual_seed(0)
-    enc = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True, dtype=torch.float64)
+    enc = nn.TransformerEncoderLayer(
+        8, 2, dim_feedforward=16, dropout=0.0, batch_first=True, dtype=torch.float64
+    )
     x = torch.randn(3, 5, 8, dtype=torch.float64)
     kpm = torch.tensor([[False] * 5, [False] * 4 + [True], [False] * 3 + [True] * 2])
     expected = enc(x, src_key_padding_mask=kpm)
@@ -226,11 +242,17 @@ def test_gradcheck(metric, need_weights):
     names = list(params)
 
     def fn(q, k, v, *ps):
-        out, w = torch.func.functional_call(layer, dict(zip(names, ps)), (q, k, v),
-                                            {"key_padding_mask": mask, "need_weights": need_weights})
+        out, w = torch.func.functional_call(
+            layer,
+            dict(zip(names, ps)),
+            (q, k, v),
+            {"key_padding_mask": mask, "need_weights": need_weights},
+        )
         return out if w is None else (out, w)
 
-    assert torch.autograd.gradcheck(fn, (q, k, v, *[p.detach().requires_grad_() for p in params.values()]))
+    assert torch.autograd.gradcheck(
+        fn, (q, k, v, *[p.detach().requires_grad_() for p in params.values()])
+    )
 
 
 def test_gradients_reach_phi_and_temperature():
@@ -286,6 +308,8 @@ def test_fused_path_on_cuda_matches_the_explicit_path(metric, dtype):
     with torch.no_grad():
         expected, _ = layer(x, x, x, key_padding_mask=kpm, need_weights=True)
         layer = layer.to(dtype)
-        out, _ = layer(x.to(dtype), x.to(dtype), x.to(dtype), key_padding_mask=kpm, need_weights=False)
+        out, _ = layer(
+            x.to(dtype), x.to(dtype), x.to(dtype), key_padding_mask=kpm, need_weights=False
+        )
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(out.float(), expected, rtol=tol, atol=tol)

@@ -8,7 +8,6 @@ from sklearn.datasets import make_moons
 from skattention.nn import IPN, AttentionNetworkClassifier
 
 
-
 @pytest.mark.parametrize("metric", ["mlp", "linear", "dot"])
 def test_ipn_context_rule_ignores_the_other_queries(metric):
     torch.manual_seed(0)
@@ -17,7 +16,9 @@ def test_ipn_context_rule_ignores_the_other_queries(metric):
     full = net(x, context=ctx)
     assert full.shape == (7, 4)
     torch.testing.assert_close(net(x[2:5], context=ctx), full[2:5], rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(net(x.flip(0), context=ctx, chunk_size=3), full.flip(0), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        net(x.flip(0), context=ctx, chunk_size=3), full.flip(0), rtol=1e-12, atol=1e-12
+    )
     # a query equal to a context point, alone, propagates as that point does within the context
     # plus one more copy of itself, which differs from attending to the whole batch of queries
     transductive = net(torch.cat([ctx, x]))[20:]
@@ -41,7 +42,9 @@ def test_ipn_without_blocks_is_linear():
 @pytest.mark.parametrize("metric", ["mlp", "linear", "dot"])
 def test_classifier_learns_two_moons(metric):
     X, y = make_moons(300, noise=0.2, random_state=0)
-    clf = AttentionNetworkClassifier(metric, width=10, max_iter=60, learning_rate=1e-2, random_state=0)
+    clf = AttentionNetworkClassifier(
+        metric, width=10, max_iter=60, learning_rate=1e-2, random_state=0
+    )
     clf.fit(X[:200], y[:200])
     assert clf.loss_curve_[-1] < 0.5 * clf.loss_curve_[0]
     assert clf.n_iter_ == 60 and len(clf.loss_curve_) == 60

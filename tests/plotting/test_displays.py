@@ -10,7 +10,11 @@ mpl = pytest.importorskip("matplotlib")
 mpl.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from skattention import AttentionDiffusionEmbedding, MetricAttentionClassifier, MetricAttentionRegressor  # noqa: E402
+from skattention import (  # noqa: E402
+    AttentionDiffusionEmbedding,
+    MetricAttentionClassifier,
+    MetricAttentionRegressor,
+)
 from skattention.manifold import spectral_cluster_count  # noqa: E402
 from skattention.plotting import (  # noqa: E402
     AttentionWeightsDisplay,
@@ -34,7 +38,9 @@ def blobs():
 @pytest.fixture(scope="module")
 def learned(blobs):
     X, y = blobs
-    return MetricAttentionClassifier("linear", max_iter=6, n_iter_no_change=100, random_state=0, device="cpu").fit(X, y)
+    return MetricAttentionClassifier(
+        "linear", max_iter=6, n_iter_no_change=100, random_state=0, device="cpu"
+    ).fit(X, y)
 
 
 def test_attention_weights_2d_points_sized_and_coloured_by_weight(blobs):
@@ -61,7 +67,9 @@ def test_attention_weights_high_dimension_uses_pca(learned):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(60, 5))
     y = (X[:, 0] > 0).astype(int)
-    reg = MetricAttentionRegressor("euclidean", n_neighbors=4, temperature=np.inf, device="cpu").fit(X, y.astype(float))
+    reg = MetricAttentionRegressor(
+        "euclidean", n_neighbors=4, temperature=np.inf, device="cpu"
+    ).fit(X, y.astype(float))
     disp = AttentionWeightsDisplay.from_estimator(reg, X, X[3] + 0.01)
     assert disp.ax_.get_xlabel() == "principal component 1"
     np.testing.assert_allclose(disp.scatter_.get_array(), 0.25)  # k-NN: uniform weights on 4 points
@@ -77,8 +85,12 @@ def test_training_curve_lines_equal_the_recorded_curves(learned):
     x, loss = disp.loss_line_.get_data()
     np.testing.assert_array_equal(loss, learned.loss_curve_)
     np.testing.assert_array_equal(x, np.arange(1, len(learned.loss_curve_) + 1))
-    np.testing.assert_array_equal(disp.validation_loss_line_.get_ydata(), learned.validation_loss_curve_)
-    np.testing.assert_array_equal(disp.validation_score_line_.get_ydata(), learned.validation_scores_)
+    np.testing.assert_array_equal(
+        disp.validation_loss_line_.get_ydata(), learned.validation_loss_curve_
+    )
+    np.testing.assert_array_equal(
+        disp.validation_score_line_.get_ydata(), learned.validation_scores_
+    )
     assert disp.ax_score_.get_ylabel() == "validation accuracy"
     best = np.argmin(learned.validation_loss_curve_) + 1
     assert disp.best_epoch_line_.get_xdata()[0] == best
@@ -86,23 +98,31 @@ def test_training_curve_lines_equal_the_recorded_curves(learned):
 
 def test_training_curve_without_validation_and_euclidean_error(blobs):
     X, y = blobs
-    clf = MetricAttentionClassifier("linear", max_iter=3, early_stopping=False, random_state=0, device="cpu").fit(X, y)
+    clf = MetricAttentionClassifier(
+        "linear", max_iter=3, early_stopping=False, random_state=0, device="cpu"
+    ).fit(X, y)
     disp = TrainingCurveDisplay.from_estimator(clf)
     assert disp.validation_loss_line_ is None and disp.ax_score_ is None
     assert len(disp.loss_line_.get_ydata()) == clf.n_iter_
     with pytest.raises(ValueError, match="euclidean"):
-        TrainingCurveDisplay.from_estimator(MetricAttentionClassifier("euclidean", device="cpu").fit(X, y))
+        TrainingCurveDisplay.from_estimator(
+            MetricAttentionClassifier("euclidean", device="cpu").fit(X, y)
+        )
 
 
 def test_spectrum_from_data_highlights_the_cluster_count(blobs):
     X, _ = blobs
-    count, eigenvalues = spectral_cluster_count(X, max_clusters=8, return_eigenvalues=True, random_state=0)
+    count, eigenvalues = spectral_cluster_count(
+        X, max_clusters=8, return_eigenvalues=True, random_state=0
+    )
     assert count == 3
     disp = DiffusionSpectrumDisplay.from_data(X, max_clusters=8, random_state=0)
     assert disp.n_clusters_ == count == len(disp.near_zero_.get_offsets())
     assert len(disp.rest_.get_offsets()) == 8 - count
-    np.testing.assert_allclose(np.sort(np.r_[disp.near_zero_.get_offsets()[:, 1], disp.rest_.get_offsets()[:, 1]]),
-                               eigenvalues)
+    np.testing.assert_allclose(
+        np.sort(np.r_[disp.near_zero_.get_offsets()[:, 1], disp.rest_.get_offsets()[:, 1]]),
+        eigenvalues,
+    )
     assert "3 clusters" in disp.ax_.get_title()
     assert disp.threshold_line_.get_ydata()[0] == pytest.approx(1e-3)
 
@@ -154,8 +174,12 @@ def test_attention_weights_through_a_pipeline(blobs):
     from sklearn.preprocessing import StandardScaler
 
     X, y = blobs
-    pipe = make_pipeline(StandardScaler(), MetricAttentionClassifier("euclidean", device="cpu")).fit(X, y)
+    pipe = make_pipeline(
+        StandardScaler(), MetricAttentionClassifier("euclidean", device="cpu")
+    ).fit(X, y)
     disp = AttentionWeightsDisplay.from_estimator(pipe, X, X[0], n_weights=5)
     weights, indices = pipe[-1].attention_weights(pipe[0].transform(X[:1]), n_weights=5)
     np.testing.assert_allclose(disp.scatter_.get_array(), weights[0][::-1])  # drawn smallest first
-    np.testing.assert_allclose(disp.scatter_.get_offsets(), X[indices[0][::-1]])  # in the input space
+    np.testing.assert_allclose(
+        disp.scatter_.get_offsets(), X[indices[0][::-1]]
+    )  # in the input space
