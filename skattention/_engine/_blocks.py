@@ -214,3 +214,16 @@ def cat_or_empty(parts, shape, like, dtype=None):
     if parts:
         return torch.cat(parts)
     return torch.zeros(shape, dtype=dtype or like.dtype, device=like.device)
+
+
+def backend_result(outs, weights, indices, n_weights, values):
+    """A backend's ``(out,)``, or ``(out, weights, indices)`` with ``n_weights``, from the parts
+    of its query blocks."""
+    out = cat_or_empty(outs, (0, values.shape[1]), values)
+    if n_weights is None:
+        return (out,)
+    return (
+        out,
+        cat_or_empty(weights, (0, n_weights), out),
+        cat_or_empty(indices, (0, n_weights), out, torch.long),
+    )

@@ -12,6 +12,7 @@ import torch
 from ._blocks import (
     NEG_INF,
     TopK,
+    backend_result,
     call_prior_fn,
     cat_or_empty,
     empty_rows,
@@ -87,14 +88,7 @@ def knn_attention(spec):
         if n_weights is not None:
             weights.append(w[:, :n_weights])
             indices.append(idx[:, :n_weights])
-    out = cat_or_empty(outs, (0, dv), V)
-    if n_weights is None:
-        return (out,)
-    return (
-        out,
-        cat_or_empty(weights, (0, n_weights), out),
-        cat_or_empty(indices, (0, n_weights), out, torch.long),
-    )
+    return backend_result(outs, weights, indices, n_weights, V)
 
 
 def nearest_keys(spec):

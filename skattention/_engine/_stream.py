@@ -14,8 +14,8 @@ from ._blocks import (
     NEG_INF,
     OnlineSoftmax,
     TopK,
+    backend_result,
     block_prior,
-    cat_or_empty,
     empty_rows,
     mask_self,
     query_index,
@@ -98,14 +98,7 @@ def stream_attention(spec):
         if top is not None:
             weights.append(_top_weights(top, state, best, empty, argmax, uniform))
             indices.append(torch.where(top.r > NEG_INF, top.i, -1))
-    out = torch.cat(outs) if outs else V.new_zeros((0, dv))
-    if n_weights is None:
-        return (out,)
-    return (
-        out,
-        cat_or_empty(weights, (0, n_weights), out),
-        cat_or_empty(indices, (0, n_weights), out, torch.long),
-    )
+    return backend_result(outs, weights, indices, n_weights, V)
 
 
 def _top_weights(top, state, best, empty, argmax, uniform):

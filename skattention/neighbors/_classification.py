@@ -44,15 +44,7 @@ class MetricAttentionClassifier(
     ----------
     classes_ : ndarray of shape (n_classes,)
         Class labels.
-    temperature_ : float
-        The temperature used.
-    {LEARNED_ATTRIBUTES}
-    n_samples_fit_ : int
-        Number of training samples.
-    n_features_in_ : int
-        Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (`n_features_in_`,)
-        Names of features seen during fit, when ``X`` has string column names.
+    {FIT_ATTRIBUTES}
 
     See Also
     --------

@@ -99,12 +99,25 @@ LEARNED_ATTRIBUTES = """map_ : torch.nn.Module or None
     n_iter_ : int
         Epochs run (0 for ``metric="euclidean"``)."""
 
+INPUT_ATTRIBUTES = """n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Names of features seen during fit, when ``X`` has string column names."""
+
+FIT_ATTRIBUTES = f"""temperature_ : float
+        The temperature used.
+    {LEARNED_ATTRIBUTES}
+    n_samples_fit_ : int
+        Number of training samples.
+    {INPUT_ATTRIBUTES}"""
+
 
 def fill(doc):
     """Substitute the shared fragments into an estimator docstring."""
     for name, text in [
         ("METRIC", METRIC), ("TEMPERATURE", TEMPERATURE), ("NEIGHBORS", NEIGHBORS),
-        ("LEARNING", LEARNING), ("DEVICE", DEVICE), ("LEARNED_ATTRIBUTES", LEARNED_ATTRIBUTES),
+        ("LEARNING", LEARNING), ("DEVICE", DEVICE), ("FIT_ATTRIBUTES", FIT_ATTRIBUTES),
+        ("INPUT_ATTRIBUTES", INPUT_ATTRIBUTES),
     ]:
         doc = doc.replace("{" + name + "}", text)
     return doc

@@ -85,10 +85,7 @@ class MetricAttentionTransformer(
         Epochs run.
     classes_ : ndarray of shape (n_classes,)
         Class labels seen in fit.
-    n_features_in_ : int
-        Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (`n_features_in_`,)
-        Names of features seen during fit, when ``X`` has string column names.
+    {INPUT_ATTRIBUTES}
 
     See Also
     --------
