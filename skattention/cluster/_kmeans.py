@@ -62,16 +62,21 @@ class AttentionKMeans(
           ``random_state``, the same k-means++ centres).
         - ``> 0``: soft k-means at that fixed temperature, iterated to a fixed point (equal
           centroid priors); ``cluster_centers_`` are the soft centres, ``labels_`` the nearest one.
-        - ``"auto"``: deterministic annealing. Centroids start next to the weighted mean (at
-          ``mean + 0.01 (init - mean)``, the initialisation only breaking the symmetry) at the
-          critical temperature ``T_c = 2 lambda_max`` (``lambda_max`` the largest eigenvalue of
-          the weighted covariance; above it every centroid sits at the mean); ``T`` is divided by
-          1.25 per level, with up to 10 EM steps per level, mixing weights ``p_j`` re-estimated
-          (mass-constrained annealing, so coincident centroids act as one) and a little noise
-          (std ``1e-3 sqrt(T)``) so that centroids split when their cluster's critical
-          temperature is crossed. Annealing stops once the assignments are nearly hard (weighted
-          mean of ``max_j r_ij`` >= 0.99) or at ``1e-4 T_c``, and runs on a subsample of at most
-          20,000 points; exact Lloyd iterations on all points follow.
+        - ``"auto"``: deterministic annealing (mass-constrained, Rose 1998). It starts with one
+          centroid at the weighted mean and ``T`` at its critical temperature
+          ``T_c = 2 lambda_max`` (``lambda_max`` the largest eigenvalue of the weighted
+          covariance, by power iteration; above ``T_c`` every centroid sits at the mean). At each
+          level: up to 10 EM steps (responsibilities with the centroids' masses as log-prior,
+          then weighted means) until no centroid moves more than ``1e-3 T`` (squared);
+          centroids closer than ``sqrt(1e-2 T)`` are merged (masses added); while there are
+          fewer than ``n_clusters``, every centroid whose own critical temperature
+          ``2 lambda_max`` (of its soft cluster) lies above the next temperature splits in two
+          along its principal axis (children at ``c +- 0.05 sqrt(lambda_max) v``, half the mass
+          each), most unstable first. ``T`` is then multiplied by 0.8. Annealing stops once
+          there are ``n_clusters`` centroids and the assignments are nearly hard (weighted mean
+          of ``max_j r_ij`` >= 0.99), or at ``1e-4 T_c``; it runs in float32 on a subsample of at
+          most 20,000 points, and exact Lloyd iterations on all points follow. No noise is
+          added; ``init`` serves only the cases listed under ``init``.
 
         The temperature used by :meth:`predict_proba` is ``temperature_``.
     metric : {"euclidean"}, default="euclidean"
@@ -80,9 +85,10 @@ class AttentionKMeans(
     init : {"k-means++", "random"}, callable or array-like of shape (n_clusters, n_features), \
             default="k-means++"
         Initial centroids, as in :class:`~sklearn.cluster.KMeans`
-        (``sklearn.cluster.kmeans_plusplus``
-        for ``"k-means++"``). With annealing, only the direction in which each centroid leaves
-        the mean.
+        (``sklearn.cluster.kmeans_plusplus`` for ``"k-means++"``). With annealing, used only
+        where annealing cannot give ``n_clusters`` distinct centroids: ``n_clusters=1``, a
+        subsample without weight or spread, or fewer distinct points than clusters (the
+        missing centroids are then taken from it).
     n_init : "auto" or int, default="auto"
         Number of runs from different initialisations; the one with the lowest inertia is kept.
         ``"auto"``: 1, except 10 for ``init="random"`` or a callable at ``temperature=0``
@@ -96,7 +102,8 @@ class AttentionKMeans(
     device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
         Where the attention steps run; fitted attributes are NumPy arrays.
     random_state : int, RandomState instance or None, default=None
-        Seeds the initialisation, the annealing subsample and its noise.
+        Seeds the initialisation, and with annealing the subsample and the starting direction
+        of the power iteration.
     verbose : int, default=0
         ``0``: silent. ``1``: progress bars on standard error over the ``n_init`` runs (with the
         best inertia) and, when they last more than a couple of seconds, over the annealing
