@@ -235,3 +235,29 @@ def _worker_working_memory():
     import skattention
 
     return skattention.get_config()["working_memory"]
+
+
+# ------------------------------------------------------------------------------ configuration
+
+
+@pytest.mark.parametrize("value", [True, False, 0, -1.0, float("inf"), float("nan"), "64", None])
+def test_working_memory_is_validated_when_set(value):
+    # None leaves the value unchanged; anything else but a positive finite number is rejected at
+    # once, not by every later attention call
+    before = skattention.get_config()["working_memory"]
+    if value is None:
+        skattention.set_config(working_memory=value)
+    else:
+        with pytest.raises(ValueError, match="working_memory must be a positive number"):
+            skattention.set_config(working_memory=value)
+        with pytest.raises(ValueError, match="working_memory must be a positive number"):
+            with skattention.config_context(working_memory=value):
+                pass
+    assert skattention.get_config()["working_memory"] == before
+
+
+@pytest.mark.parametrize("value", [np.float32(64), np.int64(64), 64, 0.5])
+def test_working_memory_accepts_real_numbers(value):
+    with skattention.config_context(working_memory=value):
+        out = skattention.attention(np.ones((2, 1)), np.ones((3, 1)), np.ones(3))
+    np.testing.assert_allclose(out, 1.0)

@@ -84,3 +84,30 @@ def test_overflowing_coordinates_are_reported():
         attention(big, big, V)
     out = attention(big, big, V, dtype=torch.float64)  # fine in float64
     assert np.all(np.isfinite(out))
+
+
+@pytest.mark.parametrize("scalar", [np.float32, np.float64, np.int64, float])
+def test_temperatures_accept_numpy_scalars_everywhere(scalar):
+    from skattention._engine import ball_counts, gaussian_kernel, gaussian_kernel_log_sums
+    from skattention.cluster import AttentionKMeans
+
+    T = scalar(2)
+    X = K[:, :2]
+    expected = np.exp(-((X[:, None] - X[None]) ** 2).sum(-1) / 2.0)
+    np.testing.assert_allclose(gaussian_kernel(X, X, T, dtype="float64"), expected, rtol=1e-12)
+    np.testing.assert_allclose(
+        gaussian_kernel_log_sums(X, X, T, dtype="float64"), np.log(expected.sum(1)), rtol=1e-12
+    )
+    assert ball_counts(X, X, scalar(1)).shape == (20,)
+    out = attention(K, K, V, temperature=T)
+    np.testing.assert_allclose(out, attention(K, K, V, temperature=2.0))
+    km = AttentionKMeans(2, random_state=0, device="cpu").fit(X)
+    np.testing.assert_allclose(km.soft_assignments(X, temperature=T), km.soft_assignments(X, 2.0))
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan"), True, "hot"])
+def test_kernel_temperatures_must_be_positive_and_finite(bad):
+    from skattention._engine import gaussian_kernel_log_sums
+
+    with pytest.raises(ValueError, match="temperature must be a positive finite number"):
+        gaussian_kernel_log_sums(K, K, bad)
