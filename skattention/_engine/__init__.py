@@ -7,20 +7,13 @@ enforces it). See docs/engine.md for which module owns what.
 
 from ._attention import attention, kneighbors
 from ._budget import budget_bytes, plan_rows
-from ._cluster import (
-    ANNEAL_MAX_SAMPLES,
-    anneal,
-    kmeans_step,
-    lloyd,
-    soft_kmeans,
-    sqdist_to_centers,
-)
-from ._device import draws_from_global_rng, resolve_device, resolve_dtype, seeded_torch_rng
+from ._cluster import anneal, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
+from ._device import resolve_device, resolve_dtype, seeded_torch_rng
 from ._inputs import check_temperature
 from ._kernels import ball_counts, gaussian_kernel, gaussian_kernel_log_sums, sqdist_log_histogram
 from ._maps import ResidualBlock, build_map
 from ._progress import progress_bar, track, write
-from ._scores import ENGINE_METRICS, LEARNED_METRICS, METRICS
+from ._scores import LEARNED_METRICS, METRICS
 from ._sdpa import augmented_coordinates, scaled_dot_product
 from ._training import ProgressReport, batch_rows, train_metric, train_network
 
@@ -34,7 +27,6 @@ __all__ = [
     "gaussian_kernel_log_sums",
     "sqdist_log_histogram",
     # k-means steps and iterations
-    "ANNEAL_MAX_SAMPLES",
     "anneal",
     "kmeans_step",
     "lloyd",
@@ -51,12 +43,10 @@ __all__ = [
     "augmented_coordinates",
     "scaled_dot_product",
     # names, checks, devices, memory and progress
-    "ENGINE_METRICS",
     "LEARNED_METRICS",
     "METRICS",
     "budget_bytes",
     "check_temperature",
-    "draws_from_global_rng",
     "plan_rows",
     "progress_bar",
     "resolve_device",

@@ -29,7 +29,7 @@ from ._progress import progress_bar, write
 _ACCEL_BLOCK_ROWS = 1 << 20
 # Deterministic annealing runs on a subsample of at most this many points; the exact Lloyd
 # iterations that follow use every point.
-ANNEAL_MAX_SAMPLES = 20000
+_ANNEAL_MAX_SAMPLES = 20000
 _ANNEAL_COOLING = 0.8  # T <- 0.8 T between temperature levels
 _ANNEAL_MAX_INNER = 10  # EM iterations per temperature level at most
 _ANNEAL_INNER_TOL = 1e-3  # level converged when max_j ||c_j - c_j_old||^2 < 1e-3 T
@@ -208,8 +208,8 @@ def anneal(Xt, wt, k, init_centers, rng, verbose=0):
     centroids (in ``Xt``'s dtype) and the number of EM steps.
     """
     n = Xt.shape[0]
-    if n > ANNEAL_MAX_SAMPLES:
-        idx = torch.from_numpy(np.sort(rng.choice(n, ANNEAL_MAX_SAMPLES, replace=False))).to(
+    if n > _ANNEAL_MAX_SAMPLES:
+        idx = torch.from_numpy(np.sort(rng.choice(n, _ANNEAL_MAX_SAMPLES, replace=False))).to(
             Xt.device
         )
         Xs, ws = Xt[idx], wt[idx]
