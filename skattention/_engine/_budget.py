@@ -2,12 +2,15 @@
 
 ``working_memory`` (MiB, ``skattention.get_config()`` or a per-call argument) bounds the scratch
 memory a loop holds beyond its inputs and outputs. Every loop that works in blocks asks
-:func:`plan_blocks` how many rows (queries, points, minibatch rows) and columns (keys) a block
-may hold, from what one block costs:
+:func:`plan_blocks` (rows x columns: queries x keys) or :func:`plan_rows` (rows only: points,
+queries, minibatch rows) how large a block may be, from what one block costs:
 
 * ``pair_bytes``: bytes per (row, column) entry of a block (scores and their temporaries);
 * ``row_bytes``: bytes per row whatever the columns (softmax state, top-k buffers, gathers);
 * ``fixed_bytes``: bytes held once for the whole loop (e.g. SDPA's padded key copies).
+
+On the CPU, blocks are also capped at a cache-sized number of score entries,
+``CPU_BLOCK_ENTRIES`` (:func:`cpu_block_rows` for row blocks).
 
 A loop that cannot fit even one row raises the one :class:`MemoryError` text of
 :func:`memory_error`, naming ``working_memory`` and what else to change.

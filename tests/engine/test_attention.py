@@ -72,26 +72,9 @@ def test_sdpa_path_equals_streaming_path(data):
     Q, K, V, prior = data
     for dtype, tol in [(torch.float32, 2e-6), (torch.float64, 1e-12)]:
         for metric in ["sqeuclidean", "dot"]:
-            fused = attention(
-                Q,
-                K,
-                V,
-                metric=metric,
-                temperature=2.0,
-                log_prior=prior,
-                backend="sdpa",
-                dtype=dtype,
-            )
-            plain = attention(
-                Q,
-                K,
-                V,
-                metric=metric,
-                temperature=2.0,
-                log_prior=prior,
-                backend="stream",
-                dtype=dtype,
-            )
+            kw = dict(metric=metric, temperature=2.0, log_prior=prior, dtype=dtype)
+            fused = attention(Q, K, V, backend="sdpa", **kw)
+            plain = attention(Q, K, V, backend="stream", **kw)
             torch.testing.assert_close(fused, plain, rtol=tol, atol=tol)
 
 
