@@ -89,5 +89,5 @@ def test_readme_quick_start_runs(capsys):
 def test_readme_names_the_ci_test_command():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "python -m pytest" in readme and "python -m pytest" in ci
-    assert "skattention compare" in readme and "skattention compare" in ci
+    assert "make test" in readme and "make test" in ci
+    assert "make compare" in readme and "make compare" in ci
