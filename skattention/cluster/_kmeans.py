@@ -576,7 +576,8 @@ def _lloyd(X, w, centers, max_iter, tol, verbose):
 
     Each iteration assigns every point to its nearest centre (ties to the lowest index), then
     moves each centre to the weighted mean of its points, relocating empty clusters to the
-    points farthest from their centres. Stops when the labels stop changing (strict
+    points farthest from their centres (or, when every point sits on its centre, to the
+    heaviest cluster's centre). Stops when the labels stop changing (strict
     convergence) or the summed squared centre shift is ``<= tol``; without strict convergence a
     last assignment makes labels and centres consistent.
     """
@@ -623,7 +624,11 @@ def _centers_from_sums(X, w, centers_old, step, labels):
                 mass[j] = w[idx]
                 mass[old] -= w[idx]
     keep = mass > 0
-    return torch.where(keep[:, None], sums / torch.where(keep, mass, 1.0)[:, None], centers_old)
+    centers = sums / torch.where(keep, mass, 1.0)[:, None]
+    # A cluster still empty (more clusters than distinct points) goes where the heaviest one
+    # is, as in scikit-learn's _average_centers. (scikit-learn copies that cluster's weighted sum
+    # instead of its centre when it comes later in the order; the centre is what it intends.)
+    return torch.where(keep[:, None], centers, centers[int(torch.argmax(mass))])
 
 
 def _soft_kmeans(X, w, centers, T, max_iter, tol, verbose):
