@@ -103,7 +103,7 @@ def test_knn_predictions_do_not_depend_on_batching(case, data):
         np.testing.assert_array_equal(ours.predict_proba(Xq[i : i + 1]), whole[i : i + 1])
 
 
-@PROPERTY
+@settings(PROPERTY, max_examples=15)
 @given(X=grid_points(2), data=st.data())
 def test_nadaraya_watson_on_integer_grids_with_duplicates(X, data):
     X = np.r_[X, X[: len(X) // 2]]  # some rows twice
@@ -118,8 +118,8 @@ def test_nadaraya_watson_on_integer_grids_with_duplicates(X, data):
                                rtol=1e-12, atol=1e-14)
 
 
-@settings(PROPERTY, max_examples=12)
-@given(X=grid_points(3, 14, side=6), bandwidth=st.sampled_from([1.0, 2.0, 5**0.5, 3.0]))
+@settings(PROPERTY, max_examples=8)
+@given(X=grid_points(3, 12, side=6), bandwidth=st.sampled_from([1.0, 2.0, 5**0.5, 3.0]))
 def test_flat_mean_shift_on_integer_grids(X, bandwidth):
     ours = AttentionMeanShift(kernel="flat", bandwidth=bandwidth, device="cpu").fit(X)
     ref = MeanShift(bandwidth=bandwidth).fit(X)
