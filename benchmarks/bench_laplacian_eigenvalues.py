@@ -47,17 +47,26 @@ def main():
     cases = [
         ("strip (pyDiffMap)", strip(), [None, 20]),
         ("lat-long sphere (pyDiffMap)", lat_long_sphere(), [None, 400]),
-        ("circle, 300 evenly spaced", circle(np.linspace(0, 2 * np.pi, 300, endpoint=False)), [None]),
+        (
+            "circle, 300 evenly spaced",
+            circle(np.linspace(0, 2 * np.pi, 300, endpoint=False)),
+            [None],
+        ),
         ("circle, 2,000 uniform random", circle(rng.uniform(0, 2 * np.pi, 2000)), [None, 15, 100]),
         ("circle, density 1 + 0.8 cos", circle_with_density(2000, rng), [None]),
         ("sphere, 2,000 uniform random", random_sphere(2000, rng), [None]),
     ]
     for name, (X, true), neighbors in cases:
         for k in neighbors:
-            emb = AttentionDiffusionEmbedding(n_components=4, alpha=1.0, n_neighbors=k, random_state=0).fit(X)
+            emb = AttentionDiffusionEmbedding(
+                n_components=4, alpha=1.0, n_neighbors=k, random_state=0
+            ).fit(X)
             r = emb.laplacian_eigenvalues_ / true
-            print(f"{name:30s} n_neighbors={str(k):5s} estimate/true {np.round(r, 3)}  "
-                  f"max error {100 * np.abs(r - 1).max():4.1f}%  ratio error {100 * np.abs(r / r[0] - 1).max():4.1f}%")
+            error, ratio_error = np.abs(r - 1).max(), np.abs(r / r[0] - 1).max()
+            print(
+                f"{name:30s} n_neighbors={k!s:5s} estimate/true {np.round(r, 3)}  "
+                f"max error {100 * error:4.1f}%  ratio error {100 * ratio_error:4.1f}%"
+            )
 
 
 if __name__ == "__main__":

@@ -42,10 +42,12 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         flat one). ``None``: :func:`sklearn.cluster.estimate_bandwidth` (quantile 0.3, on at
         most 10,000 points), the radius of scikit-learn's flat kernel; the Gaussian kernel then
         uses ``h = r / sqrt(n_features + 2)``, which gives it the per-coordinate variance of the
-        uniform ball of radius ``r``. The value used is ``bandwidth_``.
+        uniform ball of radius ``r``. An estimate of 0 (most points coincide) makes every
+        distinct point its own mode, as in MeanShift. The value used is ``bandwidth_``.
     kernel : {"gaussian", "flat"}, default="gaussian"
         ``"gaussian"``: attention at temperature ``T = 2 h^2``. ``"flat"``: uniform attention
-        over the points within distance ``h`` (scikit-learn's MeanShift kernel).
+        over the points within distance ``h``, ``h`` included (scikit-learn's MeanShift kernel;
+        the whole fit then equals MeanShift's).
     blurring : bool, default=False
         Move the points themselves (self-attention flow) instead of separate modes.
     seeds : array-like of shape (n_seeds, n_features), default=None
@@ -61,7 +63,9 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         Modes closer than this to a denser kept mode are merged into it; ``None``: ``h`` (as
         scikit-learn's MeanShift).
     max_iter : int, default=300
-        Maximum attention steps per seed (per flow with ``blurring``).
+        Maximum iterations per seed, counted as MeanShift does: a seed that has not converged
+        stops after ``max_iter`` completed iterations, i.e. at most ``max_iter + 1`` attention
+        steps. With ``blurring``: maximum steps of the flow.
     tol : float, default=1e-3
         A mode (with ``blurring``: the whole flow) has converged when it moves less than
         ``tol * h`` in one step (scikit-learn's MeanShift uses ``1e-3 h``).
@@ -81,7 +85,8 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
     bandwidth_ : float
         Bandwidth used.
     n_iter_ : int
-        Largest number of attention steps taken by a seed (by the flow with ``blurring``).
+        As MeanShift's: the most iterations a seed completed before the step that stopped it
+        (with ``blurring``: the steps of the flow).
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
@@ -264,7 +269,9 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         return modes[found], counts[found], n_iter
 
     def _progress(self):
-        return progress_bar(self.verbose, total=self.max_iter + 1, desc="AttentionMeanShift fit", unit="step")
+        return progress_bar(
+            self.verbose, total=self.max_iter + 1, desc="AttentionMeanShift fit", unit="step"
+        )
 
     def predict(self, X):
         """Index of the nearest cluster centre of each point (as MeanShift.predict).
@@ -281,7 +288,8 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
-        labels, _ = _nearest_centres(torch.from_numpy(X).to(resolve_device(self.device)), self.cluster_centers_)
+        points = torch.from_numpy(X).to(resolve_device(self.device))
+        labels, _ = _nearest_centres(points, self.cluster_centers_)
         return labels
 
     def __sklearn_tags__(self):
@@ -350,7 +358,9 @@ class _GaussianKernel:
 
     def intensity(self, modes, counts):
         """Log kernel density of the data at each mode (only the order matters)."""
-        return gaussian_kernel_log_sums(modes, self.points, self.temperature, device=self.points.device)
+        return gaussian_kernel_log_sums(
+            modes, self.points, self.temperature, device=self.points.device
+        )
 
 
 def _row_blocks(n_rows, bytes_per_row):

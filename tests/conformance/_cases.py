@@ -42,11 +42,16 @@ def duplicated_rows(rng):
 def one_hot(rng):
     def rows(n):
         return np.hstack([np.eye(4)[rng.integers(0, 4, n)], np.eye(3)[rng.integers(0, 3, n)]])
+
     return (rows(60), *_labels(rng, 60), rows(30))
 
 
-DATA = {"continuous": continuous, "integer_grid": integer_grid, "duplicated_rows": duplicated_rows,
-        "one_hot": one_hot}
+DATA = {
+    "continuous": continuous,
+    "integer_grid": integer_grid,
+    "duplicated_rows": duplicated_rows,
+    "one_hot": one_hot,
+}
 
 
 def make_data(name, dtype=np.float64, seed=0):
@@ -58,22 +63,34 @@ def make_data(name, dtype=np.float64, seed=0):
 CONFIGS = {
     "knn_classifier": (
         lambda: MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=INF),
-        lambda: KNeighborsClassifier(n_neighbors=3), True),
+        lambda: KNeighborsClassifier(n_neighbors=3),
+        True,
+    ),
     "knn_regressor": (
         lambda: MetricAttentionRegressor("euclidean", n_neighbors=3, temperature=INF),
-        lambda: KNeighborsRegressor(n_neighbors=3), False),
+        lambda: KNeighborsRegressor(n_neighbors=3),
+        False,
+    ),
     "radius_classifier": (
         lambda: MetricAttentionClassifier("euclidean", radius=RADIUS, temperature=INF),
-        lambda: RadiusNeighborsClassifier(radius=RADIUS), True),
+        lambda: RadiusNeighborsClassifier(radius=RADIUS),
+        True,
+    ),
     "radius_regressor": (
         lambda: MetricAttentionRegressor("euclidean", radius=RADIUS, temperature=INF),
-        lambda: RadiusNeighborsRegressor(radius=RADIUS), False),
+        lambda: RadiusNeighborsRegressor(radius=RADIUS),
+        False,
+    ),
     "1nn_classifier": (
         lambda: MetricAttentionClassifier("euclidean", temperature=0),
-        lambda: KNeighborsClassifier(n_neighbors=1), True),
+        lambda: KNeighborsClassifier(n_neighbors=1),
+        True,
+    ),
     "1nn_regressor": (
         lambda: MetricAttentionRegressor("euclidean", temperature=0),
-        lambda: KNeighborsRegressor(n_neighbors=1), False),
+        lambda: KNeighborsRegressor(n_neighbors=1),
+        False,
+    ),
 }
 
 

@@ -13,7 +13,9 @@ from sklearn.manifold import SpectralEmbedding
 
 from skattention.manifold import AttentionDiffusionEmbedding
 
-CENTERS = np.array([[0.0, 5.0, 0.0, 0.0, 0.0], [0.0, 0.0, 4.0, 0.0, 0.0], [1.0, 0.0, 0.0, 5.0, 1.0]])
+CENTERS = np.array(
+    [[0.0, 5.0, 0.0, 0.0, 0.0], [0.0, 0.0, 4.0, 0.0, 0.0], [1.0, 0.0, 0.0, 5.0, 1.0]]
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +34,9 @@ def test_alpha_zero_without_self_affinity_is_spectral_embedding(S, gamma, dtype)
     # up to a scale (sign included) each.
     X = S.astype(dtype)
     se = SpectralEmbedding(n_components=2, affinity="rbf", gamma=gamma, random_state=36).fit(X)
-    ours = AttentionDiffusionEmbedding(n_components=2, alpha=0.0, epsilon=1 / gamma, include_self=False,
-                                       random_state=0).fit(X)
+    ours = AttentionDiffusionEmbedding(
+        n_components=2, alpha=0.0, epsilon=1 / gamma, include_self=False, random_state=0
+    ).fit(X)
     a, b = unit_columns(ours.embedding_), unit_columns(se.embedding_.astype(np.float64))
     a *= np.sign((a * b).sum(0))
     # scikit-learn computes the float32 case in float32
@@ -44,7 +47,9 @@ def test_self_affinity_changes_the_space(S):
     # The default keeps each point's affinity with itself (attention over all points): a
     # different operator, whose components are not SpectralEmbedding's.
     se = SpectralEmbedding(n_components=2, affinity="rbf", gamma=1.0, random_state=36).fit(S)
-    ours = AttentionDiffusionEmbedding(n_components=2, alpha=0.0, epsilon=1.0, random_state=0).fit(S)
+    ours = AttentionDiffusionEmbedding(n_components=2, alpha=0.0, epsilon=1.0, random_state=0).fit(
+        S
+    )
     a, b = unit_columns(ours.embedding_), unit_columns(se.embedding_)
     a *= np.sign((a * b).sum(0))
     assert np.abs(a - b).max() > 1e-4
@@ -53,7 +58,9 @@ def test_self_affinity_changes_the_space(S):
 def test_blobs_separate_in_the_embedding(S):
     # test_pipeline_spectral_clustering: the blobs are apart in the first two components
     y = make_blobs(n_samples=100, centers=CENTERS, cluster_std=1.0, random_state=42)[1]
-    emb = AttentionDiffusionEmbedding(n_components=2, alpha=0.0, include_self=False, random_state=0).fit_transform(S)
+    emb = AttentionDiffusionEmbedding(
+        n_components=2, alpha=0.0, include_self=False, random_state=0
+    ).fit_transform(S)
     centres = np.array([emb[y == c].mean(0) for c in range(3)])
     spread = max(emb[y == c].std(0).max() for c in range(3))
     gaps = [np.linalg.norm(centres[i] - centres[j]) for i in range(3) for j in range(i)]
@@ -69,15 +76,18 @@ def lat_long_sphere():
     phi = np.pi * np.linspace(-1, 1, 61)[1:]
     theta = np.pi * np.linspace(-1, 1, 33)[1:-1]
     P, T = (a.ravel() for a in np.meshgrid(phi, theta))
-    return np.c_[np.cos(T) * np.cos(P), np.cos(T) * np.sin(P), np.sin(T)], np.array([2.0, 2.0, 2.0, 6.0])
+    return np.c_[np.cos(T) * np.cos(P), np.cos(T) * np.sin(P), np.sin(T)], np.array(
+        [2.0, 2.0, 2.0, 6.0]
+    )
 
 
 @pytest.mark.parametrize("n_neighbors", [None, 20])
 def test_strip_eigenvalues_and_eigenvectors(n_neighbors):
     # pyDiffMap's test_1Dstrip_evals (k = 20) and test_1Dstrip_evecs
     X, x, expected = strip()
-    emb = AttentionDiffusionEmbedding(n_components=4, alpha=1.0, n_neighbors=n_neighbors, diffusion_time=0,
-                                      random_state=0).fit(X)
+    emb = AttentionDiffusionEmbedding(
+        n_components=4, alpha=1.0, n_neighbors=n_neighbors, diffusion_time=0, random_state=0
+    ).fit(X)
     np.testing.assert_allclose(emb.laplacian_eigenvalues_, expected, rtol=0.1)
     for k in range(4):
         assert abs(np.corrcoef(np.cos(0.5 * (k + 1) * x), emb.embedding_[:, k])[0, 1]) > 1 - 0.003
@@ -87,7 +97,9 @@ def test_strip_eigenvalues_and_eigenvectors(n_neighbors):
 def test_sphere_eigenvalues():
     # pyDiffMap's test_sphere_evals: l (l + 1) = 2, 2, 2, 6 with k = 400
     X, expected = lat_long_sphere()
-    emb = AttentionDiffusionEmbedding(n_components=4, alpha=1.0, n_neighbors=400, random_state=0).fit(X)
+    emb = AttentionDiffusionEmbedding(
+        n_components=4, alpha=1.0, n_neighbors=400, random_state=0
+    ).fit(X)
     np.testing.assert_allclose(emb.laplacian_eigenvalues_, expected, rtol=0.1)
 
 
@@ -95,9 +107,14 @@ def test_sphere_eigenvalues():
 def test_circle_eigenvalues(sampling):
     # k^2 = 1, 1, 4, 4 on the unit circle, dense operator
     n = 300
-    theta = (np.linspace(0, 2 * np.pi, n, endpoint=False) if sampling == "grid"
-             else np.random.default_rng(0).uniform(0, 2 * np.pi, n))
-    emb = AttentionDiffusionEmbedding(n_components=4, alpha=1.0, random_state=0).fit(np.c_[np.cos(theta), np.sin(theta)])
+    theta = (
+        np.linspace(0, 2 * np.pi, n, endpoint=False)
+        if sampling == "grid"
+        else np.random.default_rng(0).uniform(0, 2 * np.pi, n)
+    )
+    emb = AttentionDiffusionEmbedding(n_components=4, alpha=1.0, random_state=0).fit(
+        np.c_[np.cos(theta), np.sin(theta)]
+    )
     np.testing.assert_allclose(emb.laplacian_eigenvalues_, [1.0, 1.0, 4.0, 4.0], rtol=0.1)
 
 

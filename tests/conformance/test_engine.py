@@ -11,9 +11,16 @@ from skattention._engine import ball_counts
 
 from ._cases import INF, make_data
 
-KNN_TIES = "issue 14: exact distance ties in kneighbors do not follow scikit-learn's (distance, index) order"
-RADIUS_BOUNDARY = "issue 14: attention(radius=r) and ball_counts sometimes leave out a key at distance exactly r"
-ZERO_T_TIES = "issue 14: temperature=0 averages the keys tied at the best score; 1-NN takes the first"
+KNN_TIES = (
+    "issue 14: exact distance ties in kneighbors do not follow scikit-learn's (distance, index) "
+    "order"
+)
+RADIUS_BOUNDARY = (
+    "issue 14: attention(radius=r) and ball_counts sometimes leave out a key at distance exactly r"
+)
+ZERO_T_TIES = (
+    "issue 14: temperature=0 averages the keys tied at the best score; 1-NN takes the first"
+)
 
 DTYPES = ["float64", "float32"]
 
@@ -22,7 +29,9 @@ def knn_cases():
     out = []
     for data in ("continuous", "integer_grid", "duplicated_rows", "one_hot"):
         for dtype in DTYPES:
-            marks = [] if data == "continuous" else [pytest.mark.xfail(strict=True, reason=KNN_TIES)]
+            marks = (
+                [] if data == "continuous" else [pytest.mark.xfail(strict=True, reason=KNN_TIES)]
+            )
             out.append(pytest.param(data, dtype, marks=marks, id=f"{data}-{dtype}"))
     return out
 
@@ -32,9 +41,13 @@ def knn_cases():
 def test_kneighbors_is_nearest_neighbors(data, dtype, working_memory):
     X, _, _, Xq = make_data(data)
     dist, idx = NearestNeighbors(n_neighbors=4, algorithm="brute").fit(X).kneighbors(Xq)
-    with skattention.config_context(working_memory=working_memory or skattention.get_config()["working_memory"]):
+    with skattention.config_context(
+        working_memory=working_memory or skattention.get_config()["working_memory"]
+    ):
         d2, ours = kneighbors(Xq, X, 4, dtype=dtype)
-    np.testing.assert_allclose(np.sqrt(d2), dist, rtol=1e-5 if dtype == "float32" else 1e-10, atol=1e-6)
+    np.testing.assert_allclose(
+        np.sqrt(d2), dist, rtol=1e-5 if dtype == "float32" else 1e-10, atol=1e-6
+    )
     np.testing.assert_array_equal(ours, idx)
 
 
@@ -49,18 +62,26 @@ def test_equidistant_kth_neighbour():
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_knn_attention_weights_are_kneighbors(dtype):
     X, _, y, Xq = make_data("continuous")
-    out, w, idx = attention(Xq, X, y, n_neighbors=5, temperature=INF, return_weights=True, dtype=dtype)
+    out, w, idx = attention(
+        Xq, X, y, n_neighbors=5, temperature=INF, return_weights=True, dtype=dtype
+    )
     _, ref = NearestNeighbors(n_neighbors=5).fit(X).kneighbors(Xq)
     np.testing.assert_array_equal(idx, ref)
     np.testing.assert_allclose(w, 0.2, rtol=1e-6)
-    np.testing.assert_allclose(out, y[ref].mean(1), rtol=1e-12, atol=1e-6 if dtype == "float32" else 0)
+    np.testing.assert_allclose(
+        out, y[ref].mean(1), rtol=1e-12, atol=1e-6 if dtype == "float32" else 0
+    )
 
 
 def radius_cases():
     out = []
     for data in ("continuous", "integer_grid", "one_hot"):
         for dtype in DTYPES:
-            marks = [] if data == "continuous" else [pytest.mark.xfail(strict=True, reason=RADIUS_BOUNDARY)]
+            marks = (
+                []
+                if data == "continuous"
+                else [pytest.mark.xfail(strict=True, reason=RADIUS_BOUNDARY)]
+            )
             out.append(pytest.param(data, dtype, marks=marks, id=f"{data}-{dtype}"))
     return out
 
@@ -68,7 +89,10 @@ def radius_cases():
 @pytest.mark.parametrize("data, dtype", radius_cases())
 def test_ball_counts_are_radius_neighbors(data, dtype):
     X, _, _, Xq = make_data(data)
-    ref = [len(i) for i in NearestNeighbors(radius=2.0).fit(X).radius_neighbors(Xq, return_distance=False)]
+    ref = [
+        len(i)
+        for i in NearestNeighbors(radius=2.0).fit(X).radius_neighbors(Xq, return_distance=False)
+    ]
     np.testing.assert_array_equal(ball_counts(Xq, X, 2.0, dtype=dtype), ref)
 
 
@@ -90,15 +114,25 @@ def test_attention_radius_agrees_with_ball_counts():
     X = rng.integers(0, 10, size=(200, 2)).astype(float)
     Xq = rng.integers(0, 10, size=(100, 2)).astype(float)
     counts = ball_counts(Xq, X, 3.0, dtype="float64")
-    _, w, _ = attention(Xq, X, np.zeros(len(X)), radius=3.0, temperature=INF, return_weights=True,
-                        on_empty="zero", dtype="float64")
+    _, w, _ = attention(
+        Xq,
+        X,
+        np.zeros(len(X)),
+        radius=3.0,
+        temperature=INF,
+        return_weights=True,
+        on_empty="zero",
+        dtype="float64",
+    )
     np.testing.assert_array_equal((w > 0).sum(1), counts)
 
 
 @pytest.mark.xfail(strict=True, reason=ZERO_T_TIES)
 def test_zero_temperature_takes_the_first_of_tied_keys():
     keys = np.array([[-1.0], [1.0], [-5.0], [5.0]])
-    out = attention(np.zeros((1, 1)), keys, np.array([3.0, 1.0, 2.0, 2.0]), temperature=0, dtype="float64")
+    out = attention(
+        np.zeros((1, 1)), keys, np.array([3.0, 1.0, 2.0, 2.0]), temperature=0, dtype="float64"
+    )
     np.testing.assert_array_equal(out, [3.0])
 
 
@@ -128,4 +162,6 @@ def test_weights_in_dense_attention_are_repetition(dtype):
     w = np.random.default_rng(0).integers(1, 4, len(X))
     weighted = attention(Xq, X, y, temperature=0.7, log_prior=np.log(w), dtype=dtype)
     repeated = attention(Xq, np.repeat(X, w, axis=0), np.repeat(y, w), temperature=0.7, dtype=dtype)
-    np.testing.assert_allclose(weighted, repeated, rtol=1e-12, atol=1e-6 if dtype == "float32" else 1e-14)
+    np.testing.assert_allclose(
+        weighted, repeated, rtol=1e-12, atol=1e-6 if dtype == "float32" else 1e-14
+    )

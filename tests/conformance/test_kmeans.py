@@ -53,7 +53,9 @@ def test_empty_cluster_is_relocated():
 
 def test_empty_cluster_relocated_with_weights():
     # test_kmeans_empty_cluster_relocated
-    km = lloyd(2, init=np.array([[-1.0], [10.0]]), n_init=1).fit([[-1.0], [1.0]], sample_weight=[1.9, 0.1])
+    km = lloyd(2, init=np.array([[-1.0], [10.0]]), n_init=1).fit(
+        [[-1.0], [1.0]], sample_weight=[1.9, 0.1]
+    )
     assert len(set(km.labels_)) == 2
     np.testing.assert_allclose(km.cluster_centers_, [[-1], [1]])
 
@@ -74,7 +76,9 @@ def test_same_random_state_same_result(seed):
     # test_kmeans_elkan_results' data, against lloyd: same k-means++ draws, same run
     X, _ = make_blobs(random_state=seed)
     X[X < 0] = 0
-    assert_same_fit(lloyd(5, random_state=seed).fit(X), KMeans(5, random_state=seed, algorithm="lloyd").fit(X))
+    assert_same_fit(
+        lloyd(5, random_state=seed).fit(X), KMeans(5, random_state=seed, algorithm="lloyd").fit(X)
+    )
 
 
 def test_weights_are_repetition():
@@ -106,18 +110,26 @@ def test_predict_agrees_with_labels(max_iter):
     km = lloyd(10, init="random", n_init=3, max_iter=max_iter, random_state=0).fit(X)
     np.testing.assert_array_equal(km.predict(X), km.labels_)
     np.testing.assert_array_equal(km.predict(km.cluster_centers_), np.arange(10))
-    ref = KMeans(10, init="random", n_init=3, max_iter=max_iter, random_state=0, algorithm="lloyd").fit(X)
+    ref = KMeans(
+        10, init="random", n_init=3, max_iter=max_iter, random_state=0, algorithm="lloyd"
+    ).fit(X)
     assert_same_fit(km, ref)
 
 
-LLOYD_TIES = ("issue 14: the hard assignment compares distances computed from centred data, whose "
-              "rounding breaks exact ties (one-hot rows) instead of giving them to the lower index")
+LLOYD_TIES = (
+    "issue 14: the hard assignment compares distances computed from centred data, whose "
+    "rounding breaks exact ties (one-hot rows) instead of giving them to the lower index"
+)
 
 
-@pytest.mark.parametrize("data", [
-    "integer_grid", "duplicated_rows",
-    pytest.param("one_hot", marks=pytest.mark.xfail(strict=True, reason=LLOYD_TIES)),
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        "integer_grid",
+        "duplicated_rows",
+        pytest.param("one_hot", marks=pytest.mark.xfail(strict=True, reason=LLOYD_TIES)),
+    ],
+)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("working_memory", [None, 0.005])
 def test_tied_data_matches_lloyd(data, dtype, working_memory):
@@ -125,7 +137,9 @@ def test_tied_data_matches_lloyd(data, dtype, working_memory):
     X, _, _, _ = make_data(data, dtype)
     init = X[[0, 7, 13, 21]]
     ref = KMeans(4, init=init, n_init=1, algorithm="lloyd").fit(X)
-    with skattention.config_context(working_memory=working_memory or skattention.get_config()["working_memory"]):
+    with skattention.config_context(
+        working_memory=working_memory or skattention.get_config()["working_memory"]
+    ):
         ours = lloyd(4, init=init, n_init=1).fit(X)
         np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
     assert_same_fit(ours, ref, atol=1e-10 if dtype == np.float64 else 1e-6)

@@ -19,8 +19,9 @@ from skattention.cluster import AttentionMeanShift
 @pytest.fixture(scope="module")
 def blobs():
     centers = np.array([[1, 1], [-1, -1], [1, -1]]) + 10
-    X, _ = make_blobs(n_samples=300, n_features=2, centers=centers, cluster_std=0.4, shuffle=True,
-                      random_state=11)
+    X, _ = make_blobs(
+        n_samples=300, n_features=2, centers=centers, cluster_std=0.4, shuffle=True, random_state=11
+    )
     return X
 
 
@@ -44,8 +45,12 @@ def test_blobs(blobs, dtype):
         labels = np.unique(flat(bandwidth=1.2, cluster_all=cluster_all).fit(X).labels_)
         assert len(labels) == n_labels and labels[0] == first_label
     ours = flat(bandwidth=1.2, cluster_all=False).fit(X)
-    assert_same(ours, MeanShift(bandwidth=1.2, cluster_all=False).fit(X), X,
-                atol=1e-10 if dtype == np.float64 else 1e-5)
+    assert_same(
+        ours,
+        MeanShift(bandwidth=1.2, cluster_all=False).fit(X),
+        X,
+        atol=1e-10 if dtype == np.float64 else 1e-5,
+    )
 
 
 def test_estimated_bandwidth_and_binning(blobs):
@@ -94,8 +99,11 @@ def test_zero_estimated_bandwidth():
     assert ours.bandwidth_ == 0
     assert v_measure_score(ours.labels_, [0, 0, 0, 1, 1, 1, 2, 2]) == pytest.approx(1)
     assert_same(ours, MeanShift().fit(X), X)
-    for other in [flat(bin_seeding=True).fit(X), flat().fit(X.astype(np.float32)),
-                  AttentionMeanShift(device="cpu").fit(X)]:  # the Gaussian kernel's zero-width limit
+    for other in [
+        flat(bin_seeding=True).fit(X),
+        flat().fit(X.astype(np.float32)),
+        AttentionMeanShift(device="cpu").fit(X),
+    ]:  # the Gaussian kernel's zero-width limit
         np.testing.assert_array_equal(other.cluster_centers_, ours.cluster_centers_)
         np.testing.assert_array_equal(other.labels_, ours.labels_)
         assert other.n_iter_ == ours.n_iter_
@@ -130,7 +138,9 @@ def tied_data(kind, seed):
     if kind == "duplicated_rows":
         base = rng.normal(size=(25, 2)) * 3
         return base[np.repeat(np.arange(25), rng.integers(1, 5, 25))], 1.5
-    return np.hstack([np.eye(4)[rng.integers(0, 4, 60)], np.eye(3)[rng.integers(0, 3, 60)]]), np.sqrt(2)
+    return np.hstack(
+        [np.eye(4)[rng.integers(0, 4, 60)], np.eye(3)[rng.integers(0, 3, 60)]]
+    ), np.sqrt(2)
 
 
 @pytest.mark.parametrize("kind", ["integer_grid", "duplicated_rows", "one_hot"])
@@ -138,8 +148,12 @@ def tied_data(kind, seed):
 def test_tied_data(kind, dtype):
     X, bandwidth = tied_data(kind, 0)
     X = X.astype(dtype)
-    assert_same(flat(bandwidth=bandwidth).fit(X), MeanShift(bandwidth=bandwidth).fit(X), X,
-                atol=1e-10 if dtype == np.float64 else 1e-5)
+    assert_same(
+        flat(bandwidth=bandwidth).fit(X),
+        MeanShift(bandwidth=bandwidth).fit(X),
+        X,
+        atol=1e-10 if dtype == np.float64 else 1e-5,
+    )
 
 
 def test_small_blocks_change_nothing():

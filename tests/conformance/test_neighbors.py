@@ -26,19 +26,40 @@ from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 
 from ._cases import CONFIGS, DATA, INF, make_data, outputs, with_neighbor
 
-KNN_TIES = "issue 14: exact distance ties in the k-NN selection do not follow scikit-learn's (distance, index) order"
+KNN_TIES = (
+    "issue 14: exact distance ties in the k-NN selection do not follow scikit-learn's "
+    "(distance, index) order"
+)
 RADIUS_BOUNDARY = "issue 14: a training point exactly at distance radius is sometimes left out"
-ZERO_T_TIES = "issue 14: temperature=0 averages the points tied at the smallest distance; 1-NN takes the first"
-KNN_BATCH = "issue 14: at exact distance ties the k-NN selection depends on how the queries are batched"
-KNN_WEIGHTS = "issue 14: with n_neighbors an integer sample_weight is not a multiplicity when the k nearest are chosen"
-NO_NEIGHBOR = "issue 14: a radius query with no neighbour raises instead of scikit-learn's NaN / outlier_label"
-VOTE_TIES = "issue 14: uniform weights are normalised before they are summed, so tied votes differ by rounding"
+ZERO_T_TIES = (
+    "issue 14: temperature=0 averages the points tied at the smallest distance; 1-NN takes "
+    "the first"
+)
+KNN_BATCH = (
+    "issue 14: at exact distance ties the k-NN selection depends on how the queries are batched"
+)
+KNN_WEIGHTS = (
+    "issue 14: with n_neighbors an integer sample_weight is not a multiplicity when the k nearest "
+    "are chosen"
+)
+NO_NEIGHBOR = (
+    "issue 14: a radius query with no neighbour raises instead of scikit-learn's NaN / "
+    "outlier_label"
+)
+VOTE_TIES = (
+    "issue 14: uniform weights are normalised before they are summed, so tied votes differ by "
+    "rounding"
+)
 
 TIED_DATA = ("integer_grid", "duplicated_rows", "one_hot")
 # (configuration, data) -> why it fails today
 EXPECTED_FAILURES = {
     **{(c, d): KNN_TIES for c in ("knn_classifier", "knn_regressor") for d in TIED_DATA},
-    **{(c, d): RADIUS_BOUNDARY for c in ("radius_classifier", "radius_regressor") for d in ("integer_grid", "one_hot")},
+    **{
+        (c, d): RADIUS_BOUNDARY
+        for c in ("radius_classifier", "radius_regressor")
+        for d in ("integer_grid", "one_hot")
+    },
     **{(c, d): ZERO_T_TIES for c in ("1nn_classifier", "1nn_regressor") for d in TIED_DATA},
 }
 
@@ -47,7 +68,7 @@ def cases(with_dtype=True):
     out = []
     for config in CONFIGS:
         for data in DATA:
-            for dtype in ([np.float64, np.float32] if with_dtype else [np.float64]):
+            for dtype in [np.float64, np.float32] if with_dtype else [np.float64]:
                 reason = EXPECTED_FAILURES.get((config, data))
                 marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
                 ids = f"{config}-{data}" + (f"-{dtype.__name__}" if with_dtype else "")
@@ -67,7 +88,9 @@ def fitted(config, data, dtype=np.float64):
 
 def assert_same(ours, ref, Xq, classifier, dtype=np.float64):
     tol = 1e-12 if dtype == np.float64 else 1e-6
-    np.testing.assert_allclose(outputs(ours, Xq, classifier), outputs(ref, Xq, classifier), rtol=tol, atol=tol)
+    np.testing.assert_allclose(
+        outputs(ours, Xq, classifier), outputs(ref, Xq, classifier), rtol=tol, atol=tol
+    )
     if classifier:
         np.testing.assert_array_equal(ours.predict(Xq), ref.predict(Xq))
 
@@ -87,9 +110,12 @@ def test_matches_scikit_learn_in_small_blocks(config, data):
 
 
 # Batch-dependent decisions; the 1-NN results on the grid are wrong but the same in any batch.
-BATCH_FAILURES = {("knn_classifier", "integer_grid"): KNN_BATCH, ("knn_regressor", "integer_grid"): KNN_BATCH,
-                  ("radius_classifier", "integer_grid"): RADIUS_BOUNDARY,
-                  ("radius_regressor", "integer_grid"): RADIUS_BOUNDARY}
+BATCH_FAILURES = {
+    ("knn_classifier", "integer_grid"): KNN_BATCH,
+    ("knn_regressor", "integer_grid"): KNN_BATCH,
+    ("radius_classifier", "integer_grid"): RADIUS_BOUNDARY,
+    ("radius_regressor", "integer_grid"): RADIUS_BOUNDARY,
+}
 
 
 def batch_cases():
@@ -132,7 +158,9 @@ def test_nadaraya_watson(data, dtype):
     d2 = ((Xq[:, None, :].astype(float) - X[None].astype(float)) ** 2).sum(2)
     w = np.exp(-(d2 - d2.min(1, keepdims=True)) / (2 * h**2))
     expected = w @ y / w.sum(1)
-    np.testing.assert_allclose(ours.predict(Xq), expected, rtol=1e-10 if dtype == np.float64 else 2e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        ours.predict(Xq), expected, rtol=1e-10 if dtype == np.float64 else 2e-5, atol=1e-6
+    )
 
 
 def weight_cases():
@@ -141,9 +169,15 @@ def weight_cases():
         for data in ("continuous", "integer_grid"):
             # Repetition changes the keys' centring, hence the rounding that decides the grid's
             # ties and boundary points.
-            reason = (KNN_WEIGHTS if config.startswith("knn")
-                      else RADIUS_BOUNDARY if config.startswith("radius") and data == "integer_grid"
-                      else ZERO_T_TIES if config.startswith("1nn") and data == "integer_grid" else None)
+            reason = (
+                KNN_WEIGHTS
+                if config.startswith("knn")
+                else RADIUS_BOUNDARY
+                if config.startswith("radius") and data == "integer_grid"
+                else ZERO_T_TIES
+                if config.startswith("1nn") and data == "integer_grid"
+                else None
+            )
             marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
             out.append(pytest.param(config, data, marks=marks, id=f"{config}-{data}"))
     return out
@@ -153,8 +187,10 @@ def weight_cases():
 def test_integer_sample_weight_is_repetition(config, data):
     X, y_class, y_reg, Xq = make_data(data)
     if config == "nadaraya_watson":
+
         def make():
             return MetricAttentionRegressor("euclidean", temperature=0.5)
+
         classifier = False
     else:
         make, _, classifier = CONFIGS[config]
@@ -164,8 +200,9 @@ def test_integer_sample_weight_is_repetition(config, data):
         Xq = with_neighbor(X, Xq)
     weighted = make().fit(X, y, sample_weight=w)
     repeated = make().fit(np.repeat(X, w, axis=0), np.repeat(y, w))
-    np.testing.assert_allclose(outputs(weighted, Xq, classifier), outputs(repeated, Xq, classifier),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        outputs(weighted, Xq, classifier), outputs(repeated, Xq, classifier), rtol=1e-12, atol=1e-12
+    )
 
 
 # ---------------------------------------------------------------- the issue's reproductions
@@ -243,7 +280,9 @@ def test_issue_weight_is_multiplicity_among_the_k_nearest():
     X, y, w = [[0], [1], [2]], [0, 1, 1], [3, 1, 1]
     repeated = KNeighborsClassifier(n_neighbors=2).fit(np.repeat(X, w, axis=0), np.repeat(y, w))
     assert repeated.predict_proba([[0.4]]).tolist() == [[1.0, 0.0]]
-    ours = MetricAttentionClassifier("euclidean", n_neighbors=2, temperature=INF).fit(X, y, sample_weight=w)
+    ours = MetricAttentionClassifier("euclidean", n_neighbors=2, temperature=INF).fit(
+        X, y, sample_weight=w
+    )
     np.testing.assert_array_equal(ours.predict_proba([[0.4]]), [[1.0, 0.0]])
 
 
@@ -266,7 +305,9 @@ def test_radius_classifier_outlier_label():
     X = np.array([[1.0, 1.0], [2.0, 2.0], [0.99, 0.99], [0.98, 0.98], [2.01, 2.01]])
     y = np.array([1, 2, 1, 1, 2])
     z = np.array([[1.4, 1.4], [1.01, 1.01], [2.01, 2.01]])
-    ours = MetricAttentionClassifier("euclidean", radius=0.1, temperature=INF, outlier_label=-1).fit(X, y)
+    ours = MetricAttentionClassifier(
+        "euclidean", radius=0.1, temperature=INF, outlier_label=-1
+    ).fit(X, y)
     with pytest.warns(UserWarning, match="Outlier label -1 is not in training classes"):
         np.testing.assert_array_equal(ours.predict(z), [-1, 1, 2])
     with pytest.warns(UserWarning, match="Outlier label -1 is not in training classes"):
@@ -277,12 +318,20 @@ def test_radius_classifier_outlier_label():
 def test_radius_classifier_outlier_label_matches_predict_proba():
     # scikit-learn's test_radius_neighbors_predict_proba
     for seed in range(5):
-        X, y = make_classification(n_samples=50, n_features=5, n_informative=3, n_redundant=0,
-                                   n_classes=3, random_state=seed)
+        X, y = make_classification(
+            n_samples=50,
+            n_features=5,
+            n_informative=3,
+            n_redundant=0,
+            n_classes=3,
+            random_state=seed,
+        )
         X_tr, X_te, y_tr, _ = train_test_split(X, y, random_state=0)
         outlier = int(2 - seed)
         ref = RadiusNeighborsClassifier(radius=2, outlier_label=outlier).fit(X_tr, y_tr)
-        ours = MetricAttentionClassifier("euclidean", radius=2, temperature=INF, outlier_label=outlier)
+        ours = MetricAttentionClassifier(
+            "euclidean", radius=2, temperature=INF, outlier_label=outlier
+        )
         ours.fit(X_tr, y_tr)
         np.testing.assert_array_equal(ours.predict(X_te), ref.predict(X_te))
         np.testing.assert_allclose(ours.predict_proba(X_te), ref.predict_proba(X_te), atol=1e-12)
@@ -310,11 +359,13 @@ def test_classifier_recovers_the_training_labels_near_the_points(config, dtype):
     rng = np.random.RandomState(0)
     X = 2 * rng.rand(40, 5).astype(dtype) - 1
     y = ((X**2).sum(axis=1) < 0.5).astype(int)
-    params = dict(n_neighbors=5) if config == "knn" else dict(radius=0.5)
+    params = {"n_neighbors": 5} if config == "knn" else {"radius": 0.5}
     model = MetricAttentionClassifier("euclidean", temperature=INF, **params)
     epsilon = 1e-5 * (2 * rng.rand(1, 5) - 1)
     np.testing.assert_array_equal(model.fit(X, y).predict(X[:10] + epsilon), y[:10])
-    np.testing.assert_array_equal(model.fit(X, y.astype(str)).predict(X[:10] + epsilon), y[:10].astype(str))
+    np.testing.assert_array_equal(
+        model.fit(X, y.astype(str)).predict(X[:10] + epsilon), y[:10].astype(str)
+    )
 
 
 def test_predict_proba_on_a_small_integer_set():
@@ -347,7 +398,9 @@ def test_multioutput_regressors_average_their_neighbours():
     rng = np.random.RandomState(0)
     X, y = rng.rand(40, 5), rng.rand(40, 4)
     X_train, X_test, y_train, _ = train_test_split(X, y, random_state=0)
-    knn = MetricAttentionRegressor("euclidean", n_neighbors=5, temperature=INF).fit(X_train, y_train)
+    knn = MetricAttentionRegressor("euclidean", n_neighbors=5, temperature=INF).fit(
+        X_train, y_train
+    )
     _, idx = knn.attention_weights(X_test)
     np.testing.assert_allclose(knn.predict(X_test), y_train[idx].mean(1), rtol=1e-12)
     ref = KNeighborsRegressor().fit(X_train, y_train)

@@ -11,7 +11,11 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from sklearn.cluster import KMeans, MeanShift
-from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor, RadiusNeighborsRegressor
+from sklearn.neighbors import (
+    KNeighborsClassifier,
+    KNeighborsRegressor,
+    RadiusNeighborsRegressor,
+)
 
 from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 from skattention.cluster import AttentionKMeans, AttentionMeanShift
@@ -19,15 +23,22 @@ from skattention.cluster import AttentionKMeans, AttentionMeanShift
 from .test_kmeans import LLOYD_TIES
 from .test_neighbors import KNN_BATCH, KNN_TIES, RADIUS_BOUNDARY, ZERO_T_TIES
 
-PROPERTY = settings(max_examples=25, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPERTY = settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 # an expected failure stops at its explicit counterexample
 FAILING = settings(PROPERTY, phases=[Phase.explicit])
 
 
 def grid_points(min_rows, max_rows=24, side=5):
-    return arrays(np.float64, st.tuples(st.integers(min_rows, max_rows), st.just(2)),
-                  elements=st.integers(0, side).map(float))
+    return arrays(
+        np.float64,
+        st.tuples(st.integers(min_rows, max_rows), st.just(2)),
+        elements=st.integers(0, side).map(float),
+    )
 
 
 @st.composite
@@ -39,8 +50,16 @@ def labelled_grid(draw, min_rows=4):
 
 
 # The counterexamples, as (X, y, queries)
-FOUR_EQUIDISTANT = (np.array([[1.0, 0], [0, 1], [-1, 0], [0, -1]]), np.array([0, 1, 2, 0]), np.zeros((1, 2)))
-TIE_AT_ZERO = (np.array([[-1.0, 0], [1, 0], [-5, 0], [5, 0]]), np.array([2, 1, 0, 0]), np.zeros((1, 2)))
+FOUR_EQUIDISTANT = (
+    np.array([[1.0, 0], [0, 1], [-1, 0], [0, -1]]),
+    np.array([0, 1, 2, 0]),
+    np.zeros((1, 2)),
+)
+TIE_AT_ZERO = (
+    np.array([[-1.0, 0], [1, 0], [-5, 0], [5, 0]]),
+    np.array([2, 1, 0, 0]),
+    np.zeros((1, 2)),
+)
 
 
 @pytest.mark.xfail(strict=True, reason=KNN_TIES)
@@ -62,7 +81,9 @@ def test_knn_classifier_on_integer_grids(case):
 def test_zero_temperature_on_integer_grids(case):
     X, y, Xq = case
     ours = MetricAttentionClassifier("euclidean", temperature=0).fit(X, y)
-    np.testing.assert_array_equal(ours.predict(Xq), KNeighborsClassifier(n_neighbors=1).fit(X, y).predict(Xq))
+    np.testing.assert_array_equal(
+        ours.predict(Xq), KNeighborsClassifier(n_neighbors=1).fit(X, y).predict(Xq)
+    )
 
 
 @pytest.mark.xfail(strict=True, reason=RADIUS_BOUNDARY)
@@ -73,7 +94,9 @@ def test_radius_regressor_on_integer_grids(case):
     X, y, Xq = case
     ref = RadiusNeighborsRegressor(radius=5.0).fit(X, y.astype(float))
     has = ~np.isnan(ref.predict(Xq))
-    ours = MetricAttentionRegressor("euclidean", radius=5.0, temperature=np.inf).fit(X, y.astype(float))
+    ours = MetricAttentionRegressor("euclidean", radius=5.0, temperature=np.inf).fit(
+        X, y.astype(float)
+    )
     np.testing.assert_allclose(ours.predict(Xq[has]), ref.predict(Xq[has]), rtol=1e-12)
 
 
@@ -87,14 +110,22 @@ def test_knn_regressor_with_duplicated_rows(X, copies):
     y = np.arange(len(Xd), dtype=float)
     k = copies - 1
     ours = MetricAttentionRegressor("euclidean", n_neighbors=k, temperature=np.inf).fit(Xd, y)
-    np.testing.assert_allclose(ours.predict(X), KNeighborsRegressor(n_neighbors=k).fit(Xd, y).predict(X), rtol=1e-12)
+    np.testing.assert_allclose(
+        ours.predict(X), KNeighborsRegressor(n_neighbors=k).fit(Xd, y).predict(X), rtol=1e-12
+    )
 
 
 @pytest.mark.xfail(strict=True, reason=KNN_BATCH)
 @FAILING
 @given(case=labelled_grid(min_rows=6), data=st.data())
-@example(case=(np.array([[0.0, 0], [2, 0], [0, 2], [2, 2], [1, 3], [3, 1]] * 40), np.arange(240) % 3,
-               np.array([[1.0, 1], [1, 1]] * 600)), data=None)
+@example(
+    case=(
+        np.array([[0.0, 0], [2, 0], [0, 2], [2, 2], [1, 3], [3, 1]] * 40),
+        np.arange(240) % 3,
+        np.array([[1.0, 1], [1, 1]] * 600),
+    ),
+    data=None,
+)
 def test_knn_predictions_do_not_depend_on_batching(case, data):
     X, y, Xq = case
     ours = MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=np.inf).fit(X, y)
@@ -114,8 +145,12 @@ def test_nadaraya_watson_on_integer_grids_with_duplicates(X, data):
     w = np.exp(-(d2 - d2.min(1, keepdims=True)) / 2.0)
     np.testing.assert_allclose(ours.predict(Xq), w @ y / w.sum(1), rtol=1e-10, atol=1e-12)
     # and any batching gives the same numbers
-    np.testing.assert_allclose(np.concatenate([ours.predict(q[None]) for q in Xq]), ours.predict(Xq),
-                               rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        np.concatenate([ours.predict(q[None]) for q in Xq]),
+        ours.predict(Xq),
+        rtol=1e-12,
+        atol=1e-14,
+    )
 
 
 @settings(PROPERTY, max_examples=8)
