@@ -166,8 +166,9 @@ ax.legend(fontsize=8)
 # The spectrum: ``-k^2``, twice each
 # ----------------------------------
 # The generator's eigenvalues from :class:`~skattention.AttentionDiffusionEmbedding`
-# (``laplacian_eigenvalues_`` = ``(1 - mu) / (eps / 2)`` for the eigenvalues ``mu`` of the
-# attention matrix), on 2,000 random samples of a uniform and of a non-uniform density
+# (``laplacian_eigenvalues_`` = ``-log(mu) / (eps / 2)`` for the eigenvalues ``mu`` of the
+# attention matrix: one step of attention is the heat flow for a time ``eps / 2``), on 2,000
+# random samples of a uniform and of a non-uniform density
 # ``p(theta) ∝ 1 + 0.8 cos(theta)``. With ``alpha = 1`` both give the Laplacian's ``k^2``
 # (1, 1, 4, 4, 9, 9, 16, 16). With ``alpha = 0`` on the non-uniform density the limit is the
 # drift-diffusion ``f'' + 2 (log p)' f'``, whose eigenvalues are *not* ``k^2``; the reference
@@ -176,7 +177,7 @@ ax.legend(fontsize=8)
 # ``O(eps)`` bias of the limit. That bias is known exactly for uniform samples: as
 # ``||x - y||^2 = 2 - 2 cos(theta_x - theta_y)``, the continuum operator multiplies
 # ``cos(k theta)`` by ``I_k(1 / eps) / I_0(1 / eps)`` (modified Bessel functions), which gives
-# the finite-``eps`` eigenvalues drawn as grey bars.
+# the finite-``eps`` estimates drawn as grey bars.
 
 
 def nonuniform_angles(n):
@@ -202,7 +203,7 @@ k = np.arange(1, 5).repeat(2)
 eps_spec = 1e-2
 ax = axes[1, 1]
 ax.plot(np.arange(1, 9), k**2, "k_", ms=20, mew=2, label="k^2 (Laplacian)")
-bessel = (1 - ive(k, 1 / eps_spec) / ive(0, 1 / eps_spec)) / (eps_spec / 2)
+bessel = -np.log(ive(k, 1 / eps_spec) / ive(0, 1 / eps_spec)) / (eps_spec / 2)
 ax.plot(
     np.arange(1, 9), bessel, "_", color="grey", ms=14, mew=2, label="uniform, continuum at this eps"
 )

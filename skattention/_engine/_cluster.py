@@ -316,7 +316,8 @@ def lloyd(X, w, centers, max_iter, tol, verbose):
 
     Each iteration assigns every point to its nearest centre (ties to the lowest index), then
     moves each centre to the weighted mean of its points, relocating empty clusters to the
-    points farthest from their centres. Stops when the labels stop changing (strict
+    points farthest from their centres (or, when every point sits on its centre, to the
+    heaviest cluster's centre). Stops when the labels stop changing (strict
     convergence) or the summed squared centre shift is ``<= tol``; without strict convergence a
     last assignment makes labels and centres consistent.
     """
@@ -364,7 +365,11 @@ def _centers_from_sums(X, w, centers_old, step, labels):
                 sums[j] = X[idx] * w[idx]
                 mass[j] = w[idx]
                 mass[old] -= w[idx]
-    return weighted_means(sums, mass, centers_old)
+    # A cluster still empty (more clusters than distinct points) goes where the heaviest one
+    # is, as in scikit-learn's _average_centers. (scikit-learn copies that cluster's weighted sum
+    # instead of its centre when it comes later in the order; the centre is what it intends.)
+    centers = weighted_means(sums, mass, centers_old)
+    return torch.where((mass > 0)[:, None], centers, centers[int(torch.argmax(mass))])
 
 
 def weighted_means(sums, mass, centers_old):

@@ -11,9 +11,9 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._engine import (
     attention,
-    ball_counts,
+    budget_bytes,
     gaussian_kernel_log_sums,
-    kmeans_step,
+    plan_rows,
     progress_bar,
     resolve_device,
 )
@@ -47,10 +47,12 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         flat one). ``None``: :func:`sklearn.cluster.estimate_bandwidth` (quantile 0.3, on at
         most 10,000 points), the radius of scikit-learn's flat kernel; the Gaussian kernel then
         uses ``h = r / sqrt(n_features + 2)``, which gives it the per-coordinate variance of the
-        uniform ball of radius ``r``. The value used is ``bandwidth_``.
+        uniform ball of radius ``r``. An estimate of 0 (most points coincide) makes every
+        distinct point its own mode, as in MeanShift. The value used is ``bandwidth_``.
     kernel : {"gaussian", "flat"}, default="gaussian"
         ``"gaussian"``: attention at temperature ``T = 2 h^2``. ``"flat"``: uniform attention
-        over the points within distance ``h`` (scikit-learn's MeanShift kernel).
+        over the points within distance ``h``, ``h`` included (scikit-learn's MeanShift kernel;
+        the whole fit then equals MeanShift's).
     blurring : bool, default=False
         Move the points themselves (self-attention flow) instead of separate modes.
     seeds : array-like of shape (n_seeds, n_features), default=None
@@ -66,7 +68,9 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         Modes closer than this to a denser kept mode are merged into it; ``None``: ``h`` (as
         scikit-learn's MeanShift).
     max_iter : int, default=300
-        Maximum attention steps per seed (per flow with ``blurring``).
+        Maximum iterations per seed, counted as MeanShift does: a seed that has not converged
+        stops after ``max_iter`` completed iterations, i.e. at most ``max_iter + 1`` attention
+        steps. With ``blurring``: maximum steps of the flow.
     tol : float, default=1e-3
         A mode (with ``blurring``: the whole flow) has converged when it moves less than
         ``tol * h`` in one step (scikit-learn's MeanShift uses ``1e-3 h``).
@@ -86,7 +90,8 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
     bandwidth_ : float
         Bandwidth used.
     n_iter_ : int
-        Largest number of attention steps taken by a seed (by the flow with ``blurring``).
+        As MeanShift's: the most iterations a seed completed before the step that stopped it
+        (with ``blurring``: the steps of the flow).
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
@@ -163,35 +168,35 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         n = X.shape[0]
         h = self.bandwidth
         if h is None:
+            # 0 when most points coincide: each point is then its own mode (as in MeanShift)
             h = estimate_bandwidth(X, n_samples=None if n <= _BANDWIDTH_MAX_SAMPLES else _BANDWIDTH_MAX_SAMPLES,
                                    random_state=0)
-            if not h > 0:
-                h = 1.0  # every point identical (or fewer than 2 distinct): any bandwidth gives one cluster
-            elif self.kernel == "gaussian":
+            if self.kernel == "gaussian":
                 # the Gaussian with the per-coordinate variance of the uniform ball of that radius
                 h = h / math.sqrt(X.shape[1] + 2)
         h = float(h)
         self.bandwidth_ = h
         dtype = torch.float64 if X.dtype == np.float64 else torch.float32
         Xt = torch.from_numpy(X).to(device)
-        engine = dict(device=device, dtype=dtype)
-        if self.kernel == "gaussian":
+        # A zero bandwidth is the flat kernel's limit for either kernel: only coincident points.
+        flat = self.kernel == "flat" or h == 0.0
+        if flat:
+            kernel = _FlatKernel(Xt, h)
+        else:
             if not 0.0 < 2.0 * h * h < math.inf:
                 raise ValueError(
                     f"bandwidth={h:.6g} is out of range for the Gaussian kernel: its temperature "
                     f"2 * bandwidth**2 = {2.0 * h * h:.6g} must be positive and finite; rescale "
                     "the data or choose another bandwidth."
                 )
-            engine["temperature"] = 2.0 * h * h
-        else:
-            engine.update(temperature=math.inf, radius=h)
+            kernel = _GaussianKernel(Xt, h, device, dtype)
         stop = self.tol * h
 
         if self.blurring:
             Y, n_iter = Xt.clone(), 0
             with self._progress() as bar:
                 for _ in range(self.max_iter):
-                    Y_new = attention(Y, Y, Y, **engine)
+                    Y_new, _ = kernel.step(Y, Y)
                     shift = float(((Y_new - Y) ** 2).sum(1).max().sqrt())
                     Y, n_iter = Y_new, n_iter + 1
                     bar.set_postfix(shift=f"{shift:.3g}", refresh=False)
@@ -199,24 +204,28 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
                     if shift <= stop:
                         break
             modes, point_positions = Y, Y
+            intensity = kernel.intensity(modes, None)
         else:
-            modes, n_iter = self._shift_seeds(X, Xt, engine, h, stop, device, dtype)
+            modes, counts, n_iter = self._shift_seeds(X, kernel, h, stop, device)
             point_positions = Xt
+            intensity = kernel.intensity(modes, counts)
         self.n_iter_ = n_iter
-
-        # intensity of each mode: kernel density of the data (its log for the Gaussian kernel;
-        # only the order matters), the number of points within h for the flat kernel
-        if self.kernel == "gaussian":
-            intensity = gaussian_kernel_log_sums(modes, Xt, 2.0 * h * h, device=Xt.device)
-        else:
-            intensity = ball_counts(modes, Xt, h, device=Xt.device)
         centers = _merge_modes(modes.cpu().numpy(), intensity.cpu().numpy(),
                                h if self.cluster_merge is None else float(self.cluster_merge))
         self.cluster_centers_ = np.ascontiguousarray(centers, dtype=X.dtype)
-        self.labels_ = self._assign(point_positions, device, dtype)
+        labels, sq_dist = _nearest_centres(point_positions, self.cluster_centers_)
+        self.labels_ = labels if self.cluster_all else np.where(sq_dist > h * h, -1, labels)
         return self
 
-    def _shift_seeds(self, X, Xt, engine, h, stop, device, dtype):
+    def _shift_seeds(self, X, kernel, h, stop, device):
+        """Move every seed until it converges, counting iterations as MeanShift does.
+
+        A seed takes the mean of the points within reach; it stops when that moved it by at most
+        ``stop`` or after ``max_iter`` completed iterations (so at most ``max_iter + 1`` means),
+        and is dropped when no point is within reach. Returns the kept modes, the number of
+        points behind each one's last mean (the flat kernel's intensity) and ``n_iter_``, the
+        most iterations a seed completed.
+        """
         if self.seeds is not None:
             try:
                 seeds = check_array(self.seeds, dtype=X.dtype, input_name="seeds")
@@ -229,52 +238,48 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         else:
             seeds = X
         modes = torch.from_numpy(np.array(seeds, dtype=X.dtype)).to(device)
+        counts = torch.zeros(modes.shape[0], dtype=torch.long, device=device)
         active = torch.ones(modes.shape[0], dtype=torch.bool, device=device)
         found = torch.ones_like(active)
-        n_iter = 0
-        bar = self._progress()
-        for _ in range(self.max_iter):
-            idx = active.nonzero().squeeze(1)
-            if idx.numel() == 0:
-                break
-            bar.set_postfix(moving=idx.numel(), refresh=False)
-            bar.update()
-            n_iter += 1
-            old = modes[idx]
-            new = attention(old, Xt, Xt, on_empty="zero", **engine)
-            if self.kernel == "flat":
-                # a seed with no point within h stops where it is and is dropped (as in MeanShift)
-                empty = ball_counts(old, Xt, h, device=Xt.device) == 0
-                found[idx[empty]] = False
-                new = torch.where(empty[:, None], old, new)
-            shift = ((new - old) ** 2).sum(1).sqrt()
-            modes[idx] = new
-            active[idx[shift <= stop]] = False
-            if self.kernel == "flat":
-                active[idx[empty]] = False
-        bar.close()
+        n_iter = completed = 0
+        with self._progress() as bar:
+            while True:
+                idx = active.nonzero().squeeze(1)
+                if idx.numel() == 0:
+                    break
+                bar.set_postfix(moving=idx.numel(), refresh=False)
+                bar.update()
+                old = modes[idx]
+                new, within = kernel.step(old, kernel.points)
+                if within is not None:
+                    # a seed with no point within reach stops where it is and is dropped
+                    empty = within == 0
+                    found[idx[empty]] = False
+                    new = torch.where(empty[:, None], old, new)
+                    counts[idx] = within
+                shift = ((new.double() - old.double()) ** 2).sum(1).sqrt()
+                modes[idx] = new
+                done = (shift <= stop) | (completed == self.max_iter)
+                if within is not None:
+                    done |= empty
+                active[idx[done]] = False
+                if bool(done.any()):
+                    n_iter = completed
+                completed += 1
         if not bool(found.any()):
             raise ValueError(
                 f"No point was within bandwidth={h:.6g} of any seed. Try a different seeding "
                 "strategy or increase the bandwidth."
             )
-        return modes[found], n_iter
+        return modes[found], counts[found], n_iter
 
     def _progress(self):
-        return progress_bar(self.verbose, total=self.max_iter, desc="AttentionMeanShift fit", unit="step")
-
-    def _assign(self, points, device, dtype):
-        C = torch.from_numpy(self.cluster_centers_).to(device, dtype)
-        shift = C.mean(0)
-        step = kmeans_step(points.to(dtype) - shift, C - shift, None, update=False)
-        labels = step["labels"].cpu().numpy()
-        if not self.cluster_all:
-            far = step["min_sqdist"].cpu().numpy() > self.bandwidth_**2
-            labels = np.where(far, -1, labels)
-        return labels
+        return progress_bar(
+            self.verbose, total=self.max_iter + 1, desc="AttentionMeanShift fit", unit="step"
+        )
 
     def predict(self, X):
-        """Index of the nearest cluster centre of each point.
+        """Index of the nearest cluster centre of each point (as MeanShift.predict).
 
         Parameters
         ----------
@@ -283,14 +288,14 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         Returns
         -------
         labels : ndarray of shape (n_samples,)
-            With ``cluster_all=False``, ``-1`` for points farther than ``bandwidth_`` from
-            every centre.
+            Among equally near centres, the first. Every point gets a centre, also with
+            ``cluster_all=False`` (which only labels the training points ``-1``).
         """
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
-        device = resolve_device(self.device)
-        dtype = torch.float64 if X.dtype == np.float64 else torch.float32
-        return self._assign(torch.from_numpy(X).to(device), device, dtype)
+        points = torch.from_numpy(X).to(resolve_device(self.device))
+        labels, _ = _nearest_centres(points, self.cluster_centers_)
+        return labels
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -298,12 +303,104 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         return tags
 
 
+class _FlatKernel:
+    """Flat kernel: the mean of the points within distance ``radius`` (``<=``, exactly).
+
+    Membership is decided on squared distances from one matrix product (centred, float64) and
+    settled on exact differences for the pairs whose product-based distance lies within its
+    rounding error of ``radius**2``, so a point exactly on the boundary is always inside (as in
+    scikit-learn's MeanShift and ``radius_neighbors``).
+    """
+
+    def __init__(self, points, radius):
+        self.points = points
+        self.r2 = radius * radius
+        self.exact = points.double()
+        self.shift = self.exact.mean(0)
+        self.centred = self.exact - self.shift
+        self.sq_norms = (self.centred**2).sum(1)
+
+    def step(self, queries, points):
+        """New positions (means, in the queries' dtype) and the number of points behind each."""
+        exact = self.exact if points is self.points else points.double()
+        centred = self.centred if points is self.points else exact - self.shift
+        sq_norms = self.sq_norms if points is self.points else (centred**2).sum(1)
+        counts, sums = [], []
+        for block in _row_blocks(queries.shape[0], points.shape[0] * 17):
+            q = queries[block].double()
+            qc = q - self.shift
+            q_sq = (qc**2).sum(1)
+            d2 = torch.addmm(q_sq[:, None] + sq_norms[None, :], qc, centred.T, alpha=-2.0)
+            # |rounding| of the product formula <= (d + 4) u (||q||^2 + ||x||^2): recompute there
+            margin = (points.shape[1] + 4) * 4 * torch.finfo(torch.float64).eps
+            near = (d2 - self.r2).abs() <= margin * (q_sq[:, None] + sq_norms[None, :] + self.r2)
+            rows, cols = near.nonzero(as_tuple=True)
+            if rows.numel():
+                d2[rows, cols] = ((q[rows] - exact[cols]) ** 2).sum(1)
+            inside = (d2 <= self.r2).double()
+            counts.append(inside.sum(1))
+            sums.append(inside @ exact)
+        count = torch.cat(counts)
+        means = torch.cat(sums) / count.clamp(min=1)[:, None]
+        return means.to(queries.dtype), count.long()
+
+    def intensity(self, modes, counts):
+        """Points behind each mode's last mean (MeanShift's intensity); for the blurring flow,
+        the points within reach of the final positions."""
+        return counts if counts is not None else self.step(modes, self.points)[1]
+
+
+class _GaussianKernel:
+    """Gaussian kernel of bandwidth ``h``: attention at temperature ``2 h^2``."""
+
+    def __init__(self, points, h, device, dtype):
+        self.points = points
+        self.temperature = 2.0 * h * h
+        self.engine = dict(temperature=self.temperature, device=device, dtype=dtype)
+
+    def step(self, queries, points):
+        return attention(queries, points, points, **self.engine), None
+
+    def intensity(self, modes, counts):
+        """Log kernel density of the data at each mode (only the order matters)."""
+        return gaussian_kernel_log_sums(
+            modes, self.points, self.temperature, device=self.points.device
+        )
+
+
+def _row_blocks(n_rows, bytes_per_row):
+    """Slices of rows whose scratch (``bytes_per_row`` each) fits the working memory."""
+    rows = plan_rows(n_rows, row_bytes=bytes_per_row, budget=budget_bytes())
+    return [slice(start, start + rows) for start in range(0, n_rows, rows)]
+
+
+def _nearest_centres(points, centres):
+    """Index of the nearest centre of each point (the first among equally near ones) and the
+    squared distance to it, from exact differences in float64."""
+    C = torch.from_numpy(np.asarray(centres, dtype=np.float64)).to(points.device)
+    labels, sq_dist = [], []
+    for block in _row_blocks(points.shape[0], 8 * C.shape[0] * (C.shape[1] + 1)):
+        d2 = ((points[block].double()[:, None, :] - C[None]) ** 2).sum(2)
+        best, arg = d2.min(1)  # torch.min returns the first index of the minimum
+        labels.append(arg)
+        sq_dist.append(best)
+    labels = torch.cat(labels) if labels else torch.zeros(0, dtype=torch.long)
+    sq_dist = torch.cat(sq_dist) if sq_dist else torch.zeros(0, dtype=torch.float64)
+    return labels.cpu().numpy(), sq_dist.cpu().numpy()
+
+
 def _merge_modes(modes, intensity, radius):
     """Greedy suppression, densest first: keep a mode unless a kept one lies within ``radius``.
 
-    This is scikit-learn's MeanShift post-processing (modes sorted by decreasing intensity,
-    then by decreasing coordinates; neighbours within ``radius`` of a kept mode removed).
+    This is scikit-learn's MeanShift post-processing: identical modes count once (with the
+    intensity of the last seed that reached them), modes are sorted by decreasing intensity,
+    then by decreasing coordinates, and the modes within ``radius`` (``<=``) of a kept one are
+    removed.
     """
+    # the last occurrence of each distinct mode, as a dict keyed by the mode would keep
+    _, last = np.unique(modes[::-1], axis=0, return_index=True)
+    keep = len(modes) - 1 - last
+    modes, intensity = modes[keep], intensity[keep]
     keys = [modes[:, j] for j in range(modes.shape[1] - 1, -1, -1)] + [intensity]  # last = primary
     order = np.lexsort(keys)[::-1]
     modes = modes[order].astype(np.float64)

@@ -19,6 +19,7 @@ from ._operator import (
     diffusion_coordinates,
     diffusion_operator,
     knn_graph,
+    laplacian_eigenvalues,
     signed_power,
     top_eigenpairs,
 )
@@ -57,12 +58,14 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         ``(X, y)`` in ``fit`` (``metric_``).
     epsilon : float or "auto", default="auto"
         Kernel bandwidth, the attention temperature: ``exp(-f / epsilon)``. ``"auto"``: the
-        smallest bandwidth at which 90% of the points have at least ``sqrt(n_samples)`` effective
-        neighbours (kernel degree ``sum_j exp(-f_ij / epsilon)``), or ``0.9 n_neighbors`` of
-        them with the k-NN operator, estimated on up to 2,000 sampled points (see
-        docs/manifold.md for why). ``intrinsic_dimension_`` is then the Berry–Giannakis–Harlim
-        estimate at that bandwidth: twice the slope of ``log sum_ij exp(-f_ij / epsilon)``
-        against ``log epsilon``.
+        Berry–Giannakis–Harlim bandwidth (where ``log sum_ij exp(-f_ij / epsilon)`` over each
+        point's ``ceil(3 sqrt(n_samples)) + 1`` nearest points grows fastest in
+        ``log epsilon``) sets the number of effective neighbours (kernel degree
+        ``sum_j exp(-f_ij / epsilon)``) of the median point, and ``epsilon`` is the smallest
+        bandwidth giving 90% of the points that many; with the k-NN operator it is at most the
+        bandwidth giving 90% of them ``0.9 n_neighbors`` (a kernel nearly flat over the k-NN
+        ball when ``n_neighbors`` is small). Estimated on up to 2,000 sampled points; see
+        docs/manifold.md for why. ``intrinsic_dimension_`` is twice that fastest slope.
     alpha : float in [0, 1], default=1.0
         Coifman–Lafon density normalisation (a log-prior ``-alpha log q_j`` on the attention).
     diffusion_time : float >= 0, default=1
@@ -72,6 +75,14 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         operator on the symmetric k-NN graph (``j`` is among the ``n_neighbors`` nearest points
         of ``i``, itself included, or ``i`` is among ``j``'s); new points attend to their
         ``n_neighbors`` nearest training points and to those whose k-NN ball contains them.
+    include_self : bool, default=True
+        Keep each point's affinity with itself (``exp(0) = 1``): attention of a point over all
+        training points, itself included. ``False`` drops it, as the graph Laplacian of
+        :class:`~sklearn.manifold.SpectralEmbedding` does: with ``alpha=0`` and
+        ``epsilon=1 / gamma`` the components are then those of
+        ``SpectralEmbedding(affinity="rbf", gamma=gamma)`` up to a scale per component (the
+        same eigenvectors). ``transform`` still lets a new point attend to every training
+        point, so on the training points themselves it no longer reproduces ``embedding_``.
     eigen_solver : {"auto", "dense", "arpack"}, default="auto"
         ``"dense"``: a full ``torch.linalg.eigh`` on ``device``. ``"arpack"``: scipy's Lanczos in
         shift-invert mode just above the top eigenvalue 1 (a Cholesky factorisation made in the
@@ -94,9 +105,12 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
     eigenvalues_ : ndarray of shape (n_components,)
         Eigenvalues ``mu_k`` of the Markov operator ``S`` behind each component (descending).
     laplacian_eigenvalues_ : ndarray of shape (n_components,)
-        ``4 (1 - mu_k) / epsilon_``: estimates of the eigenvalues of the limit operator
+        ``-4 log(mu_k) / epsilon_`` (``S`` is the heat semigroup at time ``epsilon / 4``):
+        estimates of the eigenvalues of the limit operator
         ``-(Lap + 2 (1 - alpha) <grad log p, grad>)`` (``k^2`` on the unit circle for
-        ``alpha=1``, ``l (l + 1)`` on the unit sphere).
+        ``alpha=1``, ``l (l + 1)`` on the unit sphere). With the k-NN operator and
+        ``epsilon="auto"``, corrected for the part of the Gaussian the graph cuts off (its mean
+        squared step against the untruncated ``intrinsic_dimension_ * epsilon_ / 2``).
     epsilon_ : float
         The bandwidth used.
     intrinsic_dimension_ : float or None
@@ -134,6 +148,7 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         "alpha": [Interval(Real, 0, 1, closed="both")],
         "diffusion_time": [Interval(Real, 0, None, closed="left")],
         "n_neighbors": [Count(Integral, 1, None, closed="left"), None],
+        "include_self": ["boolean"],
         "eigen_solver": [StrOptions({"auto", "dense", "arpack"})],
         "device": [str, torch.device],
         "random_state": ["random_state"],
@@ -149,6 +164,7 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         alpha=1.0,
         diffusion_time=1,
         n_neighbors=None,
+        include_self=True,
         eigen_solver="auto",
         device="auto",
         random_state=None,
@@ -160,6 +176,7 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         self.alpha = alpha
         self.diffusion_time = diffusion_time
         self.n_neighbors = n_neighbors
+        self.include_self = include_self
         self.eigen_solver = eigen_solver
         self.device = device
         self.random_state = random_state
@@ -214,7 +231,9 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
                 )
             else:
                 self.epsilon_, self.intrinsic_dimension_ = float(self.epsilon), None
-            op = step("operator", lambda: diffusion_operator(Z, self.epsilon_, self.alpha, knn, device))
+            op = step("operator", lambda: diffusion_operator(
+                Z, self.epsilon_, self.alpha, knn, device, include_self=self.include_self
+            ))
             mu, v = step("eigenpairs", lambda: top_eigenpairs(
                 op.A, self.n_components + 1, self.eigen_solver, device, rng, progress=self.verbose
             ))
@@ -224,7 +243,9 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         del op.A, v
 
         self.eigenvalues_ = mu
-        self.laplacian_eigenvalues_ = 4.0 * (1.0 - mu) / self.epsilon_
+        self.laplacian_eigenvalues_ = laplacian_eigenvalues(
+            mu, op, self.epsilon_, self.intrinsic_dimension_
+        )
         self.embedding_ = psi * signed_power(mu, self.diffusion_time)[None, :]
         # Nyström: transform(x) = mu^t psi(x) = mu^(t-1) sum_j S(x, x_j) psi(x_j).
         self._nystrom_values = psi * signed_power(mu, self.diffusion_time - 1)[None, :]

@@ -24,7 +24,6 @@ from .._engine import (
     plan_rows,
     progress_bar,
     resolve_device,
-    sqdist_log_histogram,
 )
 
 # Points sampled by the bandwidth rule (their 90th percentile is what it needs).
@@ -33,6 +32,8 @@ _BANDWIDTH_QUERIES = 2000
 _KNN_DEGREE_FRACTION = 0.9
 # epsilon="auto" gives this fraction of the points the target number of effective neighbours.
 _COVERED_QUANTILE = 0.9
+# epsilon="auto": the bandwidth rule looks at each sampled point's ceil(3 sqrt(n)) + 1 nearest.
+_REFERENCE_NEIGHBORS = 3.0
 # k-NN graphs on the CPU use a k-d tree up to this many dimensions (brute force beyond).
 _TREE_MAX_DIM = 15
 # "auto" eigen-solver: a full dense decomposition up to this many points (shift-invert beyond).
@@ -71,51 +72,95 @@ def per_point_bandwidth(neighbor_d2, target_degree, quantile=_COVERED_QUANTILE):
     return float(np.exp(np.quantile(hi, quantile)))
 
 
-def kernel_sum_dimension(log_edges, counts, epsilon):
-    """Berry–Giannakis–Harlim: twice the slope of log sum_ij exp(-d_ij^2 / eps) in log eps.
+def bgh_bandwidth(neighbor_d2):
+    """Berry–Giannakis–Harlim: ``(eps, dimension)`` where ``log sum_ij exp(-d_ij^2 / eps)`` grows
+    fastest in ``log eps``, and twice that slope.
 
-    On samples of a d-dimensional manifold the (off-diagonal) kernel sum grows like
-    ``eps^(d/2)`` wherever eps is above the sample spacing and below the data's extent.
+    The sum runs over the rows of ``neighbor_d2`` (each point's nearest points, itself and its
+    duplicates included at distance 0): below the sample spacing only those zeros count (slope
+    0), above the neighbourhoods' radius the sum saturates (slope 0 again), and in between it
+    grows like ``eps^(d/2)`` on a d-dimensional manifold. The slope is evaluated exactly on a
+    histogram of the log squared distances, on a grid of 16 steps per octave.
     """
-    if len(log_edges) == 0 or counts.sum() == 0:
-        return float("nan")
-    centres = np.exp((log_edges[:-1] + log_edges[1:]) / 2)
-    keep = counts > 0
-    centres, log_counts = centres[keep], np.log(counts[keep])
-    log_eps = math.log(epsilon) + np.array([-0.05, 0.05])
-    terms = log_counts[None, :] - centres[None, :] / np.exp(log_eps)[:, None]
-    top = terms.max(1, keepdims=True)
-    log_sum = (top + np.log(np.exp(terms - top).sum(1, keepdims=True)))[:, 0]
-    return float(2.0 * (log_sum[1] - log_sum[0]) / 0.1)
+    positive = neighbor_d2[neighbor_d2 > 0]
+    if positive.size == 0:
+        raise ValueError("all points coincide: there is no scale to choose a bandwidth from.")
+    n_zero = neighbor_d2.size - positive.size
+    counts, edges = np.histogram(np.log(positive), bins=512)
+    centres = np.exp((edges[:-1] + edges[1:]) / 2)
+    centres, counts = centres[counts > 0], counts[counts > 0].astype(float)
+    log_eps = np.arange(edges[0] - 3.0, edges[-1] + 3.0, math.log(2.0) / 16)
+    ratio = centres[None, :] / np.exp(log_eps)[:, None]  # d^2 / eps per (grid point, bin)
+    weight = counts[None, :] * np.exp(-ratio)
+    # d log T / d log eps = sum_j (d_j^2 / eps) exp(-d_j^2 / eps) / T, T = n_zero + sum_j exp(...)
+    slope = (weight * ratio).sum(1) / (n_zero + weight.sum(1))
+    best = int(np.argmax(slope))
+    return float(np.exp(log_eps[best])), float(2.0 * slope[best])
 
 
 def auto_epsilon(Z, knn_d2, random_state, device):
     """``(epsilon, dimension)`` for ``epsilon="auto"``.
 
-    eps is the smallest bandwidth at which 90% of the points have at least a target number of
-    effective neighbours (kernel degree): ``sqrt(n)`` for the dense operator (fewer give noisy
-    eigenvalues, a fixed fraction of the data biases them with its large-scale shape), and
-    ``0.9 n_neighbors`` for the k-NN operator: the kernel is then nearly flat over the k-NN ball,
-    like the unweighted k-NN graph, which stays well connected across the random gaps of a small-k
-    graph (a sharper kernel, e.g. ``n_neighbors / 3`` effective neighbours, gave eigenvalue-ratio
-    errors of 0.1-0.6 on the circle with k = 15 against 0.01-0.04 for this rule). Asking it of
-    90% of the points rather than on average keeps sparse regions connected. Computed on up to 2,000 sampled points. The dimension is
-    :func:`kernel_sum_dimension` at that eps, from the same points' distances to all points
-    (dense) or from the k-NN distances.
+    On up to 2,000 sampled points and their ``ceil(3 sqrt(n)) + 1`` nearest points (themselves
+    included), :func:`bgh_bandwidth` gives the dimension and a bandwidth at which a typical
+    point's neighbourhood looks d-dimensional; the number of effective neighbours (kernel
+    degree ``sum_j exp(-d_ij^2 / eps)``) of the median point there is the target, and eps is the
+    smallest bandwidth at which 90% of the points reach it, so that sparse regions get as many
+    neighbours as the typical point (:func:`per_point_bandwidth`). The Gaussian then lies within
+    the neighbourhoods, so the operator is the Gaussian-kernel operator whose eigenvalues
+    estimate the Laplace–Beltrami spectrum (docs/manifold.md has the measurements).
+
+    With the k-NN operator (``knn_d2``, each point's ``n_neighbors`` squared distances) eps is
+    at most the bandwidth that gives 90% of the points ``0.9 n_neighbors`` effective neighbours:
+    with a small ``n_neighbors`` the kernel is then nearly flat over the k-NN ball, like an
+    unweighted k-NN graph, which stays connected across the random gaps of a small-k graph (a
+    Gaussian inside the ball would leave too few effective neighbours; the eigenvalue estimate
+    corrects for the truncation, see :func:`laplacian_eigenvalues`).
     """
     n = Z.shape[0]
-    if knn_d2 is not None:
-        rows = random_state.choice(n, _BANDWIDTH_QUERIES, replace=False) if n > _BANDWIDTH_QUERIES else slice(None)
-        epsilon = per_point_bandwidth(knn_d2[rows], _KNN_DEGREE_FRACTION * knn_d2.shape[1])
-        positive = knn_d2[knn_d2 > 0]
-        counts, edges = np.histogram(np.log(positive), bins=512)
-        return epsilon, kernel_sum_dimension(edges, counts.astype(float), epsilon)
     sample = np.sort(random_state.choice(n, _BANDWIDTH_QUERIES, replace=False)) if n > _BANDWIDTH_QUERIES else np.arange(n)
-    target = math.sqrt(n)
-    d2, _ = kneighbors(Z[sample], Z, min(n, math.ceil(3 * target) + 1), device=device, dtype="float64")
+    k = min(n, math.ceil(_REFERENCE_NEIGHBORS * math.sqrt(n)) + 1)
+    _, idx = kneighbors(Z[sample], Z, k, device=device, dtype="float64")
+    # The slope is read on a log scale: rounding residues of the blockwise distances (about
+    # 1e-16 of the squared norms) in place of exact zeros (each point itself, duplicates) would
+    # stretch it; the distances of the chosen neighbours are recomputed exactly.
+    d2 = _exact_sq_distances(Z, sample, idx)
+    scale, dimension = bgh_bandwidth(d2)
+    target = float(np.median(np.exp(-d2 / scale).sum(1)))
     epsilon = per_point_bandwidth(d2, target)
-    edges, counts, _ = sqdist_log_histogram(Z[sample], Z, self_index=sample, device=device, dtype="float64")
-    return epsilon, kernel_sum_dimension(edges, counts, epsilon)
+    if knn_d2 is not None:
+        rows = sample if n > _BANDWIDTH_QUERIES else slice(None)
+        flat = per_point_bandwidth(knn_d2[rows], _KNN_DEGREE_FRACTION * knn_d2.shape[1])
+        epsilon = min(epsilon, flat)
+    return epsilon, dimension
+
+
+def _exact_sq_distances(Z, rows, idx):
+    """``||Z[rows[i]] - Z[idx[i, j]]||^2`` by differences (exact zeros for coincident points),
+    in chunks of rows that keep the gathered differences within the working memory."""
+    out = np.empty(idx.shape)
+    chunk = plan_rows(len(rows), row_bytes=2 * 8 * idx.shape[1] * Z.shape[1], budget=budget_bytes())
+    for start in range(0, len(rows), chunk):
+        diff = Z[rows[start : start + chunk], None, :] - Z[idx[start : start + chunk]]
+        out[start : start + chunk] = np.einsum("ijk,ijk->ij", diff, diff)
+    return out
+
+
+def laplacian_eigenvalues(mu, op, epsilon, dimension):
+    """Estimates of the limit operator's eigenvalues from the eigenvalues ``mu`` of ``S``.
+
+    For the Gaussian kernel ``exp(-d^2 / eps)`` in flat space, ``S`` is the heat semigroup at time
+    ``eps / 4``: ``mu = exp(-lambda eps / 4)``, so ``lambda = -4 log(mu) / eps`` (the first-order
+    ``4 (1 - mu) / eps`` falls short by ``lambda eps / 8`` relatively). A k-NN graph that cuts the
+    Gaussian off shortens the diffusion's steps: ``eps / 4`` becomes ``J / (2 d)``, with ``J`` the
+    operator's mean squared step (``op.mean_sq_jump``) and ``d`` the intrinsic ``dimension``
+    (the untruncated Gaussian has ``J = d eps / 2``). Non-positive ``mu`` give ``inf``.
+    """
+    scale = epsilon / 4.0
+    if op.mean_sq_jump is not None and dimension is not None and dimension > 0:
+        scale *= min(1.0, 2.0 * op.mean_sq_jump / (dimension * epsilon))
+    with np.errstate(divide="ignore"):
+        return np.where(mu > 0, -np.log(np.where(mu > 0, mu, 1.0)) / scale, np.inf)
 
 
 @dataclass
@@ -126,6 +171,7 @@ class DiffusionOperator:
     degree: np.ndarray  # D, row sums of K_alpha
     log_prior: np.ndarray  # -alpha log q_j: the attention prior of the Markov operator
     radius: np.ndarray  # k-NN graph: distance to each point's k-th neighbour (itself first)
+    mean_sq_jump: float = None  # k-NN graph: sum_ij pi_i S_ij d_ij^2, the mean squared step of S
 
 
 def _available_memory():
@@ -165,20 +211,24 @@ def check_dense_memory(n, n_neighbors, eigen_solver, k):
         )
 
 
-def diffusion_operator(Z, epsilon, alpha, knn, device):
+def diffusion_operator(Z, epsilon, alpha, knn, device, include_self=True):
     """Build the symmetric conjugate of the alpha-normalised attention operator.
 
     Dense (``knn=None``): the n x n kernel is the only n x n array (normalised in place), built in
     blocks within ``working_memory`` (MiB of scratch besides it). k-NN (``knn=(d2, idx)`` from
     :func:`knn_graph`): the symmetric graph in which j is a neighbour of i if it is among i's k
-    nearest points (i itself included) or i is among j's.
+    nearest points (i itself included) or i is among j's. ``include_self=False`` gives each point
+    no affinity with itself (a zero diagonal, as in the graph Laplacian of scikit-learn's
+    SpectralEmbedding); points at distance 0 from each other keep theirs.
     """
     n = Z.shape[0]
-    radius = None
+    radius = mean_sq_jump = None
+    self_affinity = 1.0 if include_self else 0.0
     if knn is None:
         K = gaussian_kernel(Z, Z, epsilon, device=device, dtype="float64")
-        np.fill_diagonal(K, 1.0)  # exact self-affinity (the blockwise formula rounds)
+        np.fill_diagonal(K, self_affinity)  # exact (the blockwise formula rounds)
         q = K.sum(1)
+        _check_degrees(q, epsilon)
         if alpha:
             scale = q ** -alpha
             K *= scale[:, None]
@@ -194,15 +244,29 @@ def diffusion_operator(Z, epsilon, alpha, knn, device):
         rows = np.repeat(np.arange(n), idx.shape[1])
         K = sp.csr_matrix((np.exp(-d2.ravel() / epsilon), (rows, idx.ravel())), shape=(n, n))
         K = K.maximum(K.T).tocsr()  # the union graph; the kernel is symmetric
-        K.setdiag(1.0)
+        K.setdiag(self_affinity)
+        K.eliminate_zeros()
         q = np.asarray(K.sum(1)).ravel()
+        _check_degrees(q, epsilon)
         if alpha:
             scale = sp.diags(q ** -alpha)
             K = scale @ K @ scale
         d = np.asarray(K.sum(1)).ravel()
+        sq_dist = sp.csr_matrix((d2.ravel(), (rows, idx.ravel())), shape=(n, n))
+        mean_sq_jump = float(K.multiply(sq_dist.maximum(sq_dist.T)).sum() / d.sum())
         inv_sqrt = sp.diags(1.0 / np.sqrt(d))
         A = (inv_sqrt @ K @ inv_sqrt).tocsr()
-    return DiffusionOperator(A=A, degree=d, log_prior=-alpha * np.log(q), radius=radius)
+    return DiffusionOperator(
+        A=A, degree=d, log_prior=-alpha * np.log(q), radius=radius, mean_sq_jump=mean_sq_jump
+    )
+
+
+def _check_degrees(q, epsilon):
+    if not np.all(q > 0):
+        raise ValueError(
+            f"{int(np.sum(q <= 0))} points have no affinity with any other point at "
+            f"epsilon={epsilon:.6g} (include_self=False); raise epsilon or use n_neighbors."
+        )
 
 
 def knn_graph(Z, n_neighbors, device):

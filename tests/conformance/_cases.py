@@ -1,0 +1,104 @@
+"""Data with the ties real data has, and the configurations the docs claim are exact.
+
+Each data set is ``(X_train, y_class, y_reg, X_query)``: continuous (tie-free, the control),
+an integer grid (distance ties, points exactly on a radius), duplicated rows (with different
+labels on the copies) and one-hot rows (only a few distinct distances).
+"""
+
+import numpy as np
+from sklearn.neighbors import (
+    KNeighborsClassifier,
+    KNeighborsRegressor,
+    RadiusNeighborsClassifier,
+    RadiusNeighborsRegressor,
+)
+
+from skattention import MetricAttentionClassifier, MetricAttentionRegressor
+
+INF = np.inf
+RADIUS = 2.0  # on the integer grid many squared distances are exactly 4
+
+
+def _labels(rng, n):
+    return rng.integers(0, 3, n), rng.normal(size=n)
+
+
+def continuous(rng):
+    X = rng.normal(size=(60, 3))
+    return (X, *_labels(rng, 60), rng.normal(size=(30, 3)))
+
+
+def integer_grid(rng):
+    X = rng.integers(0, 6, size=(60, 2)).astype(float)
+    return (X, *_labels(rng, 60), rng.integers(-1, 7, size=(30, 2)).astype(float))
+
+
+def duplicated_rows(rng):
+    base = rng.normal(size=(24, 3))
+    X = base[rng.permutation(np.repeat(np.arange(24), rng.integers(1, 5, 24)))][:60]
+    return (X, *_labels(rng, len(X)), np.r_[base[:15], rng.normal(size=(15, 3))])
+
+
+def one_hot(rng):
+    def rows(n):
+        return np.hstack([np.eye(4)[rng.integers(0, 4, n)], np.eye(3)[rng.integers(0, 3, n)]])
+
+    return (rows(60), *_labels(rng, 60), rows(30))
+
+
+DATA = {
+    "continuous": continuous,
+    "integer_grid": integer_grid,
+    "duplicated_rows": duplicated_rows,
+    "one_hot": one_hot,
+}
+
+
+def make_data(name, dtype=np.float64, seed=0):
+    X, yc, yr, Xq = DATA[name](np.random.default_rng(seed))
+    return X.astype(dtype), yc, yr, Xq.astype(dtype)
+
+
+# name -> (ours, scikit-learn's, classifier?)
+CONFIGS = {
+    "knn_classifier": (
+        lambda: MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=INF),
+        lambda: KNeighborsClassifier(n_neighbors=3),
+        True,
+    ),
+    "knn_regressor": (
+        lambda: MetricAttentionRegressor("euclidean", n_neighbors=3, temperature=INF),
+        lambda: KNeighborsRegressor(n_neighbors=3),
+        False,
+    ),
+    "radius_classifier": (
+        lambda: MetricAttentionClassifier("euclidean", radius=RADIUS, temperature=INF),
+        lambda: RadiusNeighborsClassifier(radius=RADIUS),
+        True,
+    ),
+    "radius_regressor": (
+        lambda: MetricAttentionRegressor("euclidean", radius=RADIUS, temperature=INF),
+        lambda: RadiusNeighborsRegressor(radius=RADIUS),
+        False,
+    ),
+    "1nn_classifier": (
+        lambda: MetricAttentionClassifier("euclidean", temperature=0),
+        lambda: KNeighborsClassifier(n_neighbors=1),
+        True,
+    ),
+    "1nn_regressor": (
+        lambda: MetricAttentionRegressor("euclidean", temperature=0),
+        lambda: KNeighborsRegressor(n_neighbors=1),
+        False,
+    ),
+}
+
+
+def with_neighbor(X, Xq, radius=RADIUS):
+    """The queries that have a training point within ``radius`` (``<=``)."""
+    d2 = ((Xq[:, None, :].astype(np.float64) - X[None].astype(np.float64)) ** 2).sum(2)
+    return Xq[(d2 <= radius * radius).any(1)]
+
+
+def outputs(model, X, classifier):
+    return model.predict_proba(X) if classifier else model.predict(X)
