@@ -43,7 +43,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-import tabular_datasets as tds  # noqa: E402
+import tabular_datasets as tds
 
 RESULTS = HERE / "results" / "tabular.json"
 BASELINES = ("hgb", "linear", "knn", "catboost", "lightgbm")
@@ -166,7 +166,10 @@ def make_model(name, task, seed, X_train, threads, recipe):
 
     clf = task == "classification"
     if name == "hgb":
-        from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+        from sklearn.ensemble import (
+            HistGradientBoostingClassifier,
+            HistGradientBoostingRegressor,
+        )
 
         est = (HistGradientBoostingClassifier if clf else HistGradientBoostingRegressor)(
             categorical_features="from_dtype", random_state=seed)
@@ -228,7 +231,7 @@ def evaluate(name, dataset, seed, threads, recipe):
     else:
         pred = np.asarray(model.predict(Xte), dtype=np.float64)
     predict_s = time.perf_counter() - start
-    out = {"fit_s": fit_s, "predict_s": predict_s, "n_train": int(len(Xtr))}
+    out = {"fit_s": fit_s, "predict_s": predict_s, "n_train": len(Xtr)}
     if clf:
         classes = np.asarray(model.classes_)
         proba = np.clip(proba, 1e-15, 1.0)
@@ -321,7 +324,7 @@ def blas_kernel():
 
         return [(i.get("internal_api"), i.get("architecture"), i.get("num_threads"))
                 for i in threadpool_info()]
-    except Exception:  # threadpoolctl missing: say so rather than fail the benchmark
+    except ImportError:  # threadpoolctl missing: say so rather than fail the benchmark
         return "unknown"
 
 
@@ -353,6 +356,8 @@ def main():
     parser.add_argument("--force", action="store_true", help="recompute cached results")
     parser.add_argument("--report", action="store_true", help="only print the summary")
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--also", nargs="*", default=[],
+                        help="other result files merged into the summary (read only)")
     args = parser.parse_args()
 
     datasets = (args.datasets.split(",") if args.datasets else
@@ -399,7 +404,15 @@ def main():
                               f"{row[main_metric]:.4f}{auc} fit {row['fit_s']:.2f}s", flush=True)
     shown = [m for m in dict.fromkeys(
         list(BASELINES) + ["skattention_v0"] + models + [args.ours])]
-    text = summary(results, shown, args.ours, seeds, datasets)
+    merged = {}
+    for path in [*args.also, args.out]:
+        path = pathlib.Path(path)
+        for dataset, runs in (json.loads(path.read_text()) if path.exists() else {}).items():
+            for model, per_seed in runs.items():
+                merged.setdefault(dataset, {}).setdefault(model, {}).update(per_seed)
+    if args.also:
+        shown += [m for d in merged.values() for m in d if m not in shown and m in models]
+    text = summary(merged, shown, args.ours, seeds, datasets)
     print(text)
     if not args.quick and not args.datasets:
         (out_path.with_suffix(".md")).write_text(

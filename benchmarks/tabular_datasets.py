@@ -214,7 +214,7 @@ def describe(name, X, y):
         else:
             kinds["str"] += 1
     missing = float(X.isna().to_numpy().mean())
-    out = {"rows": int(len(X)), "columns": int(X.shape[1]), **kinds,
+    out = {"rows": len(X), "columns": int(X.shape[1]), **kinds,
            "missing_share": round(missing, 4), "source": spec.source, "family": spec.family,
            "split": spec.split, "log_target": spec.log_target, "note": spec.note}
     if spec.family != "regression":

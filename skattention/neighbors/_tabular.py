@@ -288,7 +288,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
 class TabularBlock:
     """One encoded row block: ``numeric`` float32 (n, n_numeric_out_), ``categories`` int64."""
 
-    __slots__ = ("numeric", "categories")
+    __slots__ = ("categories", "numeric")
 
     def __init__(self, numeric, categories):
         self.numeric, self.categories = numeric, categories
