@@ -234,6 +234,8 @@ def evaluate(name, dataset, seed, threads, recipe):
     out = {"fit_s": fit_s, "predict_s": predict_s, "n_train": len(Xtr)}
     if clf:
         classes = np.asarray(model.classes_)
+        order = np.argsort(classes)  # CatBoost keeps classes in order of appearance
+        classes, proba = classes[order], proba[:, order]
         proba = np.clip(proba, 1e-15, 1.0)
         proba /= proba.sum(1, keepdims=True)
         out["accuracy"] = float(accuracy_score(yte, pred))
@@ -352,6 +354,8 @@ def main():
     parser.add_argument("--recipe", nargs="*", default=[], help="k=v overrides of the lab recipe")
     parser.add_argument("--tag", default=None, help="store attention results as attention:TAG")
     parser.add_argument("--ours", default="attention", help="model whose wins are counted")
+    parser.add_argument("--baselines", default=",".join(BASELINES),
+                        help="baselines shown in the summary")
     parser.add_argument("--quick", action="store_true", help="3 small datasets, 1 seed")
     parser.add_argument("--force", action="store_true", help="recompute cached results")
     parser.add_argument("--report", action="store_true", help="only print the summary")
@@ -369,7 +373,10 @@ def main():
     recipe = {}
     for item in args.recipe:
         key, _, value = item.partition("=")
-        recipe[key] = json.loads(value) if value[:1] in "0123456789-[{tfn" else value
+        try:
+            recipe[key] = json.loads(value)
+        except ValueError:  # a bare word: a string option
+            recipe[key] = value
     if args.tag:
         models = [f"attention:{args.tag}" if m == "attention" else m for m in models]
     out_path = pathlib.Path(args.out)
@@ -403,7 +410,7 @@ def main():
                         print(f"{dataset} {model} seed {seed}: {main_metric} "
                               f"{row[main_metric]:.4f}{auc} fit {row['fit_s']:.2f}s", flush=True)
     shown = [m for m in dict.fromkeys(
-        list(BASELINES) + ["skattention_v0"] + models + [args.ours])]
+        args.baselines.split(",") + ["skattention_v0"] + models + [args.ours])]
     merged = {}
     for path in [*args.also, args.out]:
         path = pathlib.Path(path)
