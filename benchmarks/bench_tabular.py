@@ -330,6 +330,31 @@ def blas_kernel():
         return "unknown"
 
 
+def timing(datasets, models, recipe, threads, repeats):
+    """Median fit time of each model on each whole dataset, runs interleaved across models so
+    that load on the machine hits them alike; ratios against the first model."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(threads)
+    with threadpool_limits(threads):
+        print(f"BLAS: {blas_kernel()}; torch threads {torch.get_num_threads()}", flush=True)
+        for dataset in datasets:
+            X, y, spec = tds.load(dataset)
+            task = "regression" if spec.family == "regression" else "classification"
+            times = {m: [] for m in models}
+            for r in range(repeats):
+                for m in models:
+                    model = make_model(m, task, r, X, threads, recipe)
+                    start = time.perf_counter()
+                    model.fit(X, y)
+                    times[m].append(time.perf_counter() - start)
+            base = np.median(times[models[0]])
+            print(f"{dataset} ({X.shape[0]} x {X.shape[1]}): " + ", ".join(
+                f"{m} {np.median(t):.2f}s (x{np.median(t) / base:.2f}, runs "
+                f"{' '.join(f'{v:.1f}' for v in t)})" for m, t in times.items()), flush=True)
+
+
 def _store(out_path, dataset, model, seed, row):
     """Add one result to the JSON under an exclusive lock (runs may share the file)."""
     with open(out_path.with_suffix(".lock"), "w") as lock:
@@ -360,6 +385,10 @@ def main():
     parser.add_argument("--force", action="store_true", help="recompute cached results")
     parser.add_argument("--report", action="store_true", help="only print the summary")
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--timing", action="store_true",
+                        help="fit each model on whole datasets (<= 10,000 rows), --repeats "
+                             "times interleaved, and print median fit times (nothing cached)")
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--also", nargs="*", default=[],
                         help="other result files merged into the summary (read only)")
     args = parser.parse_args()
@@ -383,6 +412,8 @@ def main():
     out_path.parent.mkdir(parents=True, exist_ok=True)
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
 
+    if args.timing:
+        return timing(datasets, models, recipe, args.threads, args.repeats)
     if not args.report:
         import torch
         from threadpoolctl import threadpool_limits

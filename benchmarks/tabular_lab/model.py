@@ -28,10 +28,9 @@ import time
 
 import numpy as np
 import torch
+from skattention.neighbors._tabular import _TabularEncoder
 from torch import nn
 from torch.nn import functional as F
-
-from skattention.neighbors._tabular import _TabularEncoder
 
 RECIPE = {
     "scaling": "quantile",
@@ -58,6 +57,11 @@ RECIPE = {
     "calibrate": True,
     "n_members": 1,
     "categorical_features": "from_dtype",
+    # size rules for the numeric embedding (n = training rows): below ``none_below`` the numbers
+    # enter the linear layer as they are; below ``mix_below`` two members, one with PLR and one
+    # without, are averaged (``n_members`` then does not apply)
+    "none_below": 0,
+    "mix_below": 0,
 }
 
 _EPS = 1e-7
@@ -276,10 +280,17 @@ class _Base:
         num = torch.as_tensor(block.numeric)
         cat = torch.as_tensor(block.categories)
         vals = torch.as_tensor(values, dtype=torch.float32)
+        n = num.shape[0]
+        if n < r["none_below"]:
+            recipes = [{**r, "num_embedding": "none"}] * r["n_members"]
+        elif n < r["mix_below"]:
+            recipes = [r, {**r, "num_embedding": "none"}]
+        else:
+            recipes = [r] * r["n_members"]
         self.members_ = [
-            _Member(r, self._classification).fit(num, cat, vals, self.encoder_.cardinalities_,
-                                                 self.random_state * 1000 + i, stratify)
-            for i in range(r["n_members"])
+            _Member(ri, self._classification).fit(num, cat, vals, self.encoder_.cardinalities_,
+                                                  self.random_state * 1000 + i, stratify)
+            for i, ri in enumerate(recipes)
         ]
         self.fit_info_ = {"members": [m.info for m in self.members_],
                           "fit_s": time.perf_counter() - start}
