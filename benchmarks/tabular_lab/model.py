@@ -33,13 +33,13 @@ from torch import nn
 from torch.nn import functional as F
 
 RECIPE = {
-    "scaling": "quantile",
+    "scaling": "robust",
     "min_frequency": 1,
     "missing_indicators": True,
     "num_embedding": "plr",
-    "n_frequencies": 48,
+    "n_frequencies": 24,
     "frequency_scale": 0.04,
-    "d_embedding": 16,
+    "d_embedding": 12,
     "dim": 128,
     "n_blocks": 0,
     "d_block": 256,
@@ -47,12 +47,12 @@ RECIPE = {
     "distance": "euclidean",
     "lr": 0.01,
     "weight_decay": 2e-4,
-    "batch_size": 512,
+    "batch_size": 1024,
     "sample_rate": 0.5,
-    "max_candidates": 4096,
+    "max_candidates": 1024,
     "val_fraction": 0.15,
     "max_epochs": 100,
-    "patience": 10,
+    "patience": 8,
     "max_steps": 2000,
     "calibrate": True,
     "n_members": 1,
@@ -60,7 +60,7 @@ RECIPE = {
     # size rules for the numeric embedding (n = training rows): below ``none_below`` the numbers
     # enter the linear layer as they are; below ``mix_below`` two members, one with PLR and one
     # without, are averaged (``n_members`` then does not apply)
-    "none_below": 0,
+    "none_below": 1500,
     "mix_below": 0,
 }
 
