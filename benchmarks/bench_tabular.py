@@ -305,6 +305,8 @@ def summary(results, models, ours, seeds, datasets):
                         parts.append(f"{k} {sum(x > 0 for x in d)}W/{sum(x == 0 for x in d)}T/"
                                      f"{sum(x < 0 for x in d)}L (mean {np.mean(d):+.4f})")
                     lines.append(f"- {ours} vs {m}: " + "; ".join(parts))
+            if ours in present and {"hgb", "knn", "linear"} <= set(present):
+                lines += ["", _targets(means, names, ours, family, present)]
             lines.append("")
             main = metrics[1] if family != "regression" else "r2"
             head = "| dataset | " + " | ".join(present) + f" |  ({metrics[0]}" + (
@@ -318,6 +320,37 @@ def summary(results, models, ours, seeds, datasets):
                                                           if main != metrics[0] else ""))
                 lines.append(f"| {d} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _targets(means, names, ours, family, present):
+    """Issue 15's targets for ``ours`` on one family: met or not, with the numbers."""
+    def mean(m, k):
+        return float(np.mean([means[m][d][k] for d in names]))
+
+    first = "accuracy" if family != "regression" else "r2"
+    checks = [(f"mean {first} >= hgb", mean(ours, first), mean("hgb", first),
+               mean(ours, first) >= mean("hgb", first))]
+    if family != "regression":
+        checks += [
+            ("mean roc_auc >= hgb", mean(ours, "roc_auc"), mean("hgb", "roc_auc"),
+             mean(ours, "roc_auc") >= mean("hgb", "roc_auc")),
+            ("mean log_loss <= hgb", mean(ours, "log_loss"), mean("hgb", "log_loss"),
+             mean(ours, "log_loss") <= mean("hgb", "log_loss")),
+            ("mean accuracy >= linear - 0.01", mean(ours, "accuracy"), mean("linear", "accuracy"),
+             mean(ours, "accuracy") >= mean("linear", "accuracy") - 0.01),
+        ]
+        if "catboost" in present:
+            checks += [(f"moonshot: mean {k} >= catboost", mean(ours, k), mean("catboost", k),
+                        mean(ours, k) >= mean("catboost", k)) for k in ("accuracy", "roc_auc")]
+    elif "catboost" in present:
+        checks.append(("moonshot: mean r2 >= catboost", mean(ours, "r2"), mean("catboost", "r2"),
+                       mean(ours, "r2") >= mean("catboost", "r2")))
+    share = np.mean([means[ours][d][first] >= means["knn"][d][first] for d in names])
+    checks.append((f"{first} >= knn on >= 90% of datasets", share, 0.9, share >= 0.9))
+    out = ["| target | ours | reference | met |", "| --- | --- | --- | --- |"]
+    out += [f"| {name} | {a:.4f} | {b:.4f} | {'yes' if ok else 'NO'} |"
+            for name, a, b, ok in checks]
+    return "\n".join(out)
 
 
 def blas_kernel():
