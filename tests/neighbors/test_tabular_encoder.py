@@ -203,3 +203,19 @@ def test_zero_rows_at_predict():
     X = _frame()
     block = _TabularEncoder().fit(X).transform(X.iloc[:0])
     assert block.numeric.shape == (0, 3) and block.categories.shape == (0, 3)
+
+
+def test_nullable_dtypes_and_mixed_object_column():
+    X = pd.DataFrame({
+        "b": pd.array([True, None, False, True], dtype="boolean"),
+        "s": pd.array(["x", None, "y", "x"], dtype="string"),
+        "f": pd.array([1.5, None, 2.0, 3.0], dtype="Float64"),
+        "o": [1, "a", None, 2.5],
+    })
+    enc = _TabularEncoder().fit(X)
+    assert enc.categorical_.tolist() == [False, True, False, True]
+    assert list(enc.categories_[1]) == ["1", "2.5", "a"]  # mixed values compare as strings
+    block = enc.transform(X)
+    assert np.isfinite(block.numeric).all()
+    assert block.numeric[1].tolist()[-2:] == [1.0, 1.0]  # both indicators of row 1
+    assert block.categories[1].tolist() == [MISSING_CODE, 4]
