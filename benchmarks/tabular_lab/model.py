@@ -28,9 +28,10 @@ import time
 
 import numpy as np
 import torch
-from skattention.neighbors._tabular import _TabularEncoder
 from torch import nn
 from torch.nn import functional as F
+
+from skattention.neighbors._tabular import _TabularEncoder
 
 RECIPE = {
     "scaling": "robust",
