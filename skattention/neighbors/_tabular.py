@@ -332,6 +332,8 @@ class _Table:
         elif self.is_sparse:
             self.matrix = check_array(X, accept_sparse=("csr", "csc"), dtype=np.float64,
                                       ensure_all_finite="allow-nan", ensure_min_samples=0)
+            # fit reads whole columns, transform reads row blocks: one conversion each
+            self.matrix = self.matrix.tocsc() if reset else self.matrix.tocsr()
             self.n_rows, self.n_features = self.matrix.shape
             string_names = False
         else:
@@ -365,10 +367,12 @@ class _Table:
                              f"(in order); got {list(names)}, expected {list(fitted_names)}.")
 
     def rows(self, rows):
+        """The table of a row slice; a sparse slice is densified here, one block at a time."""
         out = object.__new__(_Table)
         out.__dict__.update(self.__dict__)
         if self.is_sparse:
-            out.matrix = self.matrix[rows]
+            out.dense = self.matrix[rows].toarray()
+            out.matrix = None
         else:
             out.frame = self.frame.iloc[rows]
         out.n_rows = len(range(*rows.indices(self.n_rows)))
@@ -393,8 +397,13 @@ class _Table:
     def numeric_column(self, j, fitted_kind):
         """Column ``j`` as float64 with NaN for missing values; a clear error for text."""
         if self.is_sparse:
-            col = self.matrix[:, [j]]
-            return np.asarray(col.toarray(), dtype=np.float64).ravel()
+            if getattr(self, "dense", None) is not None:
+                return self.dense[:, j]
+            # the whole (CSC) matrix at fit: one dense column at a time, never all columns
+            column = np.zeros(self.n_rows)
+            start, stop = self.matrix.indptr[j], self.matrix.indptr[j + 1]
+            column[self.matrix.indices[start:stop]] = self.matrix.data[start:stop]
+            return column
         series = self.frame.iloc[:, j]
         kind = self.kind(j)
         if kind == "category" or (fitted_kind not in (None, kind) and fitted_kind != "bool"):

@@ -219,3 +219,16 @@ def test_nullable_dtypes_and_mixed_object_column():
     assert np.isfinite(block.numeric).all()
     assert block.numeric[1].tolist()[-2:] == [1.0, 1.0]  # both indicators of row 1
     assert block.categories[1].tolist() == [MISSING_CODE, 4]
+
+
+def test_wide_sparse_blocks_are_bounded():
+    X = sparse.random(300, 2000, density=0.002, format="csr", random_state=0)
+    enc = _TabularEncoder().fit(X)
+    assert enc.n_numeric_out_ == 2000
+    sizes = [b.numeric.shape for b in enc.transform_blocks(X, block_rows=128)]
+    assert sizes == [(128, 2000), (128, 2000), (44, 2000)]
+    dense = X.toarray()
+    np.testing.assert_allclose(
+        np.concatenate([b.numeric for b in enc.transform_blocks(X.tocsc(), block_rows=100)]),
+        _TabularEncoder().fit(dense).transform(dense).numeric,
+    )
