@@ -1,0 +1,234 @@
+"""The mixed-type tabular encoder: column kinds, scaling, codes, sparse blocks, bad input."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import sparse
+from sklearn.preprocessing import QuantileTransformer
+
+from skattention.neighbors._tabular import MISSING_CODE, OTHER_CODE, _TabularEncoder
+
+
+def _frame(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "income": rng.lognormal(10, 1, n),
+        "age": pd.array(rng.integers(18, 80, n), dtype="Int64"),
+        "flag": rng.random(n) > 0.5,
+        "city": pd.Series(rng.choice(["Oslo", "Rome", "Lima"], n), dtype="category"),
+        "plan": pd.Series(rng.choice(["basic", "pro"], n), dtype="string"),
+        "note": rng.choice(["a", "b", None], n).astype(object),
+    })
+
+
+def test_from_dtype_kinds_and_shapes():
+    X = _frame()
+    X.loc[3, "income"] = np.nan
+    X.loc[5, "age"] = pd.NA
+    enc = _TabularEncoder().fit(X)
+    assert enc.n_features_in_ == 6
+    assert list(enc.feature_names_in_) == list(X.columns)
+    assert enc.categorical_.tolist() == [False, False, False, True, True, True]
+    assert enc.indicator_columns_.tolist() == [0, 1]  # income and age had missing values
+    block = enc.transform(X)
+    assert block.numeric.dtype == np.float32 and block.numeric.shape == (60, 3 + 2)
+    assert block.categories.dtype == np.int64 and block.categories.shape == (60, 3)
+    assert np.isfinite(block.numeric).all()
+    assert block.numeric[3, 3] == 1 and block.numeric[5, 4] == 1  # the indicators
+    assert block.numeric[3, 0] == 0  # a missing value sits at the scaled median
+    assert enc.cardinalities_.tolist() == [3 + 2, 2 + 2, 2 + 2]
+    assert (block.categories[:, 2][X["note"].isna().to_numpy()] == MISSING_CODE).all()
+    names = enc.get_feature_names_out()
+    assert list(names) == ["income", "age", "flag", "missing_income", "missing_age", "city",
+                           "plan", "note"]
+
+
+@pytest.mark.parametrize("spec", [[3, 4, 5], ["city", "plan", "note"],
+                                  [False, False, False, True, True, True]])
+def test_explicit_categorical_features(spec):
+    enc = _TabularEncoder(categorical_features=spec).fit(_frame())
+    assert enc.categorical_columns_.tolist() == [3, 4, 5]
+
+
+def test_integer_column_declared_categorical_and_none():
+    X = _frame()
+    enc = _TabularEncoder(categorical_features=["age", "city", "plan", "note"]).fit(X)
+    assert enc.categorical_[1] and enc._level_is_numeric[0]
+    codes = enc.transform(X).categories[:, 0]
+    assert codes.min() >= 2  # every training age is a level
+    X_num = X[["income", "age"]]
+    assert not _TabularEncoder(categorical_features=None).fit(X_num).categorical_.any()
+
+
+def test_bad_categorical_features():
+    X = _frame()
+    with pytest.raises(ValueError, match="not in X's columns"):
+        _TabularEncoder(categorical_features=["town"]).fit(X)
+    with pytest.raises(ValueError, match="mask has 2 entries"):
+        _TabularEncoder(categorical_features=[True, False]).fit(X)
+    with pytest.raises(ValueError, match="indices must be in"):
+        _TabularEncoder(categorical_features=[9]).fit(X)
+    with pytest.raises(ValueError, match="'from_dtype'"):
+        _TabularEncoder(categorical_features="auto").fit(X)
+    with pytest.raises(ValueError, match="needs X as a DataFrame"):
+        _TabularEncoder(categorical_features=["a"]).fit(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="numeric_scaling"):
+        _TabularEncoder(numeric_scaling="minmax").fit(X)
+
+
+def test_unseen_and_missing_at_predict_are_codes_not_errors():
+    X = _frame()
+    enc = _TabularEncoder().fit(X)
+    new = X.head(3).copy()
+    new["city"] = pd.Series(["Paris", None, "Rome"], dtype="category")
+    new["income"] = [np.nan, 1e9, -5.0]  # missing, beyond the training range
+    block = enc.transform(new)
+    assert block.categories[:, 0].tolist()[:2] == [OTHER_CODE, MISSING_CODE]
+    assert block.categories[2, 0] >= 2
+    assert np.isfinite(block.numeric).all()
+    assert block.numeric[0, 0] == 0
+    # no indicator for a column without missing values at fit time
+    assert block.numeric.shape[1] == 3
+
+
+def test_all_nan_column_and_single_level_category():
+    X = pd.DataFrame({"empty": [np.nan] * 5, "one": ["x"] * 5, "v": [1.0, 2, 3, 4, 5]})
+    enc = _TabularEncoder().fit(X)
+    block = enc.transform(X)
+    assert np.all(block.numeric[:, 0] == block.numeric[0, 0])  # constant, finite
+    assert np.isfinite(block.numeric).all()
+    assert enc.cardinalities_.tolist() == [3]
+    assert set(block.categories[:, 0]) == {2}
+
+
+def test_quantile_scaling_matches_scikit_learn_on_training_data():
+    rng = np.random.default_rng(0)
+    x = rng.exponential(size=(3000, 1))
+    ours = _TabularEncoder(numeric_scaling="quantile").fit(x).transform(x).numeric[:, 0]
+    ref = QuantileTransformer(n_quantiles=100, output_distribution="normal").fit_transform(x)
+    np.testing.assert_allclose(ours, ref[:, 0], atol=0.02)
+    assert abs(np.median(ours)) < 0.05
+
+
+def test_quantile_scaling_of_a_binary_column_is_symmetric():
+    x = np.array([[0.0], [1.0]] * 50)
+    z = _TabularEncoder(numeric_scaling="quantile").fit(x).transform(x).numeric[:, 0]
+    assert z[0] < 0 < z[1] and np.isclose(z[0], -z[1])
+
+
+def test_robust_scaling_is_smoothly_clipped():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(size=(200, 1)), [[1e6], [-1e6]]])
+    z = _TabularEncoder().fit(x).transform(x).numeric[:, 0]
+    assert np.abs(z).max() <= 3.0 and np.abs(z).max() > 2.9
+    assert abs(np.median(z)) < 1e-6
+    z = _TabularEncoder(numeric_scaling="standard").fit(x).transform(x).numeric[:, 0]
+    np.testing.assert_allclose(z.std(), 1.0, rtol=1e-4)
+
+
+def test_min_frequency_groups_rare_levels():
+    X = pd.DataFrame({"c": ["a"] * 10 + ["b"] * 10 + ["rare"]})
+    enc = _TabularEncoder(min_frequency=2).fit(X)
+    assert list(enc.categories_[0]) == ["a", "b"]
+    assert enc.transform(X).categories[-1, 0] == OTHER_CODE
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_sparse_with_explicit_nan_blocks_match_dense(fmt):
+    rng = np.random.default_rng(0)
+    dense = rng.normal(size=(50, 4)) * (rng.random((50, 4)) < 0.3)
+    dense[2, 1] = np.nan
+    X = sparse.csr_matrix(dense).asformat(fmt)
+    enc = _TabularEncoder().fit(X)
+    assert enc.indicator_columns_.tolist() == [1]
+    ref = _TabularEncoder().fit(dense).transform(dense)
+    whole = enc.transform(X)
+    np.testing.assert_allclose(whole.numeric, ref.numeric)
+    blocks = list(enc.transform_blocks(X, block_rows=16))
+    assert [len(b) for b in blocks] == [16, 16, 16, 2]
+    np.testing.assert_allclose(np.concatenate([b.numeric for b in blocks]), ref.numeric)
+    assert whole.numeric[2, 4] == 1 and whole.numeric[2, 1] == 0
+    with pytest.raises(ValueError, match="sparse matrix"):
+        _TabularEncoder(categorical_features=[0]).fit(X)
+
+
+def test_dtype_changes_between_fit_and_predict():
+    X = _frame()
+    enc = _TabularEncoder().fit(X)
+    as_text = X.copy()
+    as_text["income"] = as_text["income"].astype(str)  # strings of numbers: converted
+    np.testing.assert_allclose(enc.transform(as_text).numeric, enc.transform(X).numeric,
+                               rtol=1e-6)
+    words = X.copy()
+    words["income"] = "high"
+    with pytest.raises(ValueError, match="'income' is numeric for this encoder but holds text"):
+        enc.transform(words)
+    enc_num = _TabularEncoder(categorical_features=["age", "city", "plan", "note"]).fit(X)
+    changed = X.copy()
+    changed["age"] = changed["age"].astype(str)
+    with pytest.raises(ValueError, match="'age' held numbers at fit time but holds strings"):
+        enc_num.transform(changed)
+
+
+def test_text_in_a_numeric_column_at_fit_is_a_clear_error():
+    X = pd.DataFrame({"v": pd.Series(["1", "x"], dtype="category"), "w": [1.0, 2.0]})
+    with pytest.raises(ValueError, match="'v' is numeric for this encoder but holds text at fit"):
+        _TabularEncoder(categorical_features=None).fit(X)
+
+
+def test_column_mismatch_errors():
+    X = _frame()
+    enc = _TabularEncoder().fit(X)
+    with pytest.raises(ValueError, match="X has 5 features"):
+        enc.transform(X.iloc[:, :5])
+    with pytest.raises(ValueError, match="feature names should match"):
+        enc.transform(X[X.columns[::-1]])
+    with pytest.raises(ValueError, match="0 sample"):
+        _TabularEncoder().fit(X.iloc[:0])
+    with pytest.raises(ValueError, match="2-D"):
+        _TabularEncoder().fit(np.zeros(3))
+
+
+def test_numpy_input_has_no_feature_names():
+    X = np.arange(12.0).reshape(6, 2)
+    enc = _TabularEncoder().fit(pd.DataFrame(X, columns=["a", "b"]))
+    enc.fit(X)
+    assert enc.n_features_in_ == 2 and not hasattr(enc, "feature_names_in_")
+    object_array = np.array([["a", 1.0], ["b", 2.0]], dtype=object)
+    enc = _TabularEncoder().fit(object_array)
+    assert enc.categorical_.tolist() == [True, True]  # object columns are categorical
+
+
+def test_zero_rows_at_predict():
+    X = _frame()
+    block = _TabularEncoder().fit(X).transform(X.iloc[:0])
+    assert block.numeric.shape == (0, 3) and block.categories.shape == (0, 3)
+
+
+def test_nullable_dtypes_and_mixed_object_column():
+    X = pd.DataFrame({
+        "b": pd.array([True, None, False, True], dtype="boolean"),
+        "s": pd.array(["x", None, "y", "x"], dtype="string"),
+        "f": pd.array([1.5, None, 2.0, 3.0], dtype="Float64"),
+        "o": [1, "a", None, 2.5],
+    })
+    enc = _TabularEncoder().fit(X)
+    assert enc.categorical_.tolist() == [False, True, False, True]
+    assert list(enc.categories_[1]) == ["1", "2.5", "a"]  # mixed values compare as strings
+    block = enc.transform(X)
+    assert np.isfinite(block.numeric).all()
+    assert block.numeric[1].tolist()[-2:] == [1.0, 1.0]  # both indicators of row 1
+    assert block.categories[1].tolist() == [MISSING_CODE, 4]
+
+
+def test_wide_sparse_blocks_are_bounded():
+    X = sparse.random(300, 2000, density=0.002, format="csr", random_state=0)
+    enc = _TabularEncoder().fit(X)
+    assert enc.n_numeric_out_ == 2000
+    sizes = [b.numeric.shape for b in enc.transform_blocks(X, block_rows=128)]
+    assert sizes == [(128, 2000), (128, 2000), (44, 2000)]
+    dense = X.toarray()
+    np.testing.assert_allclose(
+        np.concatenate([b.numeric for b in enc.transform_blocks(X.tocsc(), block_rows=100)]),
+        _TabularEncoder().fit(dense).transform(dense).numeric,
+    )
