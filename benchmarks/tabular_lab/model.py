@@ -140,7 +140,7 @@ class _Member:
         bs = min(r["batch_size"], n_tr)
         best, best_state, stall, steps, epochs = math.inf, None, 0, 0, 0
         history = []
-        for epoch in range(r["max_epochs"]):
+        for _ in range(r["max_epochs"]):
             net.train()
             order = torch.randperm(n_tr, generator=gen)
             for batch in order.split(bs):
