@@ -30,7 +30,9 @@ from ._operator import (
 _RADIUS_SLACK = 1e-6
 
 
-class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, DevicePortableMixin, BaseEstimator):
+class AttentionDiffusionEmbedding(
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, DevicePortableMixin, BaseEstimator
+):
     """Diffusion-map embedding with the attention matrix as the diffusion operator.
 
     The attention of the training points over themselves,
@@ -212,7 +214,9 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         Z = self._to_metric_space(X)
 
         n_steps = 2 + (self.n_neighbors is not None) + (self.epsilon == "auto")
-        with progress_bar(self.verbose, total=n_steps, desc=f"{type(self).__name__} fit", unit="step") as bar:
+        with progress_bar(
+            self.verbose, total=n_steps, desc=f"{type(self).__name__} fit", unit="step"
+        ) as bar:
 
             def step(name, compute):
                 bar.set_postfix_str(name)
@@ -227,16 +231,28 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
                 knn = step("k-NN graph", lambda: knn_graph(Z, self.n_neighbors, device))
             if self.epsilon == "auto":
                 self.epsilon_, self.intrinsic_dimension_ = step(
-                    "bandwidth", lambda: auto_epsilon(Z, None if knn is None else knn[0], rng, device)
+                    "bandwidth",
+                    lambda: auto_epsilon(Z, None if knn is None else knn[0], rng, device),
                 )
             else:
                 self.epsilon_, self.intrinsic_dimension_ = float(self.epsilon), None
-            op = step("operator", lambda: diffusion_operator(
-                Z, self.epsilon_, self.alpha, knn, device, include_self=self.include_self
-            ))
-            mu, v = step("eigenpairs", lambda: top_eigenpairs(
-                op.A, self.n_components + 1, self.eigen_solver, device, rng, progress=self.verbose
-            ))
+            op = step(
+                "operator",
+                lambda: diffusion_operator(
+                    Z, self.epsilon_, self.alpha, knn, device, include_self=self.include_self
+                ),
+            )
+            mu, v = step(
+                "eigenpairs",
+                lambda: top_eigenpairs(
+                    op.A,
+                    self.n_components + 1,
+                    self.eigen_solver,
+                    device,
+                    rng,
+                    progress=self.verbose,
+                ),
+            )
             bar.set_postfix_str("done")
         psi = diffusion_coordinates(op, v)[:, 1:]
         mu = mu[1:]
@@ -287,12 +303,25 @@ class AttentionDiffusionEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMi
         Z = self._to_metric_space(X)
         radius = None
         if self.n_neighbors is not None:
-            d2, _ = kneighbors(Z, self._fit_Z, self.n_neighbors, device=self.device, dtype="float64",
-                               progress=self.verbose)
+            d2, _ = kneighbors(
+                Z,
+                self._fit_Z,
+                self.n_neighbors,
+                device=self.device,
+                dtype="float64",
+                progress=self.verbose,
+            )
             radius = (np.sqrt(d2[:, -1]) * (1 + _RADIUS_SLACK), self._radius * (1 + _RADIUS_SLACK))
         out = attention(
-            Z, self._fit_Z, self._nystrom_values, temperature=self.epsilon_, log_prior=self._log_prior,
-            radius=radius, device=self.device, dtype="float64", progress=self.verbose,
+            Z,
+            self._fit_Z,
+            self._nystrom_values,
+            temperature=self.epsilon_,
+            log_prior=self._log_prior,
+            radius=radius,
+            device=self.device,
+            dtype="float64",
+            progress=self.verbose,
         )
         return np.asarray(out, dtype=np.float64)
 

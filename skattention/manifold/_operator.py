@@ -118,7 +118,11 @@ def auto_epsilon(Z, knn_d2, random_state, device):
     corrects for the truncation, see :func:`laplacian_eigenvalues`).
     """
     n = Z.shape[0]
-    sample = np.sort(random_state.choice(n, _BANDWIDTH_QUERIES, replace=False)) if n > _BANDWIDTH_QUERIES else np.arange(n)
+    sample = (
+        np.sort(random_state.choice(n, _BANDWIDTH_QUERIES, replace=False))
+        if n > _BANDWIDTH_QUERIES
+        else np.arange(n)
+    )
     k = min(n, math.ceil(_REFERENCE_NEIGHBORS * math.sqrt(n)) + 1)
     _, idx = kneighbors(Z[sample], Z, k, device=device, dtype="float64")
     # The slope is read on a log scale: rounding residues of the blockwise distances (about
@@ -197,14 +201,24 @@ def check_dense_memory(n, n_neighbors, eigen_solver, k):
     blocks that fill them. Raises ``MemoryError`` suggesting ``n_neighbors`` (a sparse operator)
     or ``eigen_solver='arpack'`` when they cannot fit.
     """
-    full_eigh = eigen_solver == "dense" or (eigen_solver == "auto" and n <= _DENSE_EIGEN_MAX) or k >= n - 1
+    full_eigh = (
+        eigen_solver == "dense" or (eigen_solver == "auto" and n <= _DENSE_EIGEN_MAX) or k >= n - 1
+    )
     if n_neighbors is not None and not full_eigh:
         return
     need = 8 * n * n * ((0 if n_neighbors is not None else 1) + (3 if full_eigh else 0))
     available = _available_memory()
     if available is not None and need > available:
-        what = f"a dense {n} x {n} operator" if n_neighbors is None else f"a dense {n} x {n} eigen-decomposition"
-        hint = "set n_neighbors (a sparse k-NN operator)" if n_neighbors is None else "use eigen_solver='arpack'"
+        what = (
+            f"a dense {n} x {n} operator"
+            if n_neighbors is None
+            else f"a dense {n} x {n} eigen-decomposition"
+        )
+        hint = (
+            "set n_neighbors (a sparse k-NN operator)"
+            if n_neighbors is None
+            else "use eigen_solver='arpack'"
+        )
         raise MemoryError(
             f"AttentionDiffusionEmbedding needs {need / 2**20:.1f} MiB for {what} but only "
             f"{available / 2**20:.1f} MiB of memory is available; {hint}."
@@ -230,7 +244,7 @@ def diffusion_operator(Z, epsilon, alpha, knn, device, include_self=True):
         q = K.sum(1)
         _check_degrees(q, epsilon)
         if alpha:
-            scale = q ** -alpha
+            scale = q**-alpha
             K *= scale[:, None]
             K *= scale[None, :]
         d = K.sum(1)
@@ -249,7 +263,7 @@ def diffusion_operator(Z, epsilon, alpha, knn, device, include_self=True):
         q = np.asarray(K.sum(1)).ravel()
         _check_degrees(q, epsilon)
         if alpha:
-            scale = sp.diags(q ** -alpha)
+            scale = sp.diags(q**-alpha)
             K = scale @ K @ scale
         d = np.asarray(K.sum(1)).ravel()
         sq_dist = sp.csr_matrix((d2.ravel(), (rows, idx.ravel())), shape=(n, n))
@@ -276,7 +290,9 @@ def knn_graph(Z, n_neighbors, device):
     the engine's exact blockwise top-k (n^2, but on any device).
     """
     if resolve_device(device).type == "cpu" and Z.shape[1] <= _TREE_MAX_DIM:
-        dist, idx = NearestNeighbors(n_neighbors=n_neighbors, algorithm="kd_tree").fit(Z).kneighbors(Z)
+        dist, idx = (
+            NearestNeighbors(n_neighbors=n_neighbors, algorithm="kd_tree").fit(Z).kneighbors(Z)
+        )
         d2 = dist**2
     else:
         d2, idx = kneighbors(Z, Z, n_neighbors, device=device, dtype="float64")
@@ -297,7 +313,9 @@ def top_eigenpairs(A, k, eigen_solver, device, random_state, progress=False):
         eigen_solver = "dense" if n <= _DENSE_EIGEN_MAX else "arpack"
     if eigen_solver == "dense" or k >= n - 1:
         dense = A.toarray() if sp.issparse(A) else A
-        w, v = torch.linalg.eigh(torch.from_numpy(np.ascontiguousarray(dense)).to(resolve_device(device)))
+        w, v = torch.linalg.eigh(
+            torch.from_numpy(np.ascontiguousarray(dense)).to(resolve_device(device))
+        )
         w, v = w.cpu().numpy()[::-1][:k], v.cpu().numpy()[:, ::-1][:, :k]
     else:
         # Shift-invert Lanczos: the eigenvalues of A near 1 become the largest of
@@ -307,8 +325,10 @@ def top_eigenpairs(A, k, eigen_solver, device, random_state, progress=False):
             # sigma I - A is symmetric positive definite: a symmetric fill-reducing ordering and
             # no pivoting (an LDL^T in effect) factorise it about 3x faster than scipy's default.
             factor = splu(
-                (A - _SHIFT * sp.identity(n, format="csr")).tocsc(), permc_spec="MMD_AT_PLUS_A",
-                diag_pivot_thresh=0.0, options=dict(SymmetricMode=True),
+                (A - _SHIFT * sp.identity(n, format="csr")).tocsc(),
+                permc_spec="MMD_AT_PLUS_A",
+                diag_pivot_thresh=0.0,
+                options=dict(SymmetricMode=True),
             )
             solve = factor.solve
         else:
@@ -320,7 +340,9 @@ def top_eigenpairs(A, k, eigen_solver, device, random_state, progress=False):
 
             def solve(x):
                 return -cho_solve(factor, x, check_finite=False)
+
         with progress_bar(progress, desc="Lanczos", unit="solve", inner=True) as bar:
+
             def counted_solve(x):
                 bar.update()
                 return solve(x)
@@ -336,6 +358,7 @@ def top_eigenpairs(A, k, eigen_solver, device, random_state, progress=False):
 def _never_applied(n):
     def fail(x):
         raise RuntimeError("shift-invert Lanczos applied A itself")  # pragma: no cover
+
     return LinearOperator((n, n), matvec=fail, dtype=np.float64)
 
 

@@ -99,8 +99,12 @@ def attention_generator(X, f_values, eps="deprecated", alpha=0.0, *, epsilon=Non
     temperature = float(epsilon)
     log_prior = None
     if alpha:
-        log_prior = -alpha * gaussian_kernel_log_sums(X, X, temperature, device=device, dtype="float64")
-    Sf = attention(X, X, f, temperature=temperature, log_prior=log_prior, device=device, dtype="float64")
+        log_prior = -alpha * gaussian_kernel_log_sums(
+            X, X, temperature, device=device, dtype="float64"
+        )
+    Sf = attention(
+        X, X, f, temperature=temperature, log_prior=log_prior, device=device, dtype="float64"
+    )
     return (np.asarray(Sf) - f) / (temperature / 4.0)
 
 
@@ -177,7 +181,11 @@ def spectral_cluster_count(
     if n_neighbors is not None and n_neighbors > n:
         raise ValueError(f"n_neighbors={n_neighbors} must be at most n_samples={n}.")
     knn = None if n_neighbors is None else knn_graph(X, n_neighbors, dev)
-    eps = epsilon if epsilon != "auto" else auto_epsilon(X, None if knn is None else knn[0], rng, dev)[0]
+    eps = (
+        epsilon
+        if epsilon != "auto"
+        else auto_epsilon(X, None if knn is None else knn[0], rng, dev)[0]
+    )
     op = diffusion_operator(X, float(eps), alpha, knn, dev)
     mu, _ = top_eigenpairs(op.A, min(max_clusters, n), "auto", dev, rng)
     gaps = np.sort(1.0 - mu)
