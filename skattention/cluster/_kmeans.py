@@ -218,7 +218,7 @@ class AttentionKMeans(
         )
         if not np.any(sample_weight > 0):
             raise ValueError(
-                "All sample weights are zero: at least one sample needs positive weight."
+                "Sample weights must contain at least one non-zero number: all are zero."
             )
         n_samples, n_features = X.shape
         if n_samples < self.n_clusters:

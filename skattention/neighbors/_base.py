@@ -165,7 +165,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         prior_weight = sample_weight if key_weight is None else sample_weight * key_weight
         if not np.any(prior_weight > 0):
             raise ValueError(
-                "All sample weights are zero: at least one training sample needs positive weight."
+                "Sample weights must contain at least one non-zero number: all are zero."
             )
         if self.n_neighbors is not None and self.n_neighbors > n_samples:
             raise ValueError(
