@@ -300,14 +300,21 @@ class MetricAttention(nn.Module):
                 weights = F.dropout(weights, p=dropout_p)
             out = torch.matmul(weights, v)
         else:
+            v_wide = v
+            if q.shape[-1] != v.shape[-1]:
+                # The fused kernels want one head size for queries, keys and values, a multiple
+                # of 8 (as the engine's SDPA backend pads); the augmented coordinates have one
+                # column more than the values. Zero columns change no score and no output kept.
+                width = -(-q.shape[-1] // 8) * 8
+                q, k, v_wide = (F.pad(t, (0, width - t.shape[-1])) for t in (q, k, v))
             out = scaled_dot_product(
                 q,
                 k,
-                v,
+                v_wide,
                 attn_mask=None if mask is None else mask.expand(n, self.num_heads, length, src_len),
                 dropout_p=dropout_p,
                 scale=scale,
-            )
+            )[..., :self.head_dim]
         out = self.out_proj(out.transpose(1, 2).reshape(n, length, self.embed_dim))
         if weights is not None and average_attn_weights:
             weights = weights.mean(dim=1)

@@ -389,3 +389,25 @@ def test_gradients_reach_the_table_through_the_engine():
     (torch.softmax(s, -1) @ v).sum().backward()
     torch.testing.assert_close(bias.weight.grad, table.grad)
     assert bias.weight.grad[:, 1].abs().sum() > 0 and torch.all(bias.weight.grad[:, 0] == 0)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_priors_keep_the_fused_kernel(metric):
+    """Every prior reaches SDPA as one float mask, which the CPU's fused (flash) kernel takes
+    (for the squared-distance metrics too: their augmented coordinates are padded to the values'
+    width); only a mask that needs a gradient (a learned prior, in training) sends SDPA to its
+    math kernel, which differentiates the mask."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = (t.float() for t in _inputs())
+    for name, prior in {"none": None, **_priors()}.items():
+        layer = MetricAttention(8, 2, metric, batch_first=True, prior=prior)
+        expected, _ = layer(q, k, v, need_weights=True)
+        learned = prior is not None and any(p.requires_grad for p in prior.parameters())
+        for grad in [False] if learned else [False, True]:
+            with torch.set_grad_enabled(grad), sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                fused, _ = layer(q, k, v, need_weights=False)  # no fallback to the math kernel
+            torch.testing.assert_close(fused, expected, msg=name)
+        if learned:
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]), pytest.raises(RuntimeError):
+                layer(q, k, v, need_weights=False)
