@@ -15,7 +15,10 @@ none       no positional information at all (only what the causal mask implies)
 absolute   learned absolute position embeddings added to the tokens (4L rows: the rows past L
            are never trained, as in any model tested beyond its training length)
 t5         T5's learned relative position bias, ``RelativePositionBias(heads, 32, 128,
-           bidirectional=False)``, one table per layer, as a ``prior`` of the layer
+           bidirectional=False)`` (T5's decoder settings), one table per layer, as a ``prior``
+           of the layer
+t5-short   the same with 16 buckets and ``max_distance=16`` (= L): every distance from L on
+           shares the last bucket, which training reaches, instead of buckets it never sees
 alibi      ALiBi's fixed slopes, ``ALiBi(heads) + CausalMask()`` (the paper's causal form)
 
 10 seeds per method (a seed sets the initialisation and the training sequences); the test
@@ -50,6 +53,7 @@ METHODS = {
     "none": "no positions",
     "absolute": "learned absolute positions",
     "t5": "T5 relative bias (learned)",
+    "t5-short": "T5 bias, buckets up to L",
     "alibi": "ALiBi (fixed slopes)",
 }
 CONFIG = dict(vocab=16, offset=3, train_length=16, test_lengths=[16, 24, 32, 48, 64],
@@ -68,6 +72,8 @@ def make_batch(generator, n, length, vocab, offset):
 def _prior(method, n_heads):
     if method == "t5":
         return RelativePositionBias(n_heads, 32, 128, bidirectional=False) + CausalMask()
+    if method == "t5-short":
+        return RelativePositionBias(n_heads, 16, 16, bidirectional=False) + CausalMask()
     if method == "alibi":
         return ALiBi(n_heads) + CausalMask()
     return CausalMask()
@@ -130,7 +136,7 @@ def run_one(method, seed, cfg, test_sets):
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     net.eval()
     acc = {str(length): accuracy(net, *test_sets[length]) for length in cfg["test_lengths"]}
     return {"seed": seed, "final_loss": float(np.mean(losses[-50:])), "accuracy": acc,
@@ -161,21 +167,28 @@ def run(seeds, methods, cfg, suffix=""):
                   + f"  ({r['seconds']:.1f} s)", flush=True)
     out = {
         "config": cfg, "seeds": seeds, "runs": runs,
-        "total_seconds": time.perf_counter() - start,
+        "seconds": {m: sum(r["seconds"] for r in runs[m]) for m in methods},
         "machine": {"platform": platform.platform(), "processor": platform.processor(),
                     "torch": torch.__version__, "torch_threads": torch.get_num_threads()},
     }
     path = _paths(suffix)[0]
+    if path.exists():  # add these methods to an earlier run of the same experiment
+        earlier = json.loads(path.read_text())
+        if earlier["config"] == json.loads(json.dumps(cfg)) and earlier["seeds"] == seeds:
+            out["runs"] = {**earlier["runs"], **runs}
+            out["seconds"] = {**earlier["seconds"], **out["seconds"]}
+    out["total_seconds"] = sum(out["seconds"].values())
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"total {out['total_seconds']:.0f} s -> {path.relative_to(ROOT)}")
+    print(f"{time.perf_counter() - start:.0f} s -> {path.relative_to(ROOT)}")
     return out
 
 
 def summary(res):
     """Per method and test length: mean and std (ddof 1) of the accuracy over seeds."""
     table = {}
-    for method, runs in res["runs"].items():
+    for method in [m for m in METHODS if m in res["runs"]]:
+        runs = res["runs"][method]
         lengths = list(runs[0]["accuracy"])
         acc = np.array([[r["accuracy"][n] for n in lengths] for r in runs])
         table[method] = {
@@ -207,7 +220,7 @@ def plot(res, suffix=""):
     import matplotlib.pyplot as plt
 
     cfg = res["config"]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = plt.subplots(figsize=(8.0, 4.0))
     for method, row in summary(res).items():
         ax.errorbar(row["lengths"], row["mean"], yerr=row["std"], marker="o", capsize=3,
                     label=METHODS[method])
@@ -218,7 +231,7 @@ def plot(res, suffix=""):
     ax.set_ylim(0, 1.02)
     ax.set_title(f"Length generalisation, metric={cfg['metric']!r}, "
                  f"mean ± std over {res['seeds']} seeds", fontsize=10)
-    ax.legend(fontsize=8, loc="center right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     image = _paths(suffix)[1]
     image.parent.mkdir(exist_ok=True)
@@ -229,7 +242,8 @@ def plot(res, suffix=""):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS),
+                        help="methods to run; added to an earlier run of the same configuration")
     parser.add_argument("--steps", type=int, default=CONFIG["steps"])
     parser.add_argument("--metric", choices=["dot", "linear", "mlp"], default=CONFIG["metric"])
     parser.add_argument("--suffix", default="", help="files relative_position<suffix>.json/png")
