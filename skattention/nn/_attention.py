@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._engine import LEARNED_METRICS, ResidualBlock, augmented_coordinates, scaled_dot_product
+from ._priors import AttentionPrior
 
 METRICS = tuple(LEARNED_METRICS)
 
@@ -69,6 +70,11 @@ class MetricAttention(nn.Module):
         Hidden width of ``phi`` (``"mlp"``); ``None``: ``embed_dim`` (the paper's choice).
     activation : {"tanh", "relu", "gelu"}, default="tanh"
         Activation of ``phi``.
+    prior : AttentionPrior, default=None
+        A log-prior added to the scores at every call, on top of the masks: a
+        :class:`RelativePositionBias` (T5), :class:`ALiBi`, a :class:`CausalMask`, or a sum of
+        them. Its table is ``prior(L, S)``; it must have 1 or ``num_heads`` heads. A learned
+        prior is a submodule, so its parameters train with the layer's.
     device, dtype : optional
         Factory arguments of the parameters.
 
@@ -84,6 +90,7 @@ class MetricAttention(nn.Module):
     phi : nn.Module or None
         The residual MLP (``"mlp"``).
     log_temperature : Parameter or buffer of shape (num_heads,) or None
+    prior : AttentionPrior or None
 
     Notes
     -----
@@ -92,6 +99,8 @@ class MetricAttention(nn.Module):
     scores; a boolean ``key_padding_mask`` (N, S) is True for keys to ignore, a float one is added.
     ``is_causal=True`` without ``attn_mask`` applies a causal mask (with a mask, the mask is used
     as given). A query whose keys are all masked gets NaN, as in ``nn.MultiheadAttention``.
+    Masks and ``prior`` are one mechanism, an additive log-prior ``log p0`` (THEORY.md section 2):
+    they are summed into one float mask.
 
     With ``need_weights=False`` the output comes from
     :func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels where the device
@@ -114,7 +123,7 @@ class MetricAttention(nn.Module):
 
     def __init__(self, embed_dim, num_heads=1, metric="mlp", *, dropout=0.0, bias=True,
                  batch_first=False, temperature=None, learn_temperature=False, hidden_size=None,
-                 activation="tanh", device=None, dtype=None):
+                 activation="tanh", prior=None, device=None, dtype=None):
         super().__init__()
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {METRICS}, got {metric!r}.")
@@ -124,6 +133,10 @@ class MetricAttention(nn.Module):
             )
         if temperature is not None and not temperature > 0:
             raise ValueError(f"temperature must be positive or None, got {temperature!r}.")
+        if prior is not None and not isinstance(prior, AttentionPrior):
+            raise TypeError(f"prior must be an AttentionPrior or None, got {type(prior)}.")
+        if prior is not None and prior.num_heads not in (1, num_heads):
+            raise ValueError(f"prior has {prior.num_heads} heads; the layer has {num_heads}.")
         factory = {"device": device, "dtype": dtype}
         self.embed_dim = embed_dim
         self.num_heads = num_heads
@@ -154,6 +167,7 @@ class MetricAttention(nn.Module):
                 self.log_temperature = nn.Parameter(log_t)
             else:
                 self.register_buffer("log_temperature", log_t)
+        self.prior = prior
         self._reset_parameters()
 
     def _reset_parameters(self):
@@ -225,6 +239,12 @@ class MetricAttention(nn.Module):
                 )
             kpm = key_padding_mask[:, None, None, :]
             mask = kpm if mask is None else mask + kpm
+        if self.prior is not None:
+            table = _as_additive(self.prior(length, src_len, device=device), dtype, "prior")
+            table = table if table.dim() == 4 else table[None]
+            if table.shape[0] not in (1, n):
+                raise ValueError(f"prior is for a batch of {table.shape[0]}, the inputs have {n}.")
+            mask = table if mask is None else mask + table
         return mask
 
     # ------------------------------------------------------------------ forward
@@ -280,14 +300,21 @@ class MetricAttention(nn.Module):
                 weights = F.dropout(weights, p=dropout_p)
             out = torch.matmul(weights, v)
         else:
+            v_wide = v
+            if q.shape[-1] != v.shape[-1]:
+                # The fused kernels want one head size for queries, keys and values, a multiple
+                # of 8 (as the engine's SDPA backend pads); the augmented coordinates have one
+                # column more than the values. Zero columns change no score and no output kept.
+                width = -(-q.shape[-1] // 8) * 8
+                q, k, v_wide = (F.pad(t, (0, width - t.shape[-1])) for t in (q, k, v))
             out = scaled_dot_product(
                 q,
                 k,
-                v,
+                v_wide,
                 attn_mask=None if mask is None else mask.expand(n, self.num_heads, length, src_len),
                 dropout_p=dropout_p,
                 scale=scale,
-            )
+            )[..., :self.head_dim]
         out = self.out_proj(out.transpose(1, 2).reshape(n, length, self.embed_dim))
         if weights is not None and average_attn_weights:
             weights = weights.mean(dim=1)
