@@ -158,7 +158,7 @@ def attention(
         )
     with torch.set_grad_enabled(spec.grad):
         result = None
-        if spec.n_neighbors is not None:
+        if spec.n_neighbors is not None or (isinstance(T, float) and T == 0.0):
             result = knn_attention(spec)
         elif sdpa_ok and backend != "stream" and (backend == "sdpa" or sdpa_pays(spec)):
             result = sdpa_attention(spec, strict=backend == "sdpa")
