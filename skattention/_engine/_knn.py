@@ -28,10 +28,11 @@ from ._exact import merge_exact, sort_exact
 from ._progress import track
 
 
-# Candidates kept beyond k on the fast scores: a row whose k-th exact distance is clearly closer
-# than every key left out is settled without a second pass over the keys.
+# Candidates kept on the fast scores: k and one more (a few more for large k), so that a row whose
+# k-th exact distance is clearly closer than every key left out is settled without a second pass
+# over the keys; the top-k merge is the hot loop, so few extra candidates keep it fast.
 def _n_candidates(k, n_keys):
-    return min(n_keys, k + 4 + k // 8)
+    return min(n_keys, k + 1 + k // 8)
 
 
 def nearest_blocks(spec, k, query_bytes, what):
