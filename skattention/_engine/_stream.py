@@ -51,7 +51,10 @@ def stream_attention(spec):
         device=Q.device, what="dense attention", hint="use a smaller n_neighbors",
         cache_sized=inplace,
     )
-    single_block = bk >= n_k and not n_weights
+    # One block holds every key: one softmax (fewer ops to differentiate). Not for the uniform
+    # limit, whose weights are summed unnormalised and divided once, so that equal vote counts
+    # stay exactly equal.
+    single_block = bk >= n_k and not n_weights and not uniform
     outs, weights, indices = [], [], []
     for qs in track(range(0, n_q, bq), spec.progress, desc="attention", unit="block"):
         qe = min(n_q, qs + bq)

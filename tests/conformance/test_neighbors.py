@@ -43,10 +43,6 @@ NO_NEIGHBOR = (
     "issue 14: a radius query with no neighbour raises instead of scikit-learn's NaN / "
     "outlier_label"
 )
-VOTE_TIES = (
-    "issue 14: uniform weights are normalised before they are summed, so tied votes differ by "
-    "rounding"
-)
 
 # (configuration, data) -> why it fails today
 EXPECTED_FAILURES = {}
@@ -309,7 +305,6 @@ def test_radius_classifier_outlier_label_matches_predict_proba():
         np.testing.assert_allclose(ours.predict_proba(X_te), ref.predict_proba(X_te), atol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=VOTE_TIES)
 def test_tied_votes_pick_the_first_class_as_scikit_learn():
     # 24 neighbours, 9 / 9 / 6 votes: the first of the two tied classes is predicted.
     X, yc, _, Xq = make_data("duplicated_rows", seed=1)
