@@ -29,7 +29,9 @@ NEIGHBORS = """n_neighbors : int, default=None
         sampled candidates without it.
     radius : float, default=None
         Radius prior at prediction: each query attends only to training points with
-        ``f(x, x_j) <= radius**2``."""
+        ``f(x, x_j) <= radius**2`` (a point exactly at distance ``radius`` included). A query
+        with none gets the classifier's ``outlier_label``, or NaN with a warning from the
+        regressor, as in scikit-learn's radius-neighbour estimators."""
 
 LEARNING = """n_components : int, default=None
         Dimension of the learned space. ``None``: the number of features, at most 128 (then

@@ -46,8 +46,10 @@ class ProbabilisticClassifierMixin:
             Class probabilities, columns ordered as ``classes_``.
         """
         proba = self._predict_proba(X)
-        # Rounding can leave sums a few ulp from 1; renormalise like scikit-learn's neighbours.
-        return proba / proba.sum(axis=1, keepdims=True)
+        # Rounding can leave sums a few ulp from 1; renormalise like scikit-learn's neighbours
+        # (a row of zeros, a radius query with no neighbour, stays zeros).
+        total = proba.sum(axis=1, keepdims=True)
+        return proba / np.where(total > 0, total, 1.0)
 
     def predict(self, X):
         """Most probable class of each query.

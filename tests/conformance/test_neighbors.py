@@ -39,10 +39,6 @@ KNN_WEIGHTS = (
     "issue 14: with n_neighbors an integer sample_weight is not a multiplicity when the k nearest "
     "are chosen"
 )
-NO_NEIGHBOR = (
-    "issue 14: a radius query with no neighbour raises instead of scikit-learn's NaN / "
-    "outlier_label"
-)
 
 # (configuration, data) -> why it fails today
 EXPECTED_FAILURES = {}
@@ -254,7 +250,6 @@ def test_issue_weight_is_multiplicity_among_the_k_nearest():
     np.testing.assert_array_equal(ours.predict_proba([[0.4]]), [[1.0, 0.0]])
 
 
-@pytest.mark.xfail(strict=True, reason=NO_NEIGHBOR)
 def test_radius_regressor_without_neighbour_predicts_nan_with_a_warning():
     # scikit-learn's test_radius_neighbors_regressor, last part
     rng = np.random.RandomState(0)
@@ -267,7 +262,6 @@ def test_radius_regressor_without_neighbour_predicts_nan_with_a_warning():
     assert np.all(np.isnan(pred))
 
 
-@pytest.mark.xfail(strict=True, reason=NO_NEIGHBOR)
 def test_radius_classifier_outlier_label():
     # scikit-learn's test_radius_neighbors_classifier_outlier_labeling
     X = np.array([[1.0, 1.0], [2.0, 2.0], [0.99, 0.99], [0.98, 0.98], [2.01, 2.01]])
@@ -282,7 +276,6 @@ def test_radius_classifier_outlier_label():
         np.testing.assert_array_equal(ours.predict_proba(z)[0], [0, 0])
 
 
-@pytest.mark.xfail(strict=True, reason=NO_NEIGHBOR)
 def test_radius_classifier_outlier_label_matches_predict_proba():
     # scikit-learn's test_radius_neighbors_predict_proba
     for seed in range(5):
