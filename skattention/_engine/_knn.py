@@ -137,23 +137,53 @@ def _exact_pass(spec, q, q_raw, rows, bound, k, bk):
     return torch.cat(parts_f), torch.cat(parts_i)
 
 
+def _keys_to_select(spec, k):
+    """How many nearest keys hold the k-NN prior's ``k`` units of weight, whatever the query:
+    ``k`` without a per-key prior; with one, enough keys that even the lightest ones add up to
+    ``k`` (a key's weight ``exp(log_prior)`` is its multiplicity, see :func:`_multiplicity`)."""
+    if spec.prior_vec is None or spec.n_neighbors is None:
+        return k
+    weight = torch.exp(spec.prior_vec.detach().double())
+    lightest = torch.sort(weight[weight > 0]).values
+    reach = torch.searchsorted(torch.cumsum(lightest, 0), float(k))
+    return max(1, min(int(reach) + 1, lightest.numel()))
+
+
+def _multiplicity(log_weight, valid, k):
+    """Log of each selected key's share of the ``k`` units: keys in (distance, index) order
+    count ``exp(log_prior)`` each (an integer weight is that many copies of the key) until ``k``
+    is reached, the last one contributing the remainder; ``-inf`` beyond. Remainders below the
+    weights' rounding are dropped."""
+    weight = torch.where(valid, torch.exp(log_weight), 0.0)
+    before = torch.cumsum(weight, 1) - weight
+    share = torch.minimum(weight, (k - before).clamp(min=0))
+    rounding = 4 * k * torch.finfo(share.dtype).eps
+    return torch.where(valid & (share > rounding), torch.log(share), NEG_INF)
+
+
 def knn_attention(spec):
-    """Attention restricted to each query's ``spec.n_neighbors`` nearest keys (the k-NN prior);
-    at ``T = 0`` the nearest key alone (the lowest index among exact ties, like 1-NN)."""
+    """Attention restricted to each query's ``spec.n_neighbors`` nearest keys (the k-NN prior;
+    a per-key prior counts as multiplicity there); at ``T = 0`` the nearest key alone (the
+    lowest index among exact ties, like 1-NN)."""
     scorer, Q, V, T = spec.scorer, spec.queries, spec.values, spec.temperature
     n_weights = spec.n_weights
     k = spec.n_neighbors if spec.n_neighbors is not None else (n_weights or 1)
+    n_select = _keys_to_select(spec, k)
     dv = V.shape[1]
-    gather_bytes = k * Q.element_size() * (dv + (scorer.dim if spec.grad else 0) + 6)
+    gather_bytes = n_select * Q.element_size() * (dv + (scorer.dim if spec.grad else 0) + 6)
     what = f"k-NN attention with n_neighbors={k}" if spec.n_neighbors else "1-NN attention"
     outs, weights, indices = [], [], []
-    for qs, _, q, q_index, f, idx in nearest_blocks(spec, k, gather_bytes, what):
+    for qs, _, q, q_index, f, idx in nearest_blocks(spec, n_select, gather_bytes, what):
         valid = idx >= 0
         safe_idx = idx.clamp(min=0)
         # Scores recomputed with the graph when differentiating, else the exact ones.
         s = scorer.exact(q, idx) if spec.grad else (-f).to(q.dtype)
         s = torch.where(valid, s, NEG_INF)
-        prior = torch.zeros_like(s) if spec.prior_vec is None else spec.prior_vec[safe_idx]
+        prior = torch.zeros_like(s)
+        if spec.prior_vec is not None:
+            prior = spec.prior_vec[safe_idx]
+            if spec.n_neighbors is not None:
+                prior = _multiplicity(prior, valid, k)
         if spec.prior_fn is not None:
             prior = prior + call_prior_fn(spec.prior_fn, q_index, safe_idx, s)
         if T == 0.0:
@@ -173,8 +203,14 @@ def knn_attention(spec):
         out = torch.bmm(p[:, None, :], V[safe_idx]).squeeze(1) / total
         outs.append(torch.where(empty[:, None], 0.0, out))
         if n_weights is not None:
-            weights.append((p / total)[:, :n_weights])
-            indices.append(idx[:, :n_weights])
+            # keys past the k units of a weighted selection are not selected
+            w, i = p / total, torch.where(torch.isneginf(prior), -1, idx)
+            pad = n_weights - w.shape[1]
+            if pad > 0:
+                w = torch.nn.functional.pad(w, (0, pad))
+                i = torch.nn.functional.pad(i, (0, pad), value=-1)
+            weights.append(w[:, :n_weights])
+            indices.append(i[:, :n_weights])
     return backend_result(outs, weights, indices, n_weights, V)
 
 

@@ -35,25 +35,15 @@ from ._cases import (
     with_neighbor,
 )
 
-KNN_WEIGHTS = (
-    "issue 14: with n_neighbors an integer sample_weight is not a multiplicity when the k nearest "
-    "are chosen"
-)
-
-# (configuration, data) -> why it fails today
-EXPECTED_FAILURES = {}
-
 
 def cases(with_dtype=True):
     out = []
     for config in CONFIGS:
         for data in DATA:
             for dtype in [np.float64, np.float32] if with_dtype else [np.float64]:
-                reason = EXPECTED_FAILURES.get((config, data))
-                marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
                 ids = f"{config}-{data}" + (f"-{dtype.__name__}" if with_dtype else "")
                 args = (config, data, dtype) if with_dtype else (config, data)
-                out.append(pytest.param(*args, marks=marks, id=ids))
+                out.append(pytest.param(*args, id=ids))
     return out
 
 
@@ -89,21 +79,8 @@ def test_matches_scikit_learn_in_small_blocks(config, data):
         assert_same(ours, ref, Xq, classifier)
 
 
-# Batch-dependent decisions: none (every selection is settled on exact distances).
-BATCH_FAILURES = {}
-
-
-def batch_cases():
-    out = []
-    for config in CONFIGS:
-        for data in ("continuous", "integer_grid"):
-            reason = BATCH_FAILURES.get((config, data))
-            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-            out.append(pytest.param(config, data, marks=marks, id=f"{config}-{data}"))
-    return out
-
-
-@pytest.mark.parametrize("config, data", batch_cases())
+@pytest.mark.parametrize("data", ["continuous", "integer_grid"])
+@pytest.mark.parametrize("config", list(CONFIGS))
 def test_predictions_do_not_depend_on_batching(config, data):
     # The same decisions (labels, neighbour sets) whatever the batch; the averages may differ
     # in the last bit, as the matrix products behind them are blocked differently.
@@ -144,9 +121,7 @@ def weight_cases():
         for data in ("continuous", "integer_grid"):
             # Repetition changes the keys' centring, hence the rounding that decides the grid's
             # ties and boundary points.
-            reason = KNN_WEIGHTS if config.startswith("knn") else None
-            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-            out.append(pytest.param(config, data, marks=marks, id=f"{config}-{data}"))
+            out.append(pytest.param(config, data, id=f"{config}-{data}"))
     return out
 
 
@@ -239,7 +214,6 @@ def test_issue_zero_temperature_tie():
     np.testing.assert_array_equal(ours.predict_proba([[0]]), [[0.0, 0.0, 1.0]])
 
 
-@pytest.mark.xfail(strict=True, reason=KNN_WEIGHTS)
 def test_issue_weight_is_multiplicity_among_the_k_nearest():
     X, y, w = [[0], [1], [2]], [0, 1, 1], [3, 1, 1]
     repeated = KNeighborsClassifier(n_neighbors=2).fit(np.repeat(X, w, axis=0), np.repeat(y, w))
