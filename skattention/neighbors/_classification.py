@@ -159,26 +159,5 @@ class MetricAttentionClassifier(
             )
         return proba
 
-    def predict(self, X):
-        """Most probable class of each query (``outlier_label`` where no class has any).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_queries, n_features)
-            Query points.
-
-        Returns
-        -------
-        y : ndarray of shape (n_queries,)
-            Predicted class labels.
-        """
-        proba = self.predict_proba(X)
-        pred = self.classes_[np.argmax(proba, axis=1)]
-        outliers = ~proba.any(axis=1)  # no neighbour, and an outlier label that is no class
-        if outliers.any():
-            pred = pred.astype(np.result_type(pred, np.asarray(self.outlier_label_)))
-            pred[outliers] = self.outlier_label_
-        return pred
-
 
 MetricAttentionClassifier.__doc__ = _docs.fill(MetricAttentionClassifier.__doc__)

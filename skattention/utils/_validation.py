@@ -65,4 +65,11 @@ class ProbabilisticClassifierMixin:
             Predicted class labels.
         """
         proba = self.predict_proba(X)
-        return self.classes_[np.argmax(proba, axis=1)]
+        pred = self.classes_[np.argmax(proba, axis=1)]
+        # No probability at all: a radius query with no neighbour whose outlier_label_ is no
+        # class (MetricAttentionClassifier); it gets that label, as in scikit-learn.
+        unlabelled = ~proba.any(axis=1)
+        if unlabelled.any():
+            pred = pred.astype(np.result_type(pred, np.asarray(self.outlier_label_)))
+            pred[unlabelled] = self.outlier_label_
+        return pred
