@@ -10,7 +10,13 @@ from ._budget import budget_bytes, plan_rows
 from ._cluster import anneal, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
 from ._device import resolve_device, resolve_dtype, seeded_torch_rng
 from ._inputs import check_temperature
-from ._kernels import ball_counts, gaussian_kernel, gaussian_kernel_log_sums, sqdist_log_histogram
+from ._kernels import (
+    ball_counts,
+    ball_sums,
+    gaussian_kernel,
+    gaussian_kernel_log_sums,
+    sqdist_log_histogram,
+)
 from ._maps import ResidualBlock, build_map
 from ._progress import progress_bar, track, write
 from ._scores import LEARNED_METRICS, METRICS
@@ -23,6 +29,7 @@ __all__ = [
     "kneighbors",
     # Gaussian kernels between point sets
     "ball_counts",
+    "ball_sums",
     "gaussian_kernel",
     "gaussian_kernel_log_sums",
     "sqdist_log_histogram",

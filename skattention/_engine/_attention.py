@@ -63,13 +63,19 @@ def attention(
         ``"sqeuclidean"``: s = -||q - k||^2. ``"dot"``: s = q.k. A callable ``phi`` mapping a
         ``(n, n_features)`` tensor to ``(n, d)`` gives s = -||phi(q) - phi(k)||^2.
     temperature : float >= 0 or 0-d Tensor, default=1.0
-        ``0`` is the arg-max limit (weights spread, by prior, over the keys tied at the best
-        score); ``inf`` the uniform limit (weights proportional to the prior over unmasked keys).
-        A tensor that requires grad is differentiated through.
+        ``0`` is the nearest-neighbour limit: all weight on the nearest unmasked key, the
+        lowest index among keys at exactly the same distance (1-NN); ``inf`` the uniform limit
+        (weights proportional to the prior over unmasked keys). A tensor that requires grad is
+        differentiated through.
     n_neighbors : int, default=None
-        k-NN prior: only the ``n_neighbors`` best-scoring unmasked keys of each query get weight.
+        k-NN prior: only the ``n_neighbors`` best-scoring unmasked keys of each query get weight,
+        chosen in (exact distance, index) order: among keys tied at the k-th distance the lower
+        index. With a per-key ``log_prior``, ``exp(log_prior)`` is each key's multiplicity: keys
+        in that order until their weights add up to ``n_neighbors``, the last contributing the
+        remainder (an integer weight acts as that many copies of the key).
     radius : float or (array-like, array-like), default=None
-        Radius prior (distance metrics only): only keys with ``f(q, k) <= radius**2`` get weight.
+        Radius prior (distance metrics only): only keys with ``f(q, k) <= radius**2`` get weight
+        (decided on exact distances: a key at distance exactly ``radius`` is kept).
         A pair ``(query_radius, key_radius)`` of arrays of shape ``(n_queries,)`` and
         ``(n_keys,)`` keeps key ``j`` for query ``i`` when
         ``f(q_i, k_j) <= max(query_radius[i], key_radius[j])**2``: with the distances to the
@@ -158,7 +164,7 @@ def attention(
         )
     with torch.set_grad_enabled(spec.grad):
         result = None
-        if spec.n_neighbors is not None:
+        if spec.n_neighbors is not None or (isinstance(T, float) and T == 0.0):
             result = knn_attention(spec)
         elif sdpa_ok and backend != "stream" and (backend == "sdpa" or sdpa_pays(spec)):
             result = sdpa_attention(spec, strict=backend == "sdpa")
@@ -212,7 +218,8 @@ def kneighbors(
     -------
     distances : ndarray or Tensor of shape (n_queries, n_neighbors)
         Pseudo-metric values f(q, k), ascending (squared Euclidean distances for
-        ``"sqeuclidean"``, ``-q.k`` for ``"dot"``); ``inf`` where fewer keys are unmasked.
+        ``"sqeuclidean"``, ``-q.k`` for ``"dot"``), computed exactly; among equal values the
+        lower key index comes first. ``inf`` where fewer keys are unmasked.
     indices : ndarray or Tensor of int64, shape (n_queries, n_neighbors)
         Key indices; ``-1`` for padding.
 

@@ -8,6 +8,8 @@ import math
 
 import torch
 
+from ._exact import settle
+
 NEG_INF = float("-inf")
 
 
@@ -18,12 +20,6 @@ class OnlineSoftmax:
         self.m = torch.full((n_rows,), NEG_INF, dtype=like.dtype, device=like.device)
         self.l = torch.zeros(n_rows, dtype=like.dtype, device=like.device)
         self.o = torch.zeros(n_rows, n_values, dtype=like.dtype, device=like.device)
-
-    def reset(self, rows):
-        """Forget the rows in boolean mask ``rows`` (used by the arg-max limit)."""
-        self.m = torch.where(rows, NEG_INF, self.m)
-        self.l = torch.where(rows, 0.0, self.l)
-        self.o = torch.where(rows[:, None], 0.0, self.o)
 
     def update(self, z, v, inplace):
         new_m = torch.maximum(self.m, z.amax(1))
@@ -88,29 +84,71 @@ class Radius:
     """The radius prior: key j is kept for query i when f(q_i, k_j) <= r_ij**2, where r_ij is one
     number or ``max(query_radius[i], key_radius[j])``.
 
-    Blocks hold partial scores ``s = ||q||^2 - f`` (see ``Scorer``), so the test is
-    ``s >= ||q||^2 - r_ij**2``; :meth:`threshold` returns the right-hand side for a block.
+    Blocks hold partial scores ``s = ||q||^2 - f`` (see ``Scorer``), so the fast test is
+    ``s >= ||q||^2 - r_ij**2`` (:meth:`threshold`). Only keys within the rounding margin of that
+    threshold are settled on exact distances (``_exact.settle``), so a key at distance exactly
+    ``r`` is always kept, as in scikit-learn. A ``lenient`` block keeps those keys unsettled
+    (the k-NN selection settles its candidates itself, :meth:`inside`).
     """
 
-    def __init__(self, radius=None, query_r2=None, key_r2=None):
-        self.radius, self.query_r2, self.key_r2 = radius, query_r2, key_r2
-        self._qoff = self._q_r2 = None
+    def __init__(self, radius=None, query_r=None, key_r=None):
+        self.radius = radius
+        if radius is not None:
+            self.max_r2 = radius * radius
+        else:
+            self.query_r2, self.key_r2 = query_r * query_r, key_r * key_r
+            self.query_r2_exact = query_r.double() ** 2
+            self.key_r2_exact = key_r.double() ** 2
+            self.max_r2 = float(torch.cat([self.query_r2_exact, self.key_r2_exact]).max())
+        self._qoff = self._q_r2 = self._rows = None
 
-    def start_block(self, query_offset, qs, qe):
-        self._qoff = query_offset[:, None]
+    def start_block(self, scorer, q, q_raw, rows, budget, lenient=False):
+        """Prepare the query rows ``rows`` (a slice or index tensor of the queries); ``q`` are
+        their centred coordinates, ``q_raw`` the uncentred ones."""
+        q = q.detach()
+        self._scorer, self._q_raw, self._rows, self._budget = scorer, q_raw, rows, budget
+        self._lenient = lenient
+        eps = torch.finfo(q.dtype).eps
+        self._margin = (scorer.margin(q) + 4 * eps * self.max_r2)[:, None]
+        self._qoff = scorer.query_offset(q)[:, None]
         if self.radius is not None:
             self._qoff = self._qoff - self.radius**2
         else:
-            self._q_r2 = self.query_r2[qs:qe, None]
+            self._q_r2 = self.query_r2[rows, None]
 
     def threshold(self, ks, ke):
         if self.radius is not None:
             return self._qoff
         return self._qoff - torch.maximum(self._q_r2, self.key_r2[None, ks:ke])
 
+    def exact_r2(self, rows, keys):
+        """``r_ij**2`` in float64 for block rows ``rows`` and key indices ``keys``."""
+        if self.radius is not None:
+            return self.radius**2
+        q_r2 = self.query_r2_exact[self._rows][rows]
+        return torch.maximum(q_r2, self.key_r2_exact[keys])
+
+    def outside(self, s, ks, ke):
+        """Boolean mask of the keys of a block of partial scores outside the radius."""
+        excess = self.threshold(ks, ke) - s.detach()
+        if self._lenient:
+            return excess > self._margin
+
+        def exact_excess(rows, cols):
+            f = self._scorer.exact_pairs(self._q_raw, rows, cols + ks, self._budget)
+            return f - self.exact_r2(rows, cols + ks)
+
+        return settle(excess, self._margin, exact_excess)
+
+    def inside(self, f, index):
+        """Exact membership of candidates: exact ``f`` (b, m) of keys ``index`` (b, m)."""
+        rows = torch.arange(f.shape[0], device=f.device)[:, None].expand_as(index)
+        return f <= self.exact_r2(rows, index.clamp(min=0))
+
     def pair_bytes(self, item):
-        """Extra scratch bytes per score entry: per-point radii need a threshold block."""
-        return 0 if self.radius is not None else item + 1
+        """Extra scratch bytes per score entry: the excess block and its masks, and for
+        per-point radii a threshold block."""
+        return item + 3 + (0 if self.radius is not None else item + 1)
 
     def __str__(self):
         return f"radius={self.radius}" if self.radius is not None else "the per-point radii"
@@ -122,14 +160,19 @@ def score_pair_bytes(spec):
     return 3 * item + 2 + (spec.radius.pair_bytes(item) if spec.radius else 0)
 
 
-def query_index(spec, qs, qe, device):
-    """Query indices of a block, as a column, for a callable prior (else ``None``)."""
-    return torch.arange(qs, qe, device=device)[:, None] if spec.prior_fn is not None else None
+def query_index(spec, rows, device):
+    """Query indices of the rows ``rows`` (a slice or an index tensor), as a column, for a
+    callable prior (else ``None``)."""
+    if spec.prior_fn is None:
+        return None
+    if isinstance(rows, slice):
+        return torch.arange(rows.start, rows.stop, device=device)[:, None]
+    return rows[:, None]
 
 
-def mask_self(s, self_index, qs, qe, ks, ke, inplace):
-    """Set s[i, j] = -inf where key ks + j is query qs + i's excluded index."""
-    local = self_index[qs:qe] - ks
+def mask_self(s, self_index, rows, ks, ke, inplace):
+    """Set s[i, j] = -inf where key ks + j is the excluded index of query ``rows[i]``."""
+    local = self_index[rows] - ks
     rows = ((local >= 0) & (local < ke - ks)).nonzero().squeeze(1)
     if rows.numel() == 0:
         return s
@@ -142,13 +185,14 @@ def _masked(s, mask, inplace):
     return s.masked_fill_(mask, NEG_INF) if inplace else s.masked_fill(mask, NEG_INF)
 
 
-def raw_scores(spec, q, qs, qe, ks, ke, q_index, inplace):
-    """Partial scores of a block with every mask applied (-inf), and the callable prior's bias."""
+def raw_scores(spec, q, rows, ks, ke, q_index, inplace):
+    """Partial scores of a block (query rows ``rows``, a slice or an index tensor) with every
+    mask applied (-inf), and the callable prior's bias."""
     s = spec.scorer.block(q, ks, ke)
     if spec.radius is not None:
-        s = _masked(s, s < spec.radius.threshold(ks, ke), inplace)
+        s = _masked(s, spec.radius.outside(s, ks, ke), inplace)
     if spec.self_index is not None:
-        s = mask_self(s, spec.self_index, qs, qe, ks, ke, inplace)
+        s = mask_self(s, spec.self_index, rows, ks, ke, inplace)
     if spec.key_mask is not None:
         s = _masked(s, spec.key_mask[None, ks:ke], inplace)
     bias = None

@@ -202,7 +202,7 @@ def check_radius(radius, n_q, n_k, device, dtype):
             )
         if bool((query_r < 0).any()) or bool((key_r < 0).any()):
             raise ValueError("radii must be >= 0.")
-        return Radius(query_r2=query_r * query_r, key_r2=key_r * key_r)
+        return Radius(query_r=query_r, key_r=key_r)
     if not isinstance(radius, Real) or isinstance(radius, bool) or not radius > 0:
         raise ValueError(
             f"radius must be a positive number, a (query_radius, key_radius) pair of arrays "

@@ -13,6 +13,7 @@ import torch
 
 from ._budget import budget_bytes, plan_blocks
 from ._device import resolve_device, resolve_dtype
+from ._exact import settle
 from ._inputs import as_tensor, check_nonnegative_real, check_temperature
 from ._scores import Scorer
 
@@ -31,8 +32,9 @@ def _setup(queries, keys, device, dtype, working_memory):
     return Q, Scorer(K, "sqeuclidean"), budget_bytes(working_memory)
 
 
-def _sqdist_blocks(Q, scorer, budget, what, pair_bytes, whole_rows=False):
-    """Yield ``(qs, qe, ks, ke, d2)``: squared distances of a query block to a key block."""
+def _sqdist_blocks(Q, scorer, budget, what, pair_bytes, whole_rows=False, with_queries=False):
+    """Yield ``(qs, qe, ks, ke, d2)``: squared distances of a query block to a key block (fast,
+    rounded values; with ``with_queries``, also the block's centred and raw queries)."""
     n_q, n_k = Q.shape[0], scorer.n_keys
     item = Q.element_size()
     # Callers that fill whole rows of an output want few, wide blocks.
@@ -42,13 +44,14 @@ def _sqdist_blocks(Q, scorer, budget, what, pair_bytes, whole_rows=False):
     )
     for qs in range(0, n_q, bq):
         qe = min(n_q, qs + bq)
-        q = scorer.prepare_queries(Q[qs:qe])
+        q_raw = Q[qs:qe]
+        q = scorer.centre(q_raw)
         q_off = scorer.query_offset(q)[:, None]
         for ks in range(0, n_k, bk):
             ke = min(n_k, ks + bk)
             # partial score = 2 q.k - ||k||^2 = ||q||^2 - d^2
             d2 = scorer.block(q, ks, ke).neg_().add_(q_off).clamp_(min=0)
-            yield qs, qe, ks, ke, d2
+            yield (qs, qe, ks, ke, d2, q, q_raw) if with_queries else (qs, qe, ks, ke, d2)
 
 
 @torch.no_grad()
@@ -200,11 +203,30 @@ def gaussian_kernel_log_sums(
     return out if isinstance(queries, torch.Tensor) else out.cpu().numpy()
 
 
+def _inside_blocks(Q, scorer, budget, radius, what):
+    """Yield ``(qs, qe, ks, ke, inside)``: which keys of a block are within ``radius`` of which
+    queries, exactly (keys within rounding error of the boundary are settled on exact
+    distances, so a key at distance exactly ``radius`` is inside, as in scikit-learn)."""
+    r2 = radius * radius
+    eps = torch.finfo(Q.dtype).eps
+    # per entry: the distances, their excess and its magnitude, the mask as values
+    for qs, qe, ks, ke, d2, q, q_raw in _sqdist_blocks(
+        Q, scorer, budget, what, 4, with_queries=True
+    ):
+        margin = (scorer.margin(q) + 4 * eps * r2)[:, None]
+
+        def exact_excess(rows, cols, q_raw=q_raw, ks=ks):
+            return scorer.exact_pairs(q_raw, rows, cols + ks, budget) - r2
+
+        yield qs, qe, ks, ke, ~settle(d2.sub_(r2), margin, exact_excess)
+
+
 @torch.no_grad()
 def ball_counts(queries, keys, radius, *, device="auto", dtype=None, working_memory=None):
     """Number of keys within ``radius`` of each query (``||q - k|| <= radius``), streamed.
 
-    The flat kernel's density (mean shift's intensity of a mode).
+    The flat kernel's density (mean shift's intensity of a mode). Exact: a key at distance
+    exactly ``radius`` counts, as in scikit-learn's ``radius_neighbors``.
 
     Parameters
     ----------
@@ -226,9 +248,45 @@ def ball_counts(queries, keys, radius, *, device="auto", dtype=None, working_mem
     >>> ball_counts(np.array([[0.0], [5.0]]), np.array([[0.0], [0.5], [2.0]]), 1.0)
     array([2, 0])
     """
+    counts, _ = ball_sums(
+        queries, keys, radius, device=device, dtype=dtype, working_memory=working_memory
+    )
+    return counts
+
+
+@torch.no_grad()
+def ball_sums(queries, keys, radius, values=None, *, device="auto", dtype=None,
+              working_memory=None):
+    """Number of keys within ``radius`` of each query and the sum of their ``values``: the
+    flat kernel's step (mean shift's mean of the points within the bandwidth is
+    ``sums / counts``), with the exact boundary of :func:`ball_counts`.
+
+    Parameters
+    ----------
+    queries : array-like or Tensor of shape (n_queries, n_features)
+    keys : array-like or Tensor of shape (n_keys, n_features)
+    radius : float >= 0
+    values : array-like or Tensor of shape (n_keys, n_values), default=None
+        ``None``: counts only.
+    device, dtype, working_memory
+        As in :func:`skattention.attention`.
+
+    Returns
+    -------
+    counts : ndarray or Tensor of int64, shape (n_queries,)
+    sums : ndarray or Tensor of shape (n_queries, n_values), or None
+        In the compute dtype. NumPy when ``queries`` is not a tensor, else tensors on the
+        compute device.
+    """
     radius = check_nonnegative_real(radius, "radius")
     Q, scorer, budget = _setup(queries, keys, device, dtype, working_memory)
-    out = torch.zeros(Q.shape[0], dtype=torch.long, device=Q.device)
-    for qs, qe, _, _, d2 in _sqdist_blocks(Q, scorer, budget, "ball counts", 2):
-        out[qs:qe] += (d2 <= radius * radius).sum(1)
-    return out if isinstance(queries, torch.Tensor) else out.cpu().numpy()
+    counts = torch.zeros(Q.shape[0], dtype=torch.long, device=Q.device)
+    V = None if values is None else as_tensor(values, "values", Q.device, Q.dtype, ndims=(2,))
+    sums = None if V is None else Q.new_zeros((Q.shape[0], V.shape[1]))
+    for qs, qe, ks, ke, inside in _inside_blocks(Q, scorer, budget, radius, "ball sums"):
+        counts[qs:qe] += inside.sum(1)
+        if V is not None:
+            sums[qs:qe] += inside.to(V.dtype) @ V[ks:ke]
+    if isinstance(queries, torch.Tensor):
+        return counts, sums
+    return counts.cpu().numpy(), None if sums is None else sums.cpu().numpy()

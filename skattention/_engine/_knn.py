@@ -1,8 +1,10 @@
 """The top-k backend: blockwise selection of each query's k best keys, then a softmax over them.
 
-Selection streams over key blocks with a top-k merge (no autograd); the softmax over the k
-selected keys recomputes their exact scores with autograd when differentiating. The selection
-alone is :func:`skattention.kneighbors`.
+Selection streams over key blocks with a top-k merge of a few more than k candidates on the fast
+scores (no autograd), then settles them on exact distances in (distance, index) order
+(``_exact.py``); the rare rows whose candidates could miss a key get a second, exact pass. The
+softmax over the k selected keys uses their exact scores, recomputed with autograd when
+differentiating. The selection alone is :func:`skattention.kneighbors`.
 """
 
 import math
@@ -21,59 +23,173 @@ from ._blocks import (
     scaled,
     score_pair_bytes,
 )
-from ._budget import plan_blocks
+from ._budget import cpu_block_rows, plan_blocks, plan_rows
+from ._exact import merge_exact, sort_exact
 from ._progress import track
 
 
-def topk_blocks(spec, k, query_bytes, what):
-    """Yield ``(qs, qe, q, q_index, top)`` per query block, ``top`` holding the k best keys.
+# Candidates kept on the fast scores: k and one more (a few more for large k), so that a row whose
+# k-th exact distance is clearly closer than every key left out is settled without a second pass
+# over the keys; the top-k merge is the hot loop, so few extra candidates keep it fast.
+def _n_candidates(k, n_keys):
+    return min(n_keys, k + 1 + k // 8)
 
-    Selection runs without autograd; callers recompute what they differentiate.
+
+def nearest_blocks(spec, k, query_bytes, what):
+    """Yield ``(qs, qe, q, q_index, f, index)`` per query block: the ``k`` nearest unmasked keys
+    of each query in exact (distance, index) order (``_exact.py``), their exact ``f`` (float64,
+    ``inf`` for padding) and indices (``-1`` for padding). ``q`` are the block's centred queries
+    (with autograd when differentiating; the selection itself runs without).
     """
     scorer, Q = spec.scorer, spec.queries
     n_q, n_k = Q.shape[0], scorer.n_keys
+    m = _n_candidates(k, n_k)
     item = Q.element_size()
     bq, bk = plan_blocks(
         n_q, n_k, pair_bytes=score_pair_bytes(spec),
-        row_bytes=query_bytes + 3 * k * (item + 8) + 2 * item * Q.shape[1],
+        # top-k buffers and their merge; exact values, indices and their two sorts
+        row_bytes=query_bytes + 3 * m * (item + 8) + 2 * item * Q.shape[1] + 6 * 8 * m,
         budget=spec.budget, device=Q.device, what=what, hint="use a smaller n_neighbors",
     )
     for qs in track(range(0, n_q, bq), spec.progress, desc=what, unit="block"):
         qe = min(n_q, qs + bq)
-        q = scorer.prepare_queries(Q[qs:qe])
-        q_index = query_index(spec, qs, qe, q.device)
+        q_raw = scorer.map_queries(Q[qs:qe])
+        q = scorer.centre(q_raw)
+        q_index = query_index(spec, slice(qs, qe), q.device)
         with torch.no_grad():
-            qd = q.detach()
+            f, idx = _select(spec, q.detach(), q_raw.detach(), slice(qs, qe), q_index, k, m, bk)
+        yield qs, qe, q, q_index, f, idx
+
+
+def _select(spec, q, q_raw, rows, q_index, k, m, bk):
+    """Exact k nearest of a query block: ``m`` candidates on the fast scores, settled exactly;
+    rows whose candidates may miss a key go through :func:`_exact_pass`."""
+    scorer = spec.scorer
+    if spec.radius is not None:
+        spec.radius.start_block(scorer, q, q_raw, rows, spec.budget, lenient=True)
+    top = TopK(q.shape[0], m, q)
+    for ks in range(0, scorer.n_keys, bk):
+        ke = min(scorer.n_keys, ks + bk)
+        s, _ = raw_scores(spec, q, rows, ks, ke, q_index, inplace=True)
+        top.update(s, ks)
+    valid = top.r > NEG_INF
+    f = scorer.exact_f(q_raw, top.i, spec.budget)
+    if spec.radius is not None:
+        valid &= spec.radius.inside(f, top.i)
+    f, idx = sort_exact(torch.where(valid, f, math.inf), top.i, k)
+    if m == scorer.n_keys:
+        return f, idx
+    # A key left out has a fast f at least the last candidate's, so an exact f at least that
+    # minus the margin: the row is settled when this is beyond its k-th exact f (or when the
+    # last candidate is masked: then every unmasked key is a candidate).
+    margin = scorer.margin(q)
+    last = scorer.query_offset(q) - top.r[:, -1]
+    unsettled = (top.r[:, -1] > NEG_INF) & ~(last - margin > f[:, k - 1])
+    local = unsettled.nonzero().squeeze(1)
+    if local.numel():
+        global_rows = local + rows.start
+        f[local], idx[local] = _exact_pass(
+            spec, q[local], q_raw[local], global_rows, f[local, k - 1], k, bk
+        )
+    return f, idx
+
+
+def _exact_pass(spec, q, q_raw, rows, bound, k, bk):
+    """The k nearest of query rows ``rows`` (an index tensor) by a second pass over every key:
+    keys whose fast f is within the margin of ``bound`` (an upper bound on the k-th exact f) are
+    computed exactly and merged in (distance, index) order."""
+    scorer, n_k = spec.scorer, spec.scorer.n_keys
+    item = q.element_size()
+    # per row: the fast block, its candidate mask, the exact block and the sort of the merge
+    chunk = plan_rows(
+        q.shape[0], row_bytes=bk * (score_pair_bytes(spec) + 8 * 6 + 2 * item),
+        budget=spec.budget, max_rows=cpu_block_rows(bk),
+    )
+    parts_f, parts_i = [], []
+    for start in range(0, q.shape[0], chunk):
+        sl = slice(start, start + chunk)
+        qc, qrc, rc = q[sl], q_raw[sl], rows[sl]
+        q_index = query_index(spec, rc, q.device)
+        if spec.radius is not None:
+            spec.radius.start_block(scorer, qc, qrc, rc, spec.budget, lenient=True)
+        qoff_margin = (scorer.query_offset(qc) - scorer.margin(qc))[:, None]
+        best_f = torch.full((qc.shape[0], k), math.inf, dtype=torch.float64, device=q.device)
+        best_i = torch.full((qc.shape[0], k), -1, dtype=torch.long, device=q.device)
+        limit = bound[sl].clone()
+        for ks in range(0, n_k, bk):
+            ke = min(n_k, ks + bk)
+            s, _ = raw_scores(spec, qc, rc, ks, ke, q_index, inplace=True)
+            # exact f >= fast f - margin: only these can be among the k nearest
+            possible = (qoff_margin - s <= limit.to(s.dtype)[:, None]) & (s > NEG_INF)
+            r, c = possible.nonzero(as_tuple=True)
+            if r.numel() == 0:
+                continue
+            fe = scorer.exact_pairs(qrc, r, c + ks, spec.budget)
             if spec.radius is not None:
-                spec.radius.start_block(scorer.query_offset(qd), qs, qe)
-            top = TopK(qe - qs, k, qd)
-            for ks in range(0, n_k, bk):
-                ke = min(n_k, ks + bk)
-                s, _ = raw_scores(spec, qd, qs, qe, ks, ke, q_index, inplace=True)
-                top.update(s, ks)
-        yield qs, qe, q, q_index, top
+                fe = torch.where(fe <= spec.radius.exact_r2(r, c + ks), fe, math.inf)
+            block = torch.full((qc.shape[0], ke - ks), math.inf, dtype=torch.float64,
+                               device=q.device)
+            block[r, c] = fe
+            best_f, best_i = merge_exact(best_f, best_i, block, ks)
+            limit = torch.minimum(limit, best_f[:, -1])
+        parts_f.append(best_f)
+        parts_i.append(best_i)
+    return torch.cat(parts_f), torch.cat(parts_i)
+
+
+def _keys_to_select(spec, k):
+    """How many nearest keys hold the k-NN prior's ``k`` units of weight, whatever the query:
+    ``k`` without a per-key prior; with one, enough keys that even the lightest ones add up to
+    ``k`` (a key's weight ``exp(log_prior)`` is its multiplicity, see :func:`_multiplicity`)."""
+    if spec.prior_vec is None or spec.n_neighbors is None:
+        return k
+    weight = torch.exp(spec.prior_vec.detach().double())
+    lightest = torch.sort(weight[weight > 0]).values
+    reach = torch.searchsorted(torch.cumsum(lightest, 0), float(k))
+    return max(1, min(int(reach) + 1, lightest.numel()))
+
+
+def _multiplicity(log_weight, valid, k):
+    """Log of each selected key's share of the ``k`` units: keys in (distance, index) order
+    count ``exp(log_prior)`` each (an integer weight is that many copies of the key) until ``k``
+    is reached, the last one contributing the remainder; ``-inf`` beyond. Remainders below the
+    weights' rounding are dropped."""
+    weight = torch.where(valid, torch.exp(log_weight), 0.0)
+    before = torch.cumsum(weight, 1) - weight
+    share = torch.minimum(weight, (k - before).clamp(min=0))
+    rounding = 4 * k * torch.finfo(share.dtype).eps
+    return torch.where(valid & (share > rounding), torch.log(share), NEG_INF)
 
 
 def knn_attention(spec):
-    """Attention restricted to each query's ``spec.n_neighbors`` best keys (the k-NN prior)."""
-    scorer, Q, V, T, k = spec.scorer, spec.queries, spec.values, spec.temperature, spec.n_neighbors
-    dv, n_weights = V.shape[1], spec.n_weights
-    gather_bytes = k * Q.element_size() * (dv + (scorer.dim if spec.grad else 0) + 6)
-    blocks = topk_blocks(spec, k, gather_bytes, f"k-NN attention with n_neighbors={k}")
+    """Attention restricted to each query's ``spec.n_neighbors`` nearest keys (the k-NN prior;
+    a per-key prior counts as multiplicity there); at ``T = 0`` the nearest key alone (the
+    lowest index among exact ties, like 1-NN)."""
+    scorer, Q, V, T = spec.scorer, spec.queries, spec.values, spec.temperature
+    n_weights = spec.n_weights
+    k = spec.n_neighbors if spec.n_neighbors is not None else (n_weights or 1)
+    n_select = _keys_to_select(spec, k)
+    dv = V.shape[1]
+    gather_bytes = n_select * Q.element_size() * (dv + (scorer.dim if spec.grad else 0) + 6)
+    what = f"k-NN attention with n_neighbors={k}" if spec.n_neighbors else "1-NN attention"
     outs, weights, indices = [], [], []
-    for qs, _, q, q_index, top in blocks:
-        valid = top.r > NEG_INF
-        idx = torch.where(valid, top.i, -1)
+    for qs, _, q, q_index, f, idx in nearest_blocks(spec, n_select, gather_bytes, what):
+        valid = idx >= 0
         safe_idx = idx.clamp(min=0)
-        # Exact scores: recomputed with the graph when differentiating, else from the selection.
-        s = scorer.exact(q, idx) if spec.grad else top.r - scorer.query_offset(q)[:, None]
+        # Scores recomputed with the graph when differentiating, else the exact ones.
+        s = scorer.exact(q, idx) if spec.grad else (-f).to(q.dtype)
         s = torch.where(valid, s, NEG_INF)
-        prior = torch.zeros_like(s) if spec.prior_vec is None else spec.prior_vec[safe_idx]
+        prior = torch.zeros_like(s)
+        if spec.prior_vec is not None:
+            prior = spec.prior_vec[safe_idx]
+            if spec.n_neighbors is not None:
+                prior = _multiplicity(prior, valid, k)
         if spec.prior_fn is not None:
             prior = prior + call_prior_fn(spec.prior_fn, q_index, safe_idx, s)
         if T == 0.0:
-            tie = valid & (s == s.amax(1, keepdim=True))
-            z = torch.where(tie, prior, NEG_INF)
+            nearest = torch.zeros_like(valid)
+            nearest[:, 0] = valid[:, 0]
+            z = torch.where(nearest, 0.0, NEG_INF).to(s.dtype)
         elif T == math.inf:
             z = torch.where(valid, prior, NEG_INF)
         else:
@@ -82,28 +198,31 @@ def knn_attention(spec):
         p = torch.exp(z - torch.where(torch.isfinite(m), m, 0.0))
         total = p.sum(1)
         empty = empty_rows(total, qs, spec.on_empty, spec.radius)
-        w = p / torch.where(total > 0, total, 1.0)[:, None]
-        out = torch.bmm(w[:, None, :], V[safe_idx]).squeeze(1)
+        # Sum first, divide once: equal vote counts stay exactly equal.
+        total = torch.where(total > 0, total, 1.0)[:, None]
+        out = torch.bmm(p[:, None, :], V[safe_idx]).squeeze(1) / total
         outs.append(torch.where(empty[:, None], 0.0, out))
         if n_weights is not None:
+            # keys past the k units of a weighted selection are not selected
+            w, i = p / total, torch.where(torch.isneginf(prior), -1, idx)
+            pad = n_weights - w.shape[1]
+            if pad > 0:
+                w = torch.nn.functional.pad(w, (0, pad))
+                i = torch.nn.functional.pad(i, (0, pad), value=-1)
             weights.append(w[:, :n_weights])
-            indices.append(idx[:, :n_weights])
+            indices.append(i[:, :n_weights])
     return backend_result(outs, weights, indices, n_weights, V)
 
 
 def nearest_keys(spec):
-    """``(distances, indices)`` of each query's ``spec.n_neighbors`` nearest keys, ascending;
-    ``inf`` and ``-1`` where fewer keys are unmasked."""
+    """``(distances, indices)`` of each query's ``spec.n_neighbors`` nearest keys, in exact
+    (distance, index) order; ``inf`` and ``-1`` where fewer keys are unmasked."""
     k = spec.n_neighbors
     dists, indices = [], []
     with torch.no_grad():
-        for _, _, q, _, top in topk_blocks(spec, k, 0, "kneighbors"):
-            valid = top.r > NEG_INF
-            f = spec.scorer.query_offset(q)[:, None] - top.r
-            if spec.scorer.is_distance:
-                f = f.clamp(min=0)
-            dists.append(torch.where(valid, f, math.inf))
-            indices.append(torch.where(valid, top.i, -1))
+        for _, _, _, _, f, idx in nearest_blocks(spec, k, 0, "kneighbors"):
+            dists.append(f.to(spec.queries.dtype))
+            indices.append(idx)
     return (
         cat_or_empty(dists, (0, k), spec.queries),
         cat_or_empty(indices, (0, k), spec.queries, torch.long),

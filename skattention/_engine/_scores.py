@@ -4,9 +4,16 @@ Squared-Euclidean scores use THEORY.md section 3: -||q - k||^2 = 2 q.k - ||k||^2
 per-query term ||q||^2 is constant along a softmax row, so blocks hold the *partial* score
 2 q.k - ||k||^2 computed by one ``addmm``. Keys are centred first (squared distances are
 translation invariant) to limit cancellation.
+
+These fast scores are rounded (the centring, the matmul); selections are never decided on them
+alone. :meth:`Scorer.margin` bounds their rounding error and :meth:`Scorer.exact_f` /
+:meth:`Scorer.exact_pairs` give the exact values (float64 differences of the uncentred
+coordinates) that ``_exact.py`` settles the close calls with.
 """
 
 import torch
+
+from ._budget import CPU_BLOCK_ENTRIES, plan_rows
 
 # The one table of metric names. Scores the engine computes (``attention(metric=...)``):
 ENGINE_METRICS = ("sqeuclidean", "dot")
@@ -34,16 +41,20 @@ class Scorer:
         self.kind = "sqeuclidean" if callable(metric) else metric
         if self.phi is not None:
             keys = _apply_phi(self.phi, keys, "keys")
+        # The keys as given (mapped by phi): exact distances are differences of these.
+        self.raw = keys
         if self.kind == "sqeuclidean":
             self.shift = keys.mean(0)
             keys = keys - self.shift
             # -||k||^2, the per-key offset of the partial score.
             self.key_offset = -(keys * keys).sum(1)
             self.coef = 2.0
+            key_sq = -self.key_offset
         else:
             self.shift = None
             self.key_offset = None
             self.coef = 1.0
+            key_sq = (keys * keys).sum(1)
         self.keys = keys
         self.n_keys, self.dim = keys.shape
         if not bool(torch.isfinite(keys).all()) or (
@@ -53,13 +64,19 @@ class Scorer:
                 "Key coordinates overflow the compute dtype once squared; rescale the data "
                 "or use dtype=torch.float64."
             )
+        # the largest ||k||^2 (centred), for the rounding margin of the fast scores
+        self.max_key_sq = float(key_sq.detach().max()) if self.n_keys else 0.0
 
     @property
     def is_distance(self):
         return self.kind == "sqeuclidean"
 
     def prepare_queries(self, queries):
-        """Map a block of raw queries into the space the keys live in."""
+        """Map a block of raw queries into the space the (centred) keys live in."""
+        return self.centre(self.map_queries(queries))
+
+    def map_queries(self, queries):
+        """A block of raw queries mapped by ``phi`` (uncentred: what :meth:`exact_f` takes)."""
         if self.phi is not None:
             queries = _apply_phi(self.phi, queries, "queries")
             if queries.shape[1] != self.dim:
@@ -67,9 +84,53 @@ class Scorer:
                     f"metric callable maps queries to {queries.shape[1]} features but keys to "
                     f"{self.dim}."
                 )
-        if self.shift is not None:
-            queries = queries - self.shift
         return queries
+
+    def centre(self, queries):
+        """Mapped queries in the centred coordinates of the keys."""
+        return queries if self.shift is None else queries - self.shift
+
+    def margin(self, q):
+        """Per centred query row, a bound on the rounding error of its fast values of ``f``
+        (``query_offset - partial score``, from the centring and one matmul) against any key.
+
+        The error of ``||q||^2 - 2 q.k + ||k||^2`` in floating point is at most about
+        ``(d + 4) eps (||q||^2 + ||k||^2)`` (each term's dot product, the centring, the sums);
+        twice that is used.
+        """
+        eps = torch.finfo(q.dtype).eps
+        q_sq = (q.detach() * q.detach()).sum(1)
+        return (2 * self.dim + 8) * eps * (q_sq + self.max_key_sq)
+
+    def exact_f(self, q_raw, index, budget):
+        """Exact ``f`` (float64) of mapped queries ``q_raw`` (b, d) against ``raw[index]``
+        (b, m); entries with index -1 are computed against key 0 (callers mask them).
+        The gathered float64 keys are held in chunks that fit ``budget`` bytes."""
+        index = index.clamp(min=0)
+        b, m = index.shape
+        chunk = max(1, _exact_entries(budget) // max(1, b * self.dim))
+        parts = [
+            self._exact_rows(q_raw[:, None, :], index[:, start : start + chunk])
+            for start in range(0, m, chunk)
+        ]
+        return torch.cat(parts, 1) if parts else q_raw.new_zeros((b, 0), dtype=torch.float64)
+
+    def exact_pairs(self, q_raw, rows, cols, budget):
+        """Exact ``f`` (float64) of the pairs ``(q_raw[rows[n]], raw[cols[n]])``, shape (n,)."""
+        out = []
+        chunk = max(1, _exact_entries(budget) // max(1, self.dim))
+        for start in range(0, rows.numel(), chunk):
+            sl = slice(start, start + chunk)
+            out.append(self._exact_rows(q_raw[rows[sl]], cols[sl]))
+        return torch.cat(out) if out else q_raw.new_zeros(0, dtype=torch.float64)
+
+    def _exact_rows(self, q_raw, index):
+        keys = self.raw.detach()[index].double()
+        q = q_raw.detach().double()
+        if self.kind == "sqeuclidean":
+            diff = q - keys
+            return (diff * diff).sum(-1)
+        return -(q * keys).sum(-1)
 
     def query_offset(self, q):
         """Per-query constant c such that the exact score is ``partial - c``."""
@@ -108,6 +169,12 @@ class Scorer:
             diff = q[:, None, :] - gathered
             return -(diff * diff).sum(-1)
         return torch.einsum("bd,bkd->bk", q, gathered)
+
+
+def _exact_entries(budget):
+    """Gathered coordinates per exact-distance chunk: three float64 copies (keys, queries,
+    differences) within ``budget``, and cache-sized."""
+    return plan_rows(None, row_bytes=3 * 8, budget=budget, max_rows=CPU_BLOCK_ENTRIES)
 
 
 def _apply_phi(phi, x, name):

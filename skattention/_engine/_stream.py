@@ -1,9 +1,9 @@
 """The streaming backend: query blocks x key blocks with an online softmax (THEORY.md section 3).
 
 A running max, sum and weighted sum per query are rescaled when the max grows, so the scratch
-memory is one score block whatever the number of keys. It handles every prior and both limits
-(``T = 0``: arg-max, ``T = inf``: uniform) and, with ``n_weights``, tracks the largest weights of
-each query with a blockwise top-k.
+memory is one score block whatever the number of keys. It handles every prior and the uniform
+limit (``T = inf``; ``T = 0`` is a selection, the k-NN backend's) and, with ``n_weights``, tracks
+the largest weights of each query with a blockwise top-k.
 """
 
 import math
@@ -39,43 +39,39 @@ def stream_attention(spec):
     n_q, n_k, dv = Q.shape[0], scorer.n_keys, V.shape[1]
     item = Q.element_size()
     inplace = not spec.grad
-    argmax = T == 0.0
     uniform = T == math.inf
-    # Raw scores are needed for the limits and for masks defined on distances; otherwise one
-    # addmm gives the logits (scale and per-key prior folded in) and self-exclusion is masked on
-    # them directly. The block is fresh, so masking it in place is safe under autograd too.
-    need_raw = argmax or uniform or spec.radius is not None or spec.prior_fn is not None
+    # Raw scores are needed for the uniform limit and for masks defined on distances; otherwise
+    # one addmm gives the logits (scale and per-key prior folded in) and self-exclusion is masked
+    # on them directly. The block is fresh, so masking it in place is safe under autograd too.
+    # (T = 0 is a selection: the k-NN backend's.)
+    need_raw = uniform or spec.radius is not None or spec.prior_fn is not None
     query_bytes = item * (2 * dv + 4 + 2 * Q.shape[1]) + (n_weights or 0) * 3 * (2 * item + 8)
     bq, bk = plan_blocks(
         n_q, n_k, pair_bytes=score_pair_bytes(spec), row_bytes=query_bytes, budget=spec.budget,
         device=Q.device, what="dense attention", hint="use a smaller n_neighbors",
         cache_sized=inplace,
     )
-    single_block = bk >= n_k and not argmax and not n_weights
+    # One block holds every key: one softmax (fewer ops to differentiate). Not for the uniform
+    # limit, whose weights are summed unnormalised and divided once, so that equal vote counts
+    # stay exactly equal.
+    single_block = bk >= n_k and not n_weights and not uniform
     outs, weights, indices = [], [], []
     for qs in track(range(0, n_q, bq), spec.progress, desc="attention", unit="block"):
         qe = min(n_q, qs + bq)
-        q = scorer.prepare_queries(Q[qs:qe])
-        q_index = query_index(spec, qs, qe, q.device)
+        rows = slice(qs, qe)
+        q_raw = scorer.map_queries(Q[qs:qe])
+        q = scorer.centre(q_raw)
+        q_index = query_index(spec, rows, q.device)
         if spec.radius is not None:
-            spec.radius.start_block(scorer.query_offset(q), qs, qe)
+            spec.radius.start_block(scorer, q, q_raw, rows, spec.budget)
         state = OnlineSoftmax(qe - qs, dv, q)
-        best = torch.full((qe - qs,), NEG_INF, dtype=q.dtype, device=q.device)  # arg-max limit
-        top = TopK(qe - qs, n_weights, q, with_aux=argmax or uniform) if n_weights else None
+        top = TopK(qe - qs, n_weights, q, with_aux=uniform) if n_weights else None
         for ks in range(0, n_k, bk):
             ke = min(n_k, ks + bk)
             if need_raw:
-                s, bias = raw_scores(spec, q, qs, qe, ks, ke, q_index, inplace)
+                s, bias = raw_scores(spec, q, rows, ks, ke, q_index, inplace)
                 prior = block_prior(spec.prior_vec, bias, ks, ke, s)
-                if argmax:
-                    new_best = torch.maximum(best, s.amax(1))
-                    state.reset(new_best > best)
-                    best = new_best
-                    tie = (s == best[:, None]) & (s > NEG_INF)
-                    aux = prior.expand_as(s)
-                    z = torch.where(tie, aux, NEG_INF)
-                    rank = s
-                elif uniform:
+                if uniform:
                     z = aux = torch.where(s > NEG_INF, prior.expand_as(s), NEG_INF)
                     rank = s
                 else:
@@ -84,7 +80,7 @@ def stream_attention(spec):
             else:
                 z = scorer.block(q, ks, ke, scale=1.0 / T, log_prior=spec.prior_vec)
                 if spec.self_index is not None:
-                    z = mask_self(z, spec.self_index, qs, qe, ks, ke, inplace=True)
+                    z = mask_self(z, spec.self_index, rows, ks, ke, inplace=True)
                 rank, aux = z, None
             if top is not None:
                 # Before the in-place exp below: the merge copies what it keeps.
@@ -96,16 +92,14 @@ def stream_attention(spec):
         empty = empty_rows(state.l, qs, spec.on_empty, spec.radius)
         outs.append(state.result())
         if top is not None:
-            weights.append(_top_weights(top, state, best, empty, argmax, uniform))
+            weights.append(_top_weights(top, state, empty, uniform))
             indices.append(torch.where(top.r > NEG_INF, top.i, -1))
     return backend_result(outs, weights, indices, n_weights, V)
 
 
-def _top_weights(top, state, best, empty, argmax, uniform):
+def _top_weights(top, state, empty, uniform):
     """Normalised weights of the tracked top keys of a query block (0 for padding)."""
-    if argmax:
-        logw = torch.where(top.r == best[:, None], top.aux, NEG_INF)
-    elif uniform:
+    if uniform:
         logw = top.aux
     else:
         logw = top.r

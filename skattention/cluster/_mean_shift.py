@@ -11,9 +11,9 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._engine import (
     attention,
-    budget_bytes,
+    ball_sums,
     gaussian_kernel_log_sums,
-    plan_rows,
+    kneighbors,
     progress_bar,
     resolve_device,
 )
@@ -304,45 +304,22 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
 
 
 class _FlatKernel:
-    """Flat kernel: the mean of the points within distance ``radius`` (``<=``, exactly).
-
-    Membership is decided on squared distances from one matrix product (centred, float64) and
-    settled on exact differences for the pairs whose product-based distance lies within its
-    rounding error of ``radius**2``, so a point exactly on the boundary is always inside (as in
-    scikit-learn's MeanShift and ``radius_neighbors``).
-    """
+    """Flat kernel: the mean of the points within distance ``radius`` (``<=``, exactly: the
+    engine's :func:`ball_sums` settles points near the boundary on exact distances, so a point
+    exactly on it is inside, as in scikit-learn's MeanShift and ``radius_neighbors``). Computed
+    in float64, as MeanShift's means are."""
 
     def __init__(self, points, radius):
         self.points = points
-        self.r2 = radius * radius
-        self.exact = points.double()
-        self.shift = self.exact.mean(0)
-        self.centred = self.exact - self.shift
-        self.sq_norms = (self.centred**2).sum(1)
+        self.radius = radius
 
     def step(self, queries, points):
         """New positions (means, in the queries' dtype) and the number of points behind each."""
-        exact = self.exact if points is self.points else points.double()
-        centred = self.centred if points is self.points else exact - self.shift
-        sq_norms = self.sq_norms if points is self.points else (centred**2).sum(1)
-        counts, sums = [], []
-        for block in _row_blocks(queries.shape[0], points.shape[0] * 17):
-            q = queries[block].double()
-            qc = q - self.shift
-            q_sq = (qc**2).sum(1)
-            d2 = torch.addmm(q_sq[:, None] + sq_norms[None, :], qc, centred.T, alpha=-2.0)
-            # |rounding| of the product formula <= (d + 4) u (||q||^2 + ||x||^2): recompute there
-            margin = (points.shape[1] + 4) * 4 * torch.finfo(torch.float64).eps
-            near = (d2 - self.r2).abs() <= margin * (q_sq[:, None] + sq_norms[None, :] + self.r2)
-            rows, cols = near.nonzero(as_tuple=True)
-            if rows.numel():
-                d2[rows, cols] = ((q[rows] - exact[cols]) ** 2).sum(1)
-            inside = (d2 <= self.r2).double()
-            counts.append(inside.sum(1))
-            sums.append(inside @ exact)
-        count = torch.cat(counts)
-        means = torch.cat(sums) / count.clamp(min=1)[:, None]
-        return means.to(queries.dtype), count.long()
+        count, sums = ball_sums(
+            queries, points, self.radius, points, device=points.device, dtype=torch.float64
+        )
+        means = sums / count.clamp(min=1)[:, None]
+        return means.to(queries.dtype), count
 
     def intensity(self, modes, counts):
         """Points behind each mode's last mean (MeanShift's intensity); for the blurring flow,
@@ -368,25 +345,14 @@ class _GaussianKernel:
         )
 
 
-def _row_blocks(n_rows, bytes_per_row):
-    """Slices of rows whose scratch (``bytes_per_row`` each) fits the working memory."""
-    rows = plan_rows(n_rows, row_bytes=bytes_per_row, budget=budget_bytes())
-    return [slice(start, start + rows) for start in range(0, n_rows, rows)]
-
-
 def _nearest_centres(points, centres):
     """Index of the nearest centre of each point (the first among equally near ones) and the
-    squared distance to it, from exact differences in float64."""
-    C = torch.from_numpy(np.asarray(centres, dtype=np.float64)).to(points.device)
-    labels, sq_dist = [], []
-    for block in _row_blocks(points.shape[0], 8 * C.shape[0] * (C.shape[1] + 1)):
-        d2 = ((points[block].double()[:, None, :] - C[None]) ** 2).sum(2)
-        best, arg = d2.min(1)  # torch.min returns the first index of the minimum
-        labels.append(arg)
-        sq_dist.append(best)
-    labels = torch.cat(labels) if labels else torch.zeros(0, dtype=torch.long)
-    sq_dist = torch.cat(sq_dist) if sq_dist else torch.zeros(0, dtype=torch.float64)
-    return labels.cpu().numpy(), sq_dist.cpu().numpy()
+    squared distance to it, exactly (the engine's 1-NN, in float64)."""
+    sq_dist, labels = kneighbors(
+        points, torch.from_numpy(np.asarray(centres, dtype=np.float64)).to(points.device), 1,
+        device=points.device, dtype=torch.float64,
+    )
+    return labels[:, 0].cpu().numpy(), sq_dist[:, 0].cpu().numpy()
 
 
 def _merge_modes(modes, intensity, radius):

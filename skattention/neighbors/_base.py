@@ -426,12 +426,23 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         return validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
 
     def _propagate(self, X):
-        """Attention of the rows of ``X`` over the training set, applied to the fitted values."""
+        """Attention of the rows of ``X`` over the training set, applied to the fitted values,
+        and with a radius the mask of the queries that have no training point within it (their
+        rows are 0; ``None`` without a radius)."""
         Z = self._embed(self._validate_queries(X))
+        values, on_empty = self._fit_values, "raise"
+        if self.radius is not None:
+            # A column of ones tells the queries with no neighbour: their weights sum to 0.
+            ones = np.ones((values.shape[0], 1), dtype=values.dtype)
+            values, on_empty = np.hstack([values, ones]), "zero"
         out = attention(
-            Z, self._fit_Z, self._fit_values, progress=self.verbose, **self._engine_kwargs()
+            Z, self._fit_Z, values, on_empty=on_empty, progress=self.verbose,
+            **self._engine_kwargs(),
         )
-        return np.asarray(out, dtype=np.float64)
+        out = np.asarray(out, dtype=np.float64)
+        if self.radius is None:
+            return out, None
+        return out[:, :-1], out[:, -1] == 0
 
     def attention_weights(self, X=None, n_weights=None):
         """The largest attention weights behind each prediction and the training points they

@@ -1,5 +1,8 @@
 """MetricAttentionClassifier: attention from queries to the training set, propagating labels."""
 
+import warnings
+from numbers import Real
+
 import numpy as np
 from sklearn.base import ClassifierMixin
 
@@ -37,6 +40,12 @@ class MetricAttentionClassifier(
         Weight of each class, multiplied into the sample weights: a prior on the training
         points as keys and a weight of their training loss. ``"balanced"`` uses
         ``n_samples / (n_classes * np.bincount(y))``.
+    outlier_label : label or "most_frequent", default=None
+        With ``radius``, the label of a query that has no training point within the radius, as
+        in :class:`~sklearn.neighbors.RadiusNeighborsClassifier`: its probabilities are one-hot
+        on that class (all 0, with a warning, for a label that is not a training class), and
+        ``"most_frequent"`` is the most frequent training class. ``None``: such a query raises
+        ``ValueError``. Without ``radius`` every query has neighbours and it is not used.
     {LEARNING}
     {DEVICE}
 
@@ -44,6 +53,8 @@ class MetricAttentionClassifier(
     ----------
     classes_ : ndarray of shape (n_classes,)
         Class labels.
+    outlier_label_ : label or None
+        The label given to queries with no neighbour within ``radius``.
     {FIT_ATTRIBUTES}
 
     See Also
@@ -71,11 +82,12 @@ class MetricAttentionClassifier(
     _parameter_constraints: dict = {
         **_BaseMetricAttention._parameter_constraints,
         "class_weight": [dict, StrOptions({"balanced"}), None],
+        "outlier_label": [Real, str, None],
     }
 
     def __init__(self, metric="mlp", *, temperature="auto", n_neighbors=None, radius=None,
-                 class_weight=None, n_components=None, hidden_size=256, n_blocks=1,
-                 activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
+                 class_weight=None, outlier_label=None, n_components=None, hidden_size=256,
+                 n_blocks=1, activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
                  learning_rate=3e-3, weight_decay=1e-4, sample_rate="auto", early_stopping=True,
                  validation_fraction=0.1, n_iter_no_change=10, tol=1e-4, warm_start=False,
                  random_state=None, verbose=0, device="auto", dtype=None):
@@ -89,6 +101,7 @@ class MetricAttentionClassifier(
             random_state=random_state, verbose=verbose, device=device, dtype=dtype,
         )
         self.class_weight = class_weight
+        self.outlier_label = outlier_label
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -110,7 +123,12 @@ class MetricAttentionClassifier(
         self : MetricAttentionClassifier
             The fitted classifier.
         """
-        return self._fit_labels(X, y, sample_weight, same_classes_on_warm_start=True)
+        self._fit_labels(X, y, sample_weight, same_classes_on_warm_start=True)
+        if isinstance(self.outlier_label, str) and self.outlier_label == "most_frequent":
+            self.outlier_label_ = self.classes_[np.bincount(self._fit_y).argmax()]
+        else:
+            self.outlier_label_ = self.outlier_label
+        return self
 
     def _loo_loss(self, proba, rows, weight):
         """Weighted log-loss of leave-one-out class probabilities (for temperature="auto")."""
@@ -118,7 +136,28 @@ class MetricAttentionClassifier(
         return -np.average(np.log(np.clip(p_true, 1e-12, None)), weights=weight)
 
     def _predict_proba(self, X):
-        return self._propagate(X)
+        proba, no_neighbour = self._propagate(X)
+        if no_neighbour is None or not no_neighbour.any():
+            return proba
+        # RadiusNeighborsClassifier's handling of queries with no neighbour
+        outliers = np.flatnonzero(no_neighbour)
+        if self.outlier_label_ is None:
+            raise ValueError(
+                f"No neighbors found for test samples {outliers[:10].tolist()} within "
+                f"radius={self.radius}; use a larger radius, give a label for outliers "
+                "(outlier_label) or remove them."
+            )
+        label = np.flatnonzero(self.classes_ == self.outlier_label_)
+        if label.size == 1:
+            proba[outliers, label[0]] = 1.0
+        else:
+            warnings.warn(
+                f"Outlier label {self.outlier_label_} is not in training classes. All class "
+                "probabilities of outliers will be assigned with 0.",
+                UserWarning,
+                stacklevel=3,
+            )
+        return proba
 
 
 MetricAttentionClassifier.__doc__ = _docs.fill(MetricAttentionClassifier.__doc__)

@@ -1,5 +1,7 @@
 """MetricAttentionRegressor: attention from queries to the training set, propagating targets."""
 
+import warnings
+
 import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.utils.validation import validate_data
@@ -106,7 +108,15 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
         y : ndarray of shape (n_queries,) or (n_queries, n_outputs)
             Predicted targets.
         """
-        out = self._propagate(X)
+        out, no_neighbour = self._propagate(X)
+        if no_neighbour is not None and no_neighbour.any():
+            # scikit-learn's RadiusNeighborsRegressor (warnings.simplefilter("error") to raise)
+            warnings.warn(
+                "One or more samples have no neighbors within specified radius; predicting NaN.",
+                UserWarning,
+                stacklevel=2,
+            )
+            out[no_neighbour] = np.nan
         return out[:, 0] if self._y_1d else out
 
     def __sklearn_tags__(self):

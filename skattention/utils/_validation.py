@@ -46,8 +46,10 @@ class ProbabilisticClassifierMixin:
             Class probabilities, columns ordered as ``classes_``.
         """
         proba = self._predict_proba(X)
-        # Rounding can leave sums a few ulp from 1; renormalise like scikit-learn's neighbours.
-        return proba / proba.sum(axis=1, keepdims=True)
+        # Rounding can leave sums a few ulp from 1; renormalise like scikit-learn's neighbours
+        # (a row of zeros, a radius query with no neighbour, stays zeros).
+        total = proba.sum(axis=1, keepdims=True)
+        return proba / np.where(total > 0, total, 1.0)
 
     def predict(self, X):
         """Most probable class of each query.
@@ -63,4 +65,11 @@ class ProbabilisticClassifierMixin:
             Predicted class labels.
         """
         proba = self.predict_proba(X)
-        return self.classes_[np.argmax(proba, axis=1)]
+        pred = self.classes_[np.argmax(proba, axis=1)]
+        # No probability at all: a radius query with no neighbour whose outlier_label_ is no
+        # class (MetricAttentionClassifier); it gets that label, as in scikit-learn.
+        unlabelled = ~proba.any(axis=1)
+        if unlabelled.any():
+            pred = pred.astype(np.result_type(pred, np.asarray(self.outlier_label_)))
+            pred[unlabelled] = self.outlier_label_
+        return pred

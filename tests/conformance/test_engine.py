@@ -9,18 +9,7 @@ import skattention
 from skattention import attention, kneighbors
 from skattention._engine import ball_counts
 
-from ._cases import INF, make_data
-
-KNN_TIES = (
-    "issue 14: exact distance ties in kneighbors do not follow scikit-learn's (distance, index) "
-    "order"
-)
-RADIUS_BOUNDARY = (
-    "issue 14: attention(radius=r) and ball_counts sometimes leave out a key at distance exactly r"
-)
-ZERO_T_TIES = (
-    "issue 14: temperature=0 averages the keys tied at the best score; 1-NN takes the first"
-)
+from ._cases import INF, kth_tie, make_data, nearest_by_index
 
 DTYPES = ["float64", "float32"]
 
@@ -29,18 +18,21 @@ def knn_cases():
     out = []
     for data in ("continuous", "integer_grid", "duplicated_rows", "one_hot"):
         for dtype in DTYPES:
-            marks = (
-                [] if data == "continuous" else [pytest.mark.xfail(strict=True, reason=KNN_TIES)]
-            )
-            out.append(pytest.param(data, dtype, marks=marks, id=f"{data}-{dtype}"))
+            out.append(pytest.param(data, dtype, id=f"{data}-{dtype}"))
     return out
 
 
 @pytest.mark.parametrize("data, dtype", knn_cases())
 @pytest.mark.parametrize("working_memory", [None, 0.001])
 def test_kneighbors_is_nearest_neighbors(data, dtype, working_memory):
+    # Distances as scikit-learn's; indices in (distance, index) order (scikit-learn's order
+    # among tied neighbours is its heap's, see _cases._ByIndex), the same set where no tie
+    # straddles the 4th distance.
     X, _, _, Xq = make_data(data)
-    dist, idx = NearestNeighbors(n_neighbors=4, algorithm="brute").fit(X).kneighbors(Xq)
+    dist, sk_idx = NearestNeighbors(n_neighbors=4, algorithm="brute").fit(X).kneighbors(Xq)
+    _, idx = nearest_by_index(X, Xq, 4)
+    clear = ~kth_tie(X, Xq, 4)
+    np.testing.assert_array_equal(np.sort(idx[clear], 1), np.sort(sk_idx[clear], 1))
     with skattention.config_context(
         working_memory=working_memory or skattention.get_config()["working_memory"]
     ):
@@ -51,7 +43,6 @@ def test_kneighbors_is_nearest_neighbors(data, dtype, working_memory):
     np.testing.assert_array_equal(ours, idx)
 
 
-@pytest.mark.xfail(strict=True, reason=KNN_TIES)
 def test_equidistant_kth_neighbour():
     # scikit-learn's test_query_equidistant_kth_nn
     points = np.array([[1, 0], [0, 1], [-1, 0], [0, -1]], dtype=float)
@@ -77,12 +68,7 @@ def radius_cases():
     out = []
     for data in ("continuous", "integer_grid", "one_hot"):
         for dtype in DTYPES:
-            marks = (
-                []
-                if data == "continuous"
-                else [pytest.mark.xfail(strict=True, reason=RADIUS_BOUNDARY)]
-            )
-            out.append(pytest.param(data, dtype, marks=marks, id=f"{data}-{dtype}"))
+            out.append(pytest.param(data, dtype, id=f"{data}-{dtype}"))
     return out
 
 
@@ -106,7 +92,6 @@ def test_radius_attention_averages_the_radius_neighbours(data, dtype):
     np.testing.assert_allclose(out, expected, rtol=1e-5 if dtype == "float32" else 1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=RADIUS_BOUNDARY)
 def test_attention_radius_agrees_with_ball_counts():
     # The issue's case: ball_counts counts a key that attention(radius=3) leaves out (the two
     # round the same squared distances differently).
@@ -127,7 +112,6 @@ def test_attention_radius_agrees_with_ball_counts():
     np.testing.assert_array_equal((w > 0).sum(1), counts)
 
 
-@pytest.mark.xfail(strict=True, reason=ZERO_T_TIES)
 def test_zero_temperature_takes_the_first_of_tied_keys():
     keys = np.array([[-1.0], [1.0], [-5.0], [5.0]])
     out = attention(

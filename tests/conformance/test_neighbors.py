@@ -24,44 +24,16 @@ from sklearn.neighbors import (
 import skattention
 from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 
-from ._cases import CONFIGS, DATA, INF, make_data, outputs, with_neighbor
-
-KNN_TIES = (
-    "issue 14: exact distance ties in the k-NN selection do not follow scikit-learn's "
-    "(distance, index) order"
+from ._cases import (
+    CONFIGS,
+    DATA,
+    INF,
+    KNeighborsClassifierByIndex,
+    kth_tie,
+    make_data,
+    outputs,
+    with_neighbor,
 )
-RADIUS_BOUNDARY = "issue 14: a training point exactly at distance radius is sometimes left out"
-ZERO_T_TIES = (
-    "issue 14: temperature=0 averages the points tied at the smallest distance; 1-NN takes "
-    "the first"
-)
-KNN_BATCH = (
-    "issue 14: at exact distance ties the k-NN selection depends on how the queries are batched"
-)
-KNN_WEIGHTS = (
-    "issue 14: with n_neighbors an integer sample_weight is not a multiplicity when the k nearest "
-    "are chosen"
-)
-NO_NEIGHBOR = (
-    "issue 14: a radius query with no neighbour raises instead of scikit-learn's NaN / "
-    "outlier_label"
-)
-VOTE_TIES = (
-    "issue 14: uniform weights are normalised before they are summed, so tied votes differ by "
-    "rounding"
-)
-
-TIED_DATA = ("integer_grid", "duplicated_rows", "one_hot")
-# (configuration, data) -> why it fails today
-EXPECTED_FAILURES = {
-    **{(c, d): KNN_TIES for c in ("knn_classifier", "knn_regressor") for d in TIED_DATA},
-    **{
-        (c, d): RADIUS_BOUNDARY
-        for c in ("radius_classifier", "radius_regressor")
-        for d in ("integer_grid", "one_hot")
-    },
-    **{(c, d): ZERO_T_TIES for c in ("1nn_classifier", "1nn_regressor") for d in TIED_DATA},
-}
 
 
 def cases(with_dtype=True):
@@ -69,11 +41,9 @@ def cases(with_dtype=True):
     for config in CONFIGS:
         for data in DATA:
             for dtype in [np.float64, np.float32] if with_dtype else [np.float64]:
-                reason = EXPECTED_FAILURES.get((config, data))
-                marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
                 ids = f"{config}-{data}" + (f"-{dtype.__name__}" if with_dtype else "")
                 args = (config, data, dtype) if with_dtype else (config, data)
-                out.append(pytest.param(*args, marks=marks, id=ids))
+                out.append(pytest.param(*args, id=ids))
     return out
 
 
@@ -109,26 +79,8 @@ def test_matches_scikit_learn_in_small_blocks(config, data):
         assert_same(ours, ref, Xq, classifier)
 
 
-# Batch-dependent decisions; the 1-NN results on the grid are wrong but the same in any batch.
-BATCH_FAILURES = {
-    ("knn_classifier", "integer_grid"): KNN_BATCH,
-    ("knn_regressor", "integer_grid"): KNN_BATCH,
-    ("radius_classifier", "integer_grid"): RADIUS_BOUNDARY,
-    ("radius_regressor", "integer_grid"): RADIUS_BOUNDARY,
-}
-
-
-def batch_cases():
-    out = []
-    for config in CONFIGS:
-        for data in ("continuous", "integer_grid"):
-            reason = BATCH_FAILURES.get((config, data))
-            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-            out.append(pytest.param(config, data, marks=marks, id=f"{config}-{data}"))
-    return out
-
-
-@pytest.mark.parametrize("config, data", batch_cases())
+@pytest.mark.parametrize("data", ["continuous", "integer_grid"])
+@pytest.mark.parametrize("config", list(CONFIGS))
 def test_predictions_do_not_depend_on_batching(config, data):
     # The same decisions (labels, neighbour sets) whatever the batch; the averages may differ
     # in the last bit, as the matrix products behind them are blocked differently.
@@ -169,17 +121,7 @@ def weight_cases():
         for data in ("continuous", "integer_grid"):
             # Repetition changes the keys' centring, hence the rounding that decides the grid's
             # ties and boundary points.
-            reason = (
-                KNN_WEIGHTS
-                if config.startswith("knn")
-                else RADIUS_BOUNDARY
-                if config.startswith("radius") and data == "integer_grid"
-                else ZERO_T_TIES
-                if config.startswith("1nn") and data == "integer_grid"
-                else None
-            )
-            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-            out.append(pytest.param(config, data, marks=marks, id=f"{config}-{data}"))
+            out.append(pytest.param(config, data, id=f"{config}-{data}"))
     return out
 
 
@@ -208,7 +150,6 @@ def test_integer_sample_weight_is_repetition(config, data):
 # ---------------------------------------------------------------- the issue's reproductions
 
 
-@pytest.mark.xfail(strict=True, reason=RADIUS_BOUNDARY)
 def test_issue_point_exactly_on_the_radius():
     X, y = [[4, 6], [1, 9], [3, 14]], [1, 10, 100]
     expected = RadiusNeighborsRegressor(radius=5).fit(X, y).predict([[3, 19]])
@@ -217,7 +158,6 @@ def test_issue_point_exactly_on_the_radius():
     np.testing.assert_array_equal(ours.predict([[3, 19]]), expected)
 
 
-@pytest.mark.xfail(strict=True, reason=RADIUS_BOUNDARY)
 def test_issue_integer_grid_radius_predictions():
     rng = np.random.default_rng(0)
     X = rng.integers(0, 20, size=(400, 2)).astype(float)  # integer points of a 20 x 20 square
@@ -236,7 +176,6 @@ def test_issue_nearest_on_the_boundary_of_a_float_radius():
     np.testing.assert_array_equal(ours.predict([[0.0]]), [5.5])
 
 
-@pytest.mark.xfail(strict=True, reason=KNN_TIES)
 def test_issue_equidistant_kth_neighbour():
     # scikit-learn's test_query_equidistant_kth_nn: among equal distances the lower index wins.
     P, labels = [[1, 0], [0, 1], [-1, 0], [0, -1]], [0, 1, 2, 3]
@@ -246,16 +185,17 @@ def test_issue_equidistant_kth_neighbour():
     np.testing.assert_array_equal(ours.predict_proba([[0, 0]]), ref.predict_proba([[0, 0]]))
 
 
-@pytest.mark.xfail(strict=True, reason=KNN_BATCH)
 def test_issue_iris_row_depends_on_its_batch():
+    # Row 77's 5th and 6th nearest (rows 76 and 110) are both at squared distance 0.18: the lower
+    # index, 76, is taken whatever the batch (scikit-learn's heap keeps 110: [0, .6, .4]).
     X, y = load_iris(return_X_y=True)
     ours = MetricAttentionClassifier("euclidean", n_neighbors=5, temperature=INF).fit(X, y)
-    ref = KNeighborsClassifier(n_neighbors=5).fit(X, y)
+    ref = KNeighborsClassifierByIndex(n_neighbors=5).fit(X, y)
+    assert ref.predict_proba(X[77:78]).tolist() == [[0.0, 0.8, 0.2]]
     np.testing.assert_array_equal(ours.predict_proba(X[77:78]), ref.predict_proba(X[77:78]))
     np.testing.assert_array_equal(ours.predict_proba(X)[77:78], ref.predict_proba(X[77:78]))
 
 
-@pytest.mark.xfail(strict=True, reason=ZERO_T_TIES)
 def test_issue_zero_temperature_on_a_small_integer_grid():
     rng = np.random.default_rng(0)
     X = np.array([(i, j) for i in range(4) for j in range(4)], dtype=float)
@@ -266,7 +206,6 @@ def test_issue_zero_temperature_on_a_small_integer_grid():
     np.testing.assert_array_equal(ours.predict(Xq), ref.predict(Xq))
 
 
-@pytest.mark.xfail(strict=True, reason=ZERO_T_TIES)
 def test_issue_zero_temperature_tie():
     T, ty = [[-1], [1], [-5], [5]], [3, 1, 2, 2]
     assert KNeighborsClassifier(n_neighbors=1).fit(T, ty).predict([[0]]).tolist() == [3]
@@ -275,7 +214,6 @@ def test_issue_zero_temperature_tie():
     np.testing.assert_array_equal(ours.predict_proba([[0]]), [[0.0, 0.0, 1.0]])
 
 
-@pytest.mark.xfail(strict=True, reason=KNN_WEIGHTS)
 def test_issue_weight_is_multiplicity_among_the_k_nearest():
     X, y, w = [[0], [1], [2]], [0, 1, 1], [3, 1, 1]
     repeated = KNeighborsClassifier(n_neighbors=2).fit(np.repeat(X, w, axis=0), np.repeat(y, w))
@@ -286,7 +224,6 @@ def test_issue_weight_is_multiplicity_among_the_k_nearest():
     np.testing.assert_array_equal(ours.predict_proba([[0.4]]), [[1.0, 0.0]])
 
 
-@pytest.mark.xfail(strict=True, reason=NO_NEIGHBOR)
 def test_radius_regressor_without_neighbour_predicts_nan_with_a_warning():
     # scikit-learn's test_radius_neighbors_regressor, last part
     rng = np.random.RandomState(0)
@@ -299,7 +236,6 @@ def test_radius_regressor_without_neighbour_predicts_nan_with_a_warning():
     assert np.all(np.isnan(pred))
 
 
-@pytest.mark.xfail(strict=True, reason=NO_NEIGHBOR)
 def test_radius_classifier_outlier_label():
     # scikit-learn's test_radius_neighbors_classifier_outlier_labeling
     X = np.array([[1.0, 1.0], [2.0, 2.0], [0.99, 0.99], [0.98, 0.98], [2.01, 2.01]])
@@ -314,7 +250,6 @@ def test_radius_classifier_outlier_label():
         np.testing.assert_array_equal(ours.predict_proba(z)[0], [0, 0])
 
 
-@pytest.mark.xfail(strict=True, reason=NO_NEIGHBOR)
 def test_radius_classifier_outlier_label_matches_predict_proba():
     # scikit-learn's test_radius_neighbors_predict_proba
     for seed in range(5):
@@ -337,7 +272,6 @@ def test_radius_classifier_outlier_label_matches_predict_proba():
         np.testing.assert_allclose(ours.predict_proba(X_te), ref.predict_proba(X_te), atol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=VOTE_TIES)
 def test_tied_votes_pick_the_first_class_as_scikit_learn():
     # 24 neighbours, 9 / 9 / 6 votes: the first of the two tied classes is predicted.
     X, yc, _, Xq = make_data("duplicated_rows", seed=1)
@@ -431,13 +365,33 @@ def test_iris_and_digits_sanity():
     assert score_uint8 == score_float
 
 
-@pytest.mark.xfail(strict=True, reason=KNN_TIES)
 def test_duplicates_leave_one_out_order():
-    # test_k_and_radius_neighbors_duplicates: each point's nearest other copy, lowest index first
+    # test_k_and_radius_neighbors_duplicates: each point's nearest other copy. scikit-learn
+    # answers [1, 0, 1]: kneighbors() queries k + 1 neighbours and drops the last column when the
+    # point itself is not among them, and its heap lists 1 before 0 for the third point. The
+    # (distance, index) rule takes the lowest other index: [1, 0, 0].
     X = np.ones((3, 1))
     ref_idx = NearestNeighbors(n_neighbors=1, algorithm="brute").fit(X).kneighbors()[1]
     assert ref_idx.ravel().tolist() == [1, 0, 1]
     ours = MetricAttentionClassifier("euclidean", n_neighbors=1, temperature=INF).fit(X, [0, 1, 2])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        np.testing.assert_array_equal(ours.attention_weights(n_weights=1)[1], ref_idx)
+        np.testing.assert_array_equal(ours.attention_weights(n_weights=1)[1], [[1], [0], [0]])
+
+
+@pytest.mark.parametrize("config", ["knn_classifier", "knn_regressor"])
+@pytest.mark.parametrize("data", list(DATA))
+def test_reference_is_scikit_learn_without_kth_ties(config, data):
+    # The (distance, index) reference (_cases._ByIndex) is scikit-learn's own estimator on every
+    # query where no tie straddles the k-th distance; where one does, scikit-learn's choice is
+    # its heap's and the reference takes the lower index.
+    _, _, classifier = CONFIGS[config]
+    X, y_class, y_reg, Xq = make_data(data)
+    y = y_class if classifier else y_reg
+    Estimator = KNeighborsClassifier if classifier else KNeighborsRegressor
+    ref = Estimator(n_neighbors=3).fit(X, y)
+    by_index = CONFIGS[config][1]().fit(X, y)
+    clear = ~kth_tie(X, Xq, 3)
+    np.testing.assert_allclose(
+        outputs(by_index, Xq[clear], classifier), outputs(ref, Xq[clear], classifier), rtol=1e-12
+    )

@@ -1,26 +1,24 @@
 """Property tests: the exact configurations on small integer grids (ties everywhere), duplicated
 rows, and any batching of the queries (hypothesis, a bounded number of examples).
 
-The failing properties carry the issue's counterexample as an explicit example, so they fail
-on every run (strict xfail) without a search.
+The properties issue 14 found failing carry its counterexample as an explicit example, so they
+are checked on every run whatever the search draws.
 """
 
 import numpy as np
-import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from sklearn.cluster import KMeans, MeanShift
 from sklearn.neighbors import (
     KNeighborsClassifier,
-    KNeighborsRegressor,
     RadiusNeighborsRegressor,
 )
 
 from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 from skattention.cluster import AttentionKMeans, AttentionMeanShift
 
-from .test_neighbors import KNN_BATCH, KNN_TIES, RADIUS_BOUNDARY, ZERO_T_TIES
+from ._cases import KNeighborsClassifierByIndex, KNeighborsRegressorByIndex
 
 PROPERTY = settings(
     max_examples=25,
@@ -28,8 +26,6 @@ PROPERTY = settings(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-# an expected failure stops at its explicit counterexample
-FAILING = settings(PROPERTY, phases=[Phase.explicit])
 
 
 def grid_points(min_rows, max_rows=24, side=5):
@@ -43,7 +39,9 @@ def grid_points(min_rows, max_rows=24, side=5):
 @st.composite
 def labelled_grid(draw, min_rows=4):
     X = draw(grid_points(min_rows))
-    y = draw(arrays(np.int64, len(X), elements=st.integers(0, 2)))
+    # at least two classes: the classifiers reject a single one
+    labels = arrays(np.int64, len(X), elements=st.integers(0, 2))
+    y = draw(labels.filter(lambda y: len(np.unique(y)) > 1))
     queries = draw(grid_points(1, 8, side=6))
     return X, y, queries
 
@@ -61,20 +59,18 @@ TIE_AT_ZERO = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason=KNN_TIES)
-@FAILING
+@PROPERTY
 @given(case=labelled_grid())
 @example(case=FOUR_EQUIDISTANT)
 def test_knn_classifier_on_integer_grids(case):
     X, y, Xq = case
     k = min(3, len(X))
     ours = MetricAttentionClassifier("euclidean", n_neighbors=k, temperature=np.inf).fit(X, y)
-    ref = KNeighborsClassifier(n_neighbors=k).fit(X, y)
+    ref = KNeighborsClassifierByIndex(n_neighbors=k).fit(X, y)
     np.testing.assert_array_equal(ours.predict_proba(Xq), ref.predict_proba(Xq))
 
 
-@pytest.mark.xfail(strict=True, reason=ZERO_T_TIES)
-@FAILING
+@PROPERTY
 @given(case=labelled_grid())
 @example(case=TIE_AT_ZERO)
 def test_zero_temperature_on_integer_grids(case):
@@ -85,8 +81,7 @@ def test_zero_temperature_on_integer_grids(case):
     )
 
 
-@pytest.mark.xfail(strict=True, reason=RADIUS_BOUNDARY)
-@FAILING
+@PROPERTY
 @given(case=labelled_grid())
 @example(case=(np.array([[4.0, 6], [1, 9], [3, 14]]), np.array([0, 1, 2]), np.array([[3.0, 19]])))
 def test_radius_regressor_on_integer_grids(case):
@@ -99,8 +94,7 @@ def test_radius_regressor_on_integer_grids(case):
     np.testing.assert_allclose(ours.predict(Xq[has]), ref.predict(Xq[has]), rtol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=KNN_TIES)
-@FAILING
+@PROPERTY
 @given(X=grid_points(3, 12), copies=st.integers(2, 4))
 @example(X=np.array([[0.0, 0], [0, 1], [1, 1], [3, 3], [3, 5], [4, 3], [5, 3]]), copies=4)
 def test_knn_regressor_with_duplicated_rows(X, copies):
@@ -110,12 +104,11 @@ def test_knn_regressor_with_duplicated_rows(X, copies):
     k = copies - 1
     ours = MetricAttentionRegressor("euclidean", n_neighbors=k, temperature=np.inf).fit(Xd, y)
     np.testing.assert_allclose(
-        ours.predict(X), KNeighborsRegressor(n_neighbors=k).fit(Xd, y).predict(X), rtol=1e-12
+        ours.predict(X), KNeighborsRegressorByIndex(n_neighbors=k).fit(Xd, y).predict(X), rtol=1e-12
     )
 
 
-@pytest.mark.xfail(strict=True, reason=KNN_BATCH)
-@FAILING
+@PROPERTY
 @given(case=labelled_grid(min_rows=6), data=st.data())
 @example(
     case=(

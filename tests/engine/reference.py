@@ -28,9 +28,18 @@ def reference_attention(
         else torch.as_tensor(log_prior).double()[None].expand_as(s)
     )
     mask |= torch.isneginf(prior)
-    if k is not None:
+    if k is not None and log_prior is None:
         kth = s.masked_fill(mask, -math.inf).topk(k, 1).values[:, -1:]
         mask |= s < kth
+    elif k is not None:
+        # A per-key weight exp(log_prior) is a multiplicity: keys by increasing distance until
+        # their weights add up to k, the last contributing the remainder.
+        order = torch.argsort(-s.masked_fill(mask, -math.inf), dim=1, stable=True)
+        weight = torch.exp(prior).masked_fill(mask, 0.0).gather(1, order)
+        share = torch.minimum(weight, (k - (weight.cumsum(1) - weight)).clamp(min=0))
+        share = torch.zeros_like(share).scatter(1, order, share)
+        mask |= share <= 4 * k * torch.finfo(share.dtype).eps
+        prior = torch.log(share)
     sm = s.masked_fill(mask, -math.inf)
     if T == 0:
         z = torch.where(sm == sm.amax(1, keepdim=True), prior, -math.inf)

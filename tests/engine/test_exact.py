@@ -1,0 +1,83 @@
+"""Exact selection (``_engine/_exact.py``): ties, the second pass, multiplicities, ball sums."""
+
+import numpy as np
+import pytest
+import torch
+
+import skattention
+from skattention import attention, kneighbors
+from skattention._engine import ball_sums
+
+
+def stable_nearest(Q, K, k):
+    d2 = ((Q[:, None, :].astype(np.float64) - K[None].astype(np.float64)) ** 2).sum(2)
+    idx = np.argsort(d2, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(d2, idx, 1), idx
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("working_memory", [None, 0.002])
+def test_many_tied_keys_go_through_the_exact_pass(dtype, working_memory):
+    # 300 copies of each of a few points (offset far from the origin, so the fast scores round):
+    # every row's k-th distance is tied with hundreds of keys, the candidates cannot settle it.
+    rng = np.random.default_rng(0)
+    base = 1000.0 + rng.integers(0, 4, size=(5, 3)).astype(float)
+    K = base[rng.integers(0, 5, 1500)]
+    Q = 1000.0 + rng.integers(-1, 5, size=(40, 3)).astype(float)
+    budget = working_memory or skattention.get_config()["working_memory"]
+    with skattention.config_context(working_memory=budget):
+        d2, idx = kneighbors(Q, K, 7, dtype=dtype)
+    ref_d2, ref_idx = stable_nearest(Q, K, 7)
+    np.testing.assert_array_equal(idx, ref_idx)
+    np.testing.assert_array_equal(d2, ref_d2.astype(dtype))
+
+
+def test_fractional_weight_counts_fractionally_among_the_k_nearest():
+    keys, values = np.array([[0.0], [1.0], [2.0]]), np.array([0.0, 1.0, 10.0])
+    weight = np.array([1.5, 1.0, 1.0])
+    out, w, idx = attention(
+        np.array([[0.1]]), keys, values, n_neighbors=2, temperature=np.inf,
+        log_prior=np.log(weight), return_weights=True, dtype="float64",
+    )
+    # key 0 brings 1.5 of the 2 units, key 1 the remaining 0.5, key 2 nothing
+    np.testing.assert_allclose(out, [0.25])
+    np.testing.assert_allclose(w, [[0.75, 0.25]])
+    np.testing.assert_array_equal(idx, [[0, 1]])
+
+
+def test_integer_weights_are_repeated_keys_at_every_temperature():
+    rng = np.random.default_rng(1)
+    K = rng.integers(0, 4, size=(30, 2)).astype(float)
+    V = rng.normal(size=30)
+    Q = rng.integers(0, 4, size=(20, 2)).astype(float)
+    weight = rng.integers(1, 4, 30)
+    for T in [0.0, 0.5, np.inf]:
+        for k in [1, 4, 9]:
+            weighted = attention(
+                Q, K, V, n_neighbors=k, temperature=T, log_prior=np.log(weight), dtype="float64"
+            )
+            repeated = attention(
+                Q, np.repeat(K, weight, 0), np.repeat(V, weight), n_neighbors=k, temperature=T,
+                dtype="float64",
+            )
+            np.testing.assert_allclose(weighted, repeated, rtol=1e-12, atol=1e-12)
+
+
+def test_zero_temperature_takes_the_lowest_index_of_exact_ties_whatever_the_prior():
+    keys = np.array([[2.0], [-1.0], [1.0], [-1.0]])
+    values = np.array([0.0, 1.0, 2.0, 3.0])
+    prior = np.log([1.0, 1.0, 5.0, 9.0])  # a prior does not break a distance tie at T = 0
+    out = attention(np.zeros((1, 1)), keys, values, temperature=0, log_prior=prior)
+    np.testing.assert_array_equal(out, [1.0])
+    masked = attention(
+        np.zeros((1, 1)), keys, values, temperature=0, log_prior=[0.0, -np.inf, 0.0, 0.0]
+    )
+    np.testing.assert_array_equal(masked, [2.0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ball_sums_include_the_boundary(dtype):
+    points = torch.tensor([[0.0, 0.0], [3.0, 4.0], [3.0, 4.0001], [6.0, 8.0]], dtype=dtype)
+    counts, sums = ball_sums(points[:1], points, 5.0, points, dtype=dtype)
+    assert counts.tolist() == [2]
+    torch.testing.assert_close(sums, torch.tensor([[3.0, 4.0]], dtype=dtype))
