@@ -9,9 +9,9 @@ from sklearn.preprocessing import OneHotEncoder
 
 from skattention import (
     MetricAttentionClassifier,
-    config_context,
     MetricAttentionRegressor,
     MetricAttentionTransformer,
+    config_context,
 )
 
 pd = pytest.importorskip("pandas")
