@@ -4,11 +4,11 @@
 ``category`` and string/object columns and missing values (NaN, ``pd.NA``, nullable dtypes), a
 NumPy array, or a SciPy sparse CSR/CSC matrix -- into what the learned metric needs:
 
-* ``numeric``: float32 ``(n, n_numeric + n_indicators)``, each numeric column scaled (by default
-  RealMLP's robust scaling: ``(x - median) / IQR`` smoothly clipped to about +-3; the tabular
-  benchmark's DEV sets chose it over quantile-normal scaling) with missing values at the scaled
-  median (0) and, for every column that had missing values at fit time, a 0/1 missing indicator
-  appended;
+* ``numeric``: ``(n, n_numeric + n_indicators)`` floats of ``dtype``, each numeric column scaled
+  (by default RealMLP's robust scaling: ``(x - median) / IQR`` smoothly clipped to about +-3;
+  the tabular benchmark's DEV sets chose it over quantile-normal scaling; ``None``: unscaled)
+  with missing values at the (scaled) median and, for every column that had missing values at
+  fit time, a 0/1 missing indicator appended;
 * ``categories``: int64 ``(n, n_categorical)`` codes, 0 for a missing value, 1 for a level unseen
   at fit time or rarer than ``min_frequency`` ("other"), and 2, 3, ... for the training levels
   (``cardinalities_`` holds each column's number of codes), ready for an embedding lookup.
