@@ -60,8 +60,9 @@ _X_CHECKS = dict(dtype=None, accept_sparse=("csr", "csc"), ensure_all_finite="al
 class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
     """Training, storage and engine calls shared by the metric-attention estimators.
 
-    The fixed metric ("euclidean") stores the training set as keys. Learned metrics standardise
-    the inputs, train a map by leave-one-out soft-neighbour likelihood, and store the training set
+    Inputs of any column types are encoded into one dense float matrix (``_validate_train``).
+    The fixed metric ("euclidean") stores it as keys. Learned metrics see robust-scaled numbers,
+    train a map by leave-one-out soft-neighbour likelihood, and store the training set
     mapped into the learned space as keys. Prediction is attention of the (mapped) queries over
     those keys, propagating ``self._fit_values``.
     """
@@ -273,20 +274,19 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                 f"warm_start: X has {X.shape[1]} features but the map was trained on "
                 f"{self.map_.n_features}."
             )
-        Xs = X  # the encoder scaled the numbers
         seed = int(rng.randint(np.iinfo(np.int32).max))
         # A private, seeded torch RNG for initialisation and dropout; the caller's is restored.
         with seeded_torch_rng(seed, device) as release_rng:
             generator = torch.Generator().manual_seed(seed)
             if not warm:
-                init = _initial_projection(Xs, self.n_components, rng)
+                init = _initial_projection(X, self.n_components, rng)
                 self.map_ = build_map(
                     self.metric, init, hidden_size=self.hidden_size, n_blocks=self.n_blocks,
                     activation=self.activation, dropout=self.dropout,
                 )
             metric_map = self.map_.to(device=device, dtype=dtype)
             release_rng(metric_map)  # training draws only from `generator` (unless dropout)
-            Xt = torch.as_tensor(Xs, dtype=dtype, device=device)
+            Xt = torch.as_tensor(X, dtype=dtype, device=device)
             Vt = torch.as_tensor(values, dtype=dtype, device=device)
             Wt = torch.as_tensor(weight, dtype=dtype, device=device)
             log_t = self._initial_log_temperature(metric_map, Xt, weight, warm, dtype, device)

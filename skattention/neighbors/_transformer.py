@@ -169,7 +169,7 @@ class MetricAttentionTransformer(
         Returns
         -------
         X_new : ndarray of shape (n_samples, n_components)
-            ``phi`` of the standardised inputs, in the dtype of ``X``.
+            ``phi`` of the encoded inputs, float32 for float32 input, else float64.
         """
         check_is_fitted(self)
         return np.concatenate([self._embed(Q, side="key").astype(Q.dtype, copy=False)
