@@ -363,9 +363,11 @@ def blas_kernel():
         return "unknown"
 
 
-def timing(datasets, models, recipe, threads, repeats):
+def timing(datasets, models, recipe, threads, repeats, variants=None):
     """Median fit time of each model on each whole dataset, runs interleaved across models so
-    that load on the machine hits them alike; ratios against the first model."""
+    that load on the machine hits them alike; ratios against the first model. Wall and process
+    CPU time: at one thread the CPU time hardly depends on what else the machine runs.
+    ``variants`` maps a tag to recipe overrides for a model ``attention:TAG``."""
     import torch
     from threadpoolctl import threadpool_limits
 
@@ -376,16 +378,21 @@ def timing(datasets, models, recipe, threads, repeats):
             X, y, spec = tds.load(dataset)
             task = "regression" if spec.family == "regression" else "classification"
             times = {m: [] for m in models}
+            cpu = {m: [] for m in models}
             for r in range(repeats):
                 for m in models:
-                    model = make_model(m, task, r, X, threads, recipe)
-                    start = time.perf_counter()
+                    tag = m.partition(":")[2]
+                    model = make_model(m, task, r, X, threads,
+                                       {**recipe, **(variants or {}).get(tag, {})})
+                    start, start_cpu = time.perf_counter(), time.process_time()
                     model.fit(X, y)
                     times[m].append(time.perf_counter() - start)
-            base = np.median(times[models[0]])
+                    cpu[m].append(time.process_time() - start_cpu)
+            base, base_cpu = np.median(times[models[0]]), np.median(cpu[models[0]])
             print(f"{dataset} ({X.shape[0]} x {X.shape[1]}): " + ", ".join(
                 f"{m} {np.median(t):.2f}s (x{np.median(t) / base:.2f}, runs "
-                f"{' '.join(f'{v:.1f}' for v in t)})" for m, t in times.items()), flush=True)
+                f"{' '.join(f'{v:.1f}' for v in t)}; CPU {np.median(cpu[m]):.2f}s, "
+                f"x{np.median(cpu[m]) / base_cpu:.2f})" for m, t in times.items()), flush=True)
 
 
 def _store(out_path, dataset, model, seed, row):
@@ -398,6 +405,18 @@ def _store(out_path, dataset, model, seed, row):
         tmp.write_text(json.dumps(results, indent=1, sort_keys=True))
         tmp.replace(out_path)
     return results
+
+
+def _overrides(items):
+    """``k=v`` strings as a recipe dict (values parsed as JSON, else kept as strings)."""
+    recipe = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        try:
+            recipe[key] = json.loads(value)
+        except ValueError:  # a bare word: a string option
+            recipe[key] = value
+    return recipe
 
 
 def main():
@@ -422,6 +441,9 @@ def main():
                         help="fit each model on whole datasets (<= 10,000 rows), --repeats "
                              "times interleaved, and print median fit times (nothing cached)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--variant", nargs="+", action="append", default=[],
+                        metavar=("TAG", "K=V"),
+                        help="with --timing: recipe overrides of a model attention:TAG")
     parser.add_argument("--also", nargs="*", default=[],
                         help="other result files merged into the summary (read only)")
     args = parser.parse_args()
@@ -432,13 +454,8 @@ def main():
     if args.quick:
         datasets, seeds = [d for d in datasets if d in QUICK] or list(QUICK), [0]
     models = args.models.split(",")
-    recipe = {}
-    for item in args.recipe:
-        key, _, value = item.partition("=")
-        try:
-            recipe[key] = json.loads(value)
-        except ValueError:  # a bare word: a string option
-            recipe[key] = value
+    recipe = _overrides(args.recipe)
+    variants = {tag: _overrides(items) for tag, *items in args.variant}
     if args.tag:
         models = [f"attention:{args.tag}" if m == "attention" else m for m in models]
     out_path = pathlib.Path(args.out)
@@ -446,7 +463,7 @@ def main():
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
 
     if args.timing:
-        return timing(datasets, models, recipe, args.threads, args.repeats)
+        return timing(datasets, models, recipe, args.threads, args.repeats, variants)
     if not args.report:
         import torch
         from threadpoolctl import threadpool_limits

@@ -143,8 +143,11 @@ def _add_output_arguments(parser, plot_help):
     parser.add_argument("--plot", metavar="FILE.png", help=f"write {plot_help}")
 
 
-def _load_data(args, target_required):
-    """``X, y, dataset``: digits by default, else the user's CSV; ``y`` is None without --target."""
+def _load_data(args, target_required, tabular=False):
+    """``X, y, dataset``: digits by default, else the user's CSV; ``y`` is None without --target.
+
+    ``tabular``: a CSV with text columns or empty cells becomes a DataFrame (needs pandas) for
+    estimators that encode such columns themselves, instead of an error."""
     if args.max_samples is not None and args.max_samples < 2:
         raise CLIError(f"--max-samples must be at least 2, got {args.max_samples}")
     if args.data is None:
@@ -157,11 +160,12 @@ def _load_data(args, target_required):
     else:
         if target_required and args.target is None:
             raise CLIError("--data needs --target COLUMN")
-        X, y = _read_csv(args.data, args.target)
+        X, y = _read_csv(args.data, args.target, tabular)
         name = f"{args.data} ("
     if args.max_samples is not None and args.max_samples < X.shape[0]:
         keep = np.sort(np.random.default_rng(0).choice(X.shape[0], args.max_samples, replace=False))
-        X, y = X[keep], None if y is None else y[keep]
+        X = X.iloc[keep] if hasattr(X, "iloc") else X[keep]
+        y = None if y is None else y[keep]
     sep = ", " if args.data is None else ""
     return X, y, f"{name}{sep}{X.shape[0]} x {X.shape[1]})"
 
@@ -198,7 +202,7 @@ def _emit(args, results, lines):
 def _compare(args):
     if args.cv < 2:
         raise CLIError(f"--cv must be at least 2, got {args.cv}")
-    X, y, dataset = _load_data(args, target_required=True)
+    X, y, dataset = _load_data(args, target_required=True, tabular=True)
     task = _task(y, args.task)
     if task == "regression":
         y = y.astype(np.float64)
@@ -276,7 +280,10 @@ def _cross_validate(X, y, task, args):
         raise CLIError(f"{X.shape[0]} samples are fewer than --cv {args.cv} folds")
     results = []
     for name, model in _models(task, args.device):
-        est = model if args.no_scale else make_pipeline(StandardScaler(), model)
+        if hasattr(X, "columns"):  # text or missing cells: a DataFrame
+            est = _tabular_pipeline(model, args.no_scale)
+        else:
+            est = model if args.no_scale else make_pipeline(StandardScaler(), model)
         start = time.perf_counter()
         try:
             cv_res = cross_validate(est, X, y, cv=cv, scoring=scoring, error_score="raise")
@@ -292,6 +299,32 @@ def _cross_validate(X, y, task, args):
             "total_time_s": time.perf_counter() - start,
         })
     return results
+
+
+def _tabular_pipeline(model, no_scale):
+    """``model`` on a DataFrame with text columns and missing values: the attention estimators
+    take it as is (numbers standardised unless ``no_scale``); k-NN needs imputation and a
+    one-hot encoding first."""
+    from sklearn.compose import make_column_selector, make_column_transformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    numbers, text = make_column_selector(dtype_exclude=object), make_column_selector(
+        dtype_include=object)
+    scale = [] if no_scale else [StandardScaler()]
+    if not hasattr(model, "categorical_features"):  # the k-NN baseline
+        return make_pipeline(make_column_transformer(
+            (make_pipeline(SimpleImputer(strategy="median"), *scale), numbers),
+            (make_pipeline(SimpleImputer(strategy="constant", fill_value="missing"),
+                           OneHotEncoder(handle_unknown="ignore")), text),
+        ), model)
+    if no_scale:
+        return model
+    scaler = make_column_transformer(  # NaN passes StandardScaler; text columns pass through
+        (StandardScaler(), numbers), remainder="passthrough", verbose_feature_names_out=False,
+    ).set_output(transform="pandas")
+    return make_pipeline(scaler, model)
 
 
 def _print_table(dataset, task, n_folds, results):
@@ -509,7 +542,7 @@ def _plot_clusters(fig, X, model, dataset, row):
 # --------------------------------------------------------------------------- CSV input
 
 
-def _read_csv(path, target):
+def _read_csv(path, target, tabular=False):
     try:
         with open(path, newline="", encoding="utf-8") as handle:
             rows = list(csv.reader(handle))
@@ -540,11 +573,14 @@ def _read_csv(path, target):
     if target is not None:
         t = header.index(target)
         features = [c for c in range(len(header)) if c != t]
+    if tabular and _needs_table(body, features):
+        X = _read_table(header, body, features)
+        return (X, None) if target is None else (X, _read_target(body, header, target))
     X = np.empty((len(body), len(features)))
     for j, c in enumerate(features):
         for i, row in enumerate(body):
             cell = row[c].strip()
-            if cell == "" or cell.lower() in ("na", "nan", "null"):
+            if cell.lower() in _MISSING_CELLS:
                 raise CLIError(
                     f"column {header[c]!r} has a missing value on line {i + 2}; "
                     "impute or drop it first"
@@ -559,10 +595,56 @@ def _read_csv(path, target):
         raise CLIError("features contain infinite values")
     if target is None:
         return X, None
+    return X, _read_target(body, header, target)
+
+
+def _read_target(body, header, target):
+    t = header.index(target)
     y = np.array([row[t].strip() for row in body])
     if np.any(y == ""):
         raise CLIError(f"target column {target!r} has missing values")
-    return X, y
+    return y
+
+
+_MISSING_CELLS = ("", "na", "nan", "null")
+
+
+def _as_number(cell):
+    """A cell as a float, NaN when missing, None when it is text."""
+    cell = cell.strip()
+    if cell.lower() in _MISSING_CELLS:
+        return np.nan
+    try:
+        return float(cell)
+    except ValueError:
+        return None
+
+
+def _needs_table(body, features):
+    """Whether any feature cell is text or missing."""
+    values = (_as_number(row[c]) for c in features for row in body)
+    return any(v is None or np.isnan(v) for v in values)
+
+
+def _read_table(header, body, features):
+    """The feature columns as a DataFrame: numbers (NaN when missing) or text (None)."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise CLIError("a CSV with text columns or missing values needs pandas: "
+                       "pip install pandas") from None
+    columns = {}
+    for c in features:
+        numbers = [_as_number(row[c]) for row in body]
+        if all(v is not None for v in numbers):
+            columns[header[c]] = np.asarray(numbers, dtype=np.float64)
+            if np.isinf(columns[header[c]]).any():
+                raise CLIError("features contain infinite values")
+        else:
+            cells = [row[c].strip() for row in body]
+            columns[header[c]] = pd.Series(
+                [None if v.lower() in _MISSING_CELLS else v for v in cells], dtype=object)
+    return pd.DataFrame(columns)
 
 
 def _task(y, requested):

@@ -56,8 +56,6 @@ def test_compare_regression_target(tmp_path, capsys):
     [
         (None, ["--target", "y"], "cannot read"),
         ("a,b,y\n1,2,0\n3,4,1\n", ["--target", "z"], "target column 'z' not found"),
-        ("a,b,y\n1,x,0\n3,4,1\n", ["--target", "y"], "column 'b' is not numeric (line 2: 'x')"),
-        ("a,b,y\n1,,0\n3,4,1\n", ["--target", "y"], "column 'b' has a missing value"),
         ("a,b,y\n1,2\n", ["--target", "y"], "line 2 has 2 fields"),
         ("a,y\n", ["--target", "y"], "needs a header row and at least one data row"),
         ("a,b,y\n1,2,0\n3,4,0\n5,6,0\n", ["--target", "y"], "single class"),
@@ -71,6 +69,40 @@ def test_bad_csv_gives_a_one_line_error(tmp_path, capsys, content, argv_extra, m
     err = capsys.readouterr().err
     assert err.startswith("skattention: error:") and message in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("a,b\n1,x\n3,4\n", "column 'b' is not numeric (line 2: 'x')"),
+        ("a,b\n1,\n3,4\n", "column 'b' has a missing value"),
+    ],
+)
+def test_embed_needs_numbers(tmp_path, capsys, content, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(content)
+    assert main(["embed", "--data", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("skattention: error:") and message in err
+
+
+def test_compare_takes_text_columns_and_missing_cells(tmp_path, capsys):
+    pytest.importorskip("pandas")
+    rng = np.random.default_rng(2)
+    n = 90
+    x = rng.normal(size=n)
+    city = rng.choice(["oslo", "rome", "lima"], n)
+    y = (x > 0).astype(int) ^ (city == "rome")
+    lines = ["x,city,y"] + [
+        f"{'' if i % 9 == 0 else f'{a:.3f}'},{'NA' if i % 11 == 0 else c},{t}"
+        for i, (a, c, t) in enumerate(zip(x, city, y))
+    ]
+    path = tmp_path / "mixed.csv"
+    path.write_text("\n".join(lines))
+    assert main(["compare", "--data", str(path), "--target", "y", "--cv", "3", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert len(res["results"]) == 6
+    assert all(np.isfinite(r["mean"]) for r in res["results"])
 
 
 def test_module_entry_point_and_help():

@@ -56,6 +56,9 @@ RECIPE = {
     "patience": 8,
     "max_steps": 2000,
     "calibrate": True,
+    # validation pass of each epoch against at most this many training rows as keys (a fixed
+    # random subsample; 0: all of them); calibration and prediction still use all keys
+    "val_keys": 0,
     "n_members": 1,
     "categorical_features": "from_dtype",
     # size rules for the numeric embedding (n = training rows): below ``none_below`` the numbers
@@ -140,6 +143,9 @@ class _Member:
         bs = min(r["batch_size"], n_tr)
         best, best_state, stall, steps, epochs = math.inf, None, 0, 0, 0
         history = []
+        val_keys = np.arange(n_tr)
+        if 0 < r["val_keys"] < n_tr:
+            val_keys = np.sort(rng.permutation(n_tr)[: r["val_keys"]])
         for _ in range(r["max_epochs"]):
             net.train()
             order = torch.randperm(n_tr, generator=gen)
@@ -166,7 +172,8 @@ class _Member:
                 steps += 1
             epochs += 1
             if val.size:
-                vloss = self._val_loss(net, tn, tc, tv, vn, vc, vv, 1.0)
+                vloss = self._val_loss(net, tn[val_keys], tc[val_keys], tv[val_keys],
+                                       vn, vc, vv, 1.0)
             else:
                 vloss = float(loss)
             history.append(vloss)

@@ -6,9 +6,10 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
+from scipy import sparse
 from sklearn.base import BaseEstimator
 from sklearn.model_selection import train_test_split
-from sklearn.utils import check_random_state, gen_batches
+from sklearn.utils import check_consistent_length, check_random_state, gen_batches
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -30,7 +31,8 @@ from .._engine import (
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight
-from ..utils._validation import encode_classes, standardisation
+from ..utils._validation import encode_classes
+from ._tabular import _DenseLayout, _TabularEncoder, pd
 
 # temperature="auto" with the fixed metric: leave-one-out choice on a geometric grid around the
 # nearest-neighbour scale (weighted median squared distance from a point to its nearest distinct
@@ -50,19 +52,24 @@ _AUTO_BATCH = (64, 512)
 _EMBED_CHUNK = 65536
 # Queries whose candidate distances are gathered at once by the neighbour scale.
 _SCALE_CHUNK = 256
+# What validate_data checks of X before the tabular encoder reads it: any column types, missing
+# values and sparse matrices pass; infinities, complex numbers and bad shapes do not.
+_X_CHECKS = dict(dtype=None, accept_sparse=("csr", "csc"), ensure_all_finite="allow-nan")
 
 
 class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
     """Training, storage and engine calls shared by the metric-attention estimators.
 
-    The fixed metric ("euclidean") stores the training set as keys. Learned metrics standardise
-    the inputs, train a map by leave-one-out soft-neighbour likelihood, and store the training set
+    Inputs of any column types are encoded into one dense float matrix (``_validate_train``).
+    The fixed metric ("euclidean") stores it as keys. Learned metrics see robust-scaled numbers,
+    train a map by leave-one-out soft-neighbour likelihood, and store the training set
     mapped into the learned space as keys. Prediction is attention of the (mapped) queries over
     those keys, propagating ``self._fit_values``.
     """
 
     _parameter_constraints: dict = {
         "metric": [StrOptions(set(METRICS))],
+        "categorical_features": ["array-like", StrOptions({"from_dtype"}), None],
         "temperature": [Interval(Real, 0, None, closed="both"), StrOptions({"auto"})],
         "n_neighbors": [Count(Integral, 1, None, closed="left"), None],
         "radius": [Interval(Real, 0, None, closed="neither"), None],
@@ -92,7 +99,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                  max_iter=100, batch_size="auto", learning_rate=3e-3, weight_decay=1e-4,
                  sample_rate="auto", early_stopping=True, validation_fraction=0.1,
                  n_iter_no_change=10, tol=1e-4, warm_start=False, random_state=None, verbose=0,
-                 device="auto", dtype=None):
+                 device="auto", dtype=None, categorical_features="from_dtype"):
         self.metric = metric
         self.temperature = temperature
         self.n_neighbors = n_neighbors
@@ -116,6 +123,67 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         self.verbose = verbose
         self.device = device
         self.dtype = dtype
+        self.categorical_features = categorical_features
+
+    # ------------------------------------------------------------------ input
+
+    def _validate_train(self, X, y, **y_checks):
+        """``(X_encoded, y)``: scikit-learn's checks of ``X`` and ``y``, then ``X`` (numbers,
+        booleans, categories, strings, missing values, sparse) as the dense float matrix the
+        engine takes (see ``_TabularEncoder`` and ``_DenseLayout``).
+
+        Learned metrics get robust-scaled numbers (the map learns the rest); fixed metrics get
+        the numbers as they are, so that their distances stay those of the input. A warm start
+        keeps the first fit's encoding, which the map was trained on.
+        """
+        y = validate_data(self, "no_validation", y, **y_checks)
+        X_checked = self._check_X(X, reset=True)
+        check_consistent_length(X_checked, y)
+        if not (self.warm_start and getattr(self, "_encoder", None) is not None
+                and getattr(self, "map_", None) is not None):
+            self._encoder = _TabularEncoder(
+                categorical_features=self.categorical_features,
+                numeric_scaling="robust" if self.metric in LEARNED_METRICS else None,
+                dtype=np.float64,
+            ).fit(X_checked)
+            self._layout = _DenseLayout(self._encoder)
+        if sparse.issparse(X_checked):  # the dense training matrix must fit the budget
+            plan_rows(None, row_bytes=0, budget=budget_bytes(), per="",
+                      fixed_bytes=X_checked.shape[0] * self._layout.width * 8,
+                      what="The dense form of the sparse training matrix",
+                      hint="select or reduce columns (the engine stores the training points "
+                           "densely)")
+        return np.concatenate(list(self._encoded_blocks(X_checked))), y
+
+    def _validate_queries(self, X):
+        """Query rows encoded like the training rows, one bounded block at a time."""
+        check_is_fitted(self)
+        return self._encoded_blocks(self._check_X(X, reset=False))
+
+    def _check_X(self, X, reset):
+        """scikit-learn's checks of ``X`` (shape, feature names, infinities, complex numbers);
+        returns what the encoder reads: a DataFrame as given (its column dtypes are the
+        encoding's information), else the checked array or sparse matrix."""
+        if pd is None or not isinstance(X, pd.DataFrame):
+            return validate_data(self, X, reset=reset, **_X_CHECKS)
+        # names and width through an empty object-typed copy: converting the frame itself
+        # would cast its category columns to float when another column is a nullable dtype
+        validate_data(self, X.iloc[:0].astype(object), reset=reset, ensure_min_samples=0,
+                      **_X_CHECKS)
+        numbers = X.select_dtypes("number")
+        if numbers.shape[1] and not np.isfinite(numbers.to_numpy(np.float64, na_value=0)).all():
+            raise ValueError("Input X contains infinity or a value too large for dtype('float64').")
+        return X
+
+    def _encoded_blocks(self, X):
+        # float32 input stays float32 (as validate_data's dtype=[float64, float32] kept it)
+        dtypes = X.dtypes if pd is not None and isinstance(X, pd.DataFrame) else [X.dtype]
+        dtype = np.float32 if all(d == np.float32 for d in dtypes) else np.float64
+        # per row: the densified input row, the encoder's numbers and codes, the dense output
+        row_bytes = 8 * (2 * X.shape[1] + self._layout.width)
+        rows = plan_rows(X.shape[0], row_bytes=row_bytes, budget=budget_bytes())
+        for block in self._encoder.transform_blocks(X, rows):
+            yield self._layout.dense(block, dtype)
 
     # ------------------------------------------------------------------ fit
 
@@ -124,7 +192,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
 
         ``same_classes_on_warm_start``: a warm start must see the classes of the previous fit.
         """
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32])
+        X, y = self._validate_train(X, y)
         classes, y_encoded = encode_classes(self, y)
         if (same_classes_on_warm_start and self.warm_start and hasattr(self, "classes_")
                 and not np.array_equal(classes, self.classes_)):
@@ -206,22 +274,19 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                 f"warm_start: X has {X.shape[1]} features but the map was trained on "
                 f"{self.map_.n_features}."
             )
-        if not warm:
-            self._x_mean, self._x_scale = standardisation(X)
-        Xs = self._standardise(X)
         seed = int(rng.randint(np.iinfo(np.int32).max))
         # A private, seeded torch RNG for initialisation and dropout; the caller's is restored.
         with seeded_torch_rng(seed, device) as release_rng:
             generator = torch.Generator().manual_seed(seed)
             if not warm:
-                init = _initial_projection(Xs, self.n_components, rng)
+                init = _initial_projection(X, self.n_components, rng)
                 self.map_ = build_map(
                     self.metric, init, hidden_size=self.hidden_size, n_blocks=self.n_blocks,
                     activation=self.activation, dropout=self.dropout,
                 )
             metric_map = self.map_.to(device=device, dtype=dtype)
             release_rng(metric_map)  # training draws only from `generator` (unless dropout)
-            Xt = torch.as_tensor(Xs, dtype=dtype, device=device)
+            Xt = torch.as_tensor(X, dtype=dtype, device=device)
             Vt = torch.as_tensor(values, dtype=dtype, device=device)
             Wt = torch.as_tensor(weight, dtype=dtype, device=device)
             log_t = self._initial_log_temperature(metric_map, Xt, weight, warm, dtype, device)
@@ -389,9 +454,6 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             dtype=self._compute_dtype(),
         )
 
-    def _standardise(self, X):
-        return (X - self._x_mean) / self._x_scale
-
     def _embed(self, X, side="query"):
         """Inputs mapped into the space where attention scores are computed (NumPy)."""
         if self.metric not in LEARNED_METRICS:
@@ -407,39 +469,37 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             (X.shape[0], self.map_.n_components),
             dtype=np.float32 if dtype == torch.float32 else np.float64,
         )
-        # per row: the standardised float64 copy, its tensor, and the map's activations (input,
-        # hidden and output widths, with their temporaries)
+        # per row: its tensor and the map's activations (input, hidden and output widths, with
+        # their temporaries)
         item = torch.finfo(dtype).bits // 8
         width = self.map_.n_components + self.map_.n_features
-        row_bytes = 8 * X.shape[1] + item * (X.shape[1] + 2 * self.hidden_size + 3 * width)
+        row_bytes = item * (X.shape[1] + 2 * self.hidden_size + 3 * width)
         rows = plan_rows(
             X.shape[0], row_bytes=row_bytes, budget=budget_bytes(), max_rows=_EMBED_CHUNK
         )
         with torch.no_grad():
             for batch in gen_batches(X.shape[0], rows):
-                xb = torch.as_tensor(self._standardise(X[batch]), dtype=dtype, device=device)
+                xb = torch.as_tensor(X[batch], dtype=dtype, device=device)
                 out[batch] = fn(xb).cpu().numpy()
         return out
-
-    def _validate_queries(self, X):
-        check_is_fitted(self)
-        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
 
     def _propagate(self, X):
         """Attention of the rows of ``X`` over the training set, applied to the fitted values,
         and with a radius the mask of the queries that have no training point within it (their
         rows are 0; ``None`` without a radius)."""
-        Z = self._embed(self._validate_queries(X))
         values, on_empty = self._fit_values, "raise"
         if self.radius is not None:
             # A column of ones tells the queries with no neighbour: their weights sum to 0.
             ones = np.ones((values.shape[0], 1), dtype=values.dtype)
             values, on_empty = np.hstack([values, ones]), "zero"
-        out = attention(
-            Z, self._fit_Z, values, on_empty=on_empty, progress=self.verbose,
-            **self._engine_kwargs(),
-        )
-        out = np.asarray(out, dtype=np.float64)
+        out = [
+            attention(
+                self._embed(Q), self._fit_Z, values, on_empty=on_empty, progress=self.verbose,
+                **self._engine_kwargs(),
+            )
+            for Q in self._validate_queries(X)
+        ]
+        out = np.asarray(np.concatenate(out), dtype=np.float64)
         if self.radius is None:
             return out, None
         return out[:, :-1], out[:, -1] == 0
@@ -468,9 +528,9 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         """
         if X is None:
             check_is_fitted(self)
-            X, exclude_self = self._fit_X, True
+            blocks, exclude_self = [self._fit_X], True
         else:
-            X, exclude_self = self._validate_queries(X), False
+            blocks, exclude_self = self._validate_queries(X), False
         if n_weights is None:
             n_weights = (
                 self.n_neighbors if self.n_neighbors is not None else min(10, self.n_samples_fit_)
@@ -484,16 +544,23 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                 f"n_neighbors={self.n_neighbors} leaves no room to exclude each training point "
                 f"from its own row ({self.n_samples_fit_} samples)."
             )
-        _, weights, indices = attention(
-            self._embed(X), self._fit_Z, self._fit_values, exclude_self=exclude_self,
-            return_weights=True, n_weights=n_weights, on_empty="zero", progress=self.verbose,
-            **self._engine_kwargs(),
-        )
-        return np.asarray(weights, dtype=np.float64), indices
+        weights, indices = zip(*(
+            attention(
+                self._embed(Q), self._fit_Z, self._fit_values, exclude_self=exclude_self,
+                return_weights=True, n_weights=n_weights, on_empty="zero", progress=self.verbose,
+                **self._engine_kwargs(),
+            )[1:]
+            for Q in blocks
+        ), strict=True)
+        return np.asarray(np.concatenate(weights), dtype=np.float64), np.concatenate(indices)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
+        # the tabular encoder: missing values, sparse matrices, category and string columns
+        tags.input_tags.allow_nan = True
+        tags.input_tags.sparse = True
+        tags.input_tags.categorical = True
+        tags.input_tags.string = True
         # Learned metrics train with CUDA float atomics (backward of gather/indexing and of the
         # fused attention kernels); fixed metrics run forward kernels only, which repeat exactly.
         tags.non_deterministic = self.metric in LEARNED_METRICS and _cuda_nondeterministic(

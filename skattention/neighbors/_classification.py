@@ -48,6 +48,7 @@ class MetricAttentionClassifier(
         ``ValueError``. Without ``radius`` every query has neighbours and it is not used.
     {LEARNING}
     {DEVICE}
+    {CATEGORICAL}
 
     Attributes
     ----------
@@ -90,7 +91,8 @@ class MetricAttentionClassifier(
                  n_blocks=1, activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
                  learning_rate=3e-3, weight_decay=1e-4, sample_rate="auto", early_stopping=True,
                  validation_fraction=0.1, n_iter_no_change=10, tol=1e-4, warm_start=False,
-                 random_state=None, verbose=0, device="auto", dtype=None):
+                 random_state=None, verbose=0, device="auto", dtype=None,
+                 categorical_features="from_dtype"):
         super().__init__(
             metric, temperature=temperature, n_neighbors=n_neighbors, radius=radius,
             n_components=n_components, hidden_size=hidden_size, n_blocks=n_blocks,
@@ -99,6 +101,7 @@ class MetricAttentionClassifier(
             early_stopping=early_stopping, validation_fraction=validation_fraction,
             n_iter_no_change=n_iter_no_change, tol=tol, warm_start=warm_start,
             random_state=random_state, verbose=verbose, device=device, dtype=dtype,
+            categorical_features=categorical_features,
         )
         self.class_weight = class_weight
         self.outlier_label = outlier_label

@@ -10,8 +10,10 @@ METRIC = """metric : {"mlp", "linear", "dot", "euclidean"}, default="mlp"
         - ``"euclidean"``: ``||x - y||^2`` on the raw inputs, nothing learned (k-NN, radius
           neighbours and Nadaraya-Watson are its exact special cases).
 
-        Learned metrics standardise the inputs internally (part of the map); ``"euclidean"``
-        uses them as given."""
+        Learned metrics see the numeric columns robust-scaled (median and interquartile range,
+        smoothly clipped); ``"euclidean"`` sees them as given, so that its distances are those
+        of the input. Either way categorical columns enter one-hot and missing numbers sit at the
+        training median with a missing indicator (see :doc:`/tabular`)."""
 
 TEMPERATURE = """temperature : float >= 0 or "auto", default="auto"
         Softmax temperature ``T`` in units of ``f``. ``0`` is the arg-max (nearest neighbour)
@@ -90,7 +92,7 @@ DEVICE = """device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
         3x faster on the CPU (dense attention over 100,000 keys: 1.9 s against 5.7 s)."""
 
 LEARNED_ATTRIBUTES = """map_ : torch.nn.Module or None
-        The learned map (on the CPU; ``map_.query`` / ``map_.key`` map standardised inputs).
+        The learned map (on the CPU; ``map_.query`` / ``map_.key`` map the encoded inputs).
         ``None`` for ``metric="euclidean"``.
     loss_curve_ : list of float
         Mean training loss per epoch (learned metrics).
@@ -102,6 +104,16 @@ LEARNED_ATTRIBUTES = """map_ : torch.nn.Module or None
         Validation score of the restored (lowest validation loss) epoch.
     n_iter_ : int
         Epochs run (0 for ``metric="euclidean"``)."""
+
+CATEGORICAL = """categorical_features : "from_dtype", array-like of bool, int or str, or None, \
+            default="from_dtype"
+        Which columns of ``X`` are categorical, as in
+        :class:`~sklearn.ensemble.HistGradientBoostingClassifier`. ``"from_dtype"``: the pandas
+        ``category``, string and object columns of a DataFrame (booleans count as numbers 0/1);
+        a boolean mask, column indices or (for a DataFrame) column names select them
+        explicitly; ``None``: every column is numeric. Categorical columns enter one-hot (one
+        column per training level, plus one for "missing" where the column had missing values
+        at fit); a level unseen at fit time is all zeros. Sparse matrices are numeric only."""
 
 INPUT_ATTRIBUTES = """n_features_in_ : int
         Number of features seen during fit.
@@ -121,7 +133,7 @@ def fill(doc):
     for name, text in [
         ("METRIC", METRIC), ("TEMPERATURE", TEMPERATURE), ("NEIGHBORS", NEIGHBORS),
         ("LEARNING", LEARNING), ("DEVICE", DEVICE), ("FIT_ATTRIBUTES", FIT_ATTRIBUTES),
-        ("INPUT_ATTRIBUTES", INPUT_ATTRIBUTES),
+        ("INPUT_ATTRIBUTES", INPUT_ATTRIBUTES), ("CATEGORICAL", CATEGORICAL),
     ]:
         doc = doc.replace("{" + name + "}", text)
     return doc

@@ -4,7 +4,6 @@ import warnings
 
 import numpy as np
 from sklearn.base import RegressorMixin
-from sklearn.utils.validation import validate_data
 
 from ..utils._sklearn_compat import _fit_context
 from . import _docs
@@ -33,6 +32,7 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
     {NEIGHBORS}
     {LEARNING}
     {DEVICE}
+    {CATEGORICAL}
 
     Attributes
     ----------
@@ -78,9 +78,7 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
         self : MetricAttentionRegressor
             The fitted regressor.
         """
-        X, y = validate_data(
-            self, X, y, dtype=[np.float64, np.float32], multi_output=True, y_numeric=True
-        )
+        X, y = self._validate_train(X, y, multi_output=True, y_numeric=True)
         self._y_1d = y.ndim == 1
         values = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
         scale = values.std(0)

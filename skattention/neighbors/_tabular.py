@@ -4,11 +4,11 @@
 ``category`` and string/object columns and missing values (NaN, ``pd.NA``, nullable dtypes), a
 NumPy array, or a SciPy sparse CSR/CSC matrix -- into what the learned metric needs:
 
-* ``numeric``: float32 ``(n, n_numeric + n_indicators)``, each numeric column scaled (by default
-  RealMLP's robust scaling: ``(x - median) / IQR`` smoothly clipped to about +-3; the tabular
-  benchmark's DEV sets chose it over quantile-normal scaling) with missing values at the scaled
-  median (0) and, for every column that had missing values at fit time, a 0/1 missing indicator
-  appended;
+* ``numeric``: ``(n, n_numeric + n_indicators)`` floats of ``dtype``, each numeric column scaled
+  (by default RealMLP's robust scaling: ``(x - median) / IQR`` smoothly clipped to about +-3;
+  the tabular benchmark's DEV sets chose it over quantile-normal scaling; ``None``: unscaled)
+  with missing values at the (scaled) median and, for every column that had missing values at
+  fit time, a 0/1 missing indicator appended;
 * ``categories``: int64 ``(n, n_categorical)`` codes, 0 for a missing value, 1 for a level unseen
   at fit time or rarer than ``min_frequency`` ("other"), and 2, 3, ... for the training levels
   (``cardinalities_`` holds each column's number of codes), ready for an embedding lookup.
@@ -32,11 +32,15 @@ What happens with awkward input (each a documented handling or a clear ``ValueEr
 from numbers import Integral
 
 import numpy as np
-import pandas as pd
 from scipy import sparse
 from scipy.special import ndtri
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_array, check_is_fitted
+
+try:  # optional: numeric arrays and sparse matrices are encoded without it
+    import pandas as pd
+except ImportError:  # pragma: no cover - the test environment has pandas
+    pd = None
 
 MISSING_CODE = 0
 OTHER_CODE = 1
@@ -58,15 +62,18 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         Which columns are categorical. ``"from_dtype"``: pandas ``category``, string and object
         columns (booleans are numbers 0/1). A boolean mask, column indices or (for DataFrames)
         column names select them explicitly; ``None``: every column is numeric.
-    numeric_scaling : {"robust", "quantile", "standard"}, default="robust"
+    numeric_scaling : {"robust", "quantile", "standard"} or None, default="robust"
         ``"robust"``: ``(x - median) / IQR`` (half the range when the IQR is 0) smoothly clipped,
         ``z / sqrt(1 + (z / 3)^2)`` (RealMLP's preprocessing); ``"quantile"``: through the
         training quantiles to a standard normal (ModernNCA / TabR); ``"standard"``: mean and
-        standard deviation.
+        standard deviation; ``None``: the numbers as they are (missing values at the training
+        median), which keeps a fixed metric's distances those of the input.
     missing_indicators : bool, default=True
         Append a 0/1 indicator for each numeric column with missing values at fit time.
     min_frequency : int, default=1
         Training levels seen fewer times share the "other" code with unseen levels.
+    dtype : numpy float dtype, default=np.float32
+        Dtype of the numeric block.
 
     Attributes
     ----------
@@ -83,6 +90,8 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         Training levels of each categorical column (code ``2 + i`` for ``categories_[j][i]``).
     cardinalities_ : ndarray of int
         Number of codes of each categorical column (levels + missing + other).
+    categories_missing_ : ndarray of bool
+        Whether each categorical column had missing values at fit time.
     n_numeric_out_ : int
         Width of the numeric block (scaled columns and indicators).
 
@@ -100,19 +109,20 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
     """
 
     def __init__(self, categorical_features="from_dtype", numeric_scaling="robust",
-                 missing_indicators=True, min_frequency=1):
+                 missing_indicators=True, min_frequency=1, dtype=np.float32):
         self.categorical_features = categorical_features
         self.numeric_scaling = numeric_scaling
         self.missing_indicators = missing_indicators
         self.min_frequency = min_frequency
+        self.dtype = dtype
 
     # ------------------------------------------------------------------ fit
 
     def fit(self, X, y=None):
         """Learn column kinds, numeric scaling, indicators and category levels."""
-        if self.numeric_scaling not in ("quantile", "robust", "standard"):
+        if self.numeric_scaling not in ("quantile", "robust", "standard", None):
             raise ValueError(
-                f"numeric_scaling must be 'quantile', 'robust' or 'standard'; "
+                f"numeric_scaling must be 'quantile', 'robust', 'standard' or None; "
                 f"got {self.numeric_scaling!r}."
             )
         table = _Table(X, self, reset=True)
@@ -141,13 +151,16 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         self._indicator_positions = np.flatnonzero(missing) if self.missing_indicators else []
         self.categories_ = []
         self._level_is_numeric = []
+        categories_missing = []
         for j in self.categorical_columns_:
             values, is_numeric = table.category_column(j)
-            present = values[~pd.isna(values)]
+            present = values[~_isna(values)]
+            categories_missing.append(present.size < values.size)
             levels, counts = np.unique(present, return_counts=True) if present.size else (
                 np.zeros(0, dtype=present.dtype), np.zeros(0, dtype=int))
             self.categories_.append(levels[counts >= self.min_frequency])
             self._level_is_numeric.append(is_numeric)
+        self.categories_missing_ = np.asarray(categories_missing, dtype=bool)
         self.cardinalities_ = np.asarray([lv.size + _FIRST_LEVEL for lv in self.categories_],
                                          dtype=int)
         self.n_numeric_out_ = int(self.numeric_columns_.size + self.indicator_columns_.size)
@@ -195,6 +208,8 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         """(centre, scale, quantile grid or None) of one numeric column's finite values."""
         if finite.size == 0:  # all missing: a constant column
             return 0.0, 1.0, None
+        if self.numeric_scaling is None:  # the centre is only where missing values go
+            return float(np.median(finite)), 1.0, None
         if self.numeric_scaling == "standard":
             scale = finite.std()
             return finite.mean(), scale if scale > 0 else 1.0, None
@@ -238,13 +253,14 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
 
     def _encode(self, table):
         n = table.n_rows
-        numeric = np.zeros((n, self.n_numeric_out_), dtype=np.float32)
+        numeric = np.zeros((n, self.n_numeric_out_), dtype=self.dtype)
         n_num = self.numeric_columns_.size
         for k, j in enumerate(self.numeric_columns_):
             values = table.numeric_column(j, fitted_kind=self._numeric_kind[j])
             missing = np.isnan(values)
             numeric[:, k] = self._scale_column(k, values)
-            numeric[missing, k] = 0.0
+            # at the (scaled) centre: the median, or the mean for "standard"
+            numeric[missing, k] = self._centre[k] if self.numeric_scaling is None else 0.0
         for i, k in enumerate(self._indicator_positions):
             j = self.numeric_columns_[k]
             numeric[:, n_num + i] = np.isnan(table.numeric_column(j, self._numeric_kind[j]))
@@ -261,6 +277,8 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         return TabularBlock(numeric, codes)
 
     def _scale_column(self, k, values):
+        if self.numeric_scaling is None:
+            return values
         if self._quantiles[k] is None:
             out = (values - self._centre[k]) / self._scale[k]
             if self.numeric_scaling == "robust":  # smooth clipping to about +-_ROBUST_CLIP
@@ -288,7 +306,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
 
 
 class TabularBlock:
-    """One encoded row block: ``numeric`` float32 (n, n_numeric_out_), ``categories`` int64."""
+    """One encoded row block: ``numeric`` (n, n_numeric_out_), ``categories`` int64."""
 
     __slots__ = ("categories", "numeric")
 
@@ -299,9 +317,47 @@ class TabularBlock:
         return self.numeric.shape[0]
 
 
+class _DenseLayout:
+    """The encoder's blocks as one dense float matrix, for estimators that take numbers only.
+
+    Columns: the numeric block (numbers and missing indicators), then for each categorical
+    column one 0/1 column per training level and, where the column had missing values at fit
+    time, one for "missing". A level unseen at fit time (or grouped as rare) has no column: its
+    row is all zeros there, at the same distance from every training level.
+    """
+
+    def __init__(self, encoder):
+        self.n_numeric = encoder.n_numeric_out_
+        self.lookup = []  # per categorical column: code -> output column, -1 for none
+        width = self.n_numeric
+        for cardinality, has_missing in zip(encoder.cardinalities_,
+                                            encoder.categories_missing_, strict=True):
+            columns = np.full(cardinality, -1, dtype=np.int64)
+            levels = np.arange(_FIRST_LEVEL, cardinality)
+            kept = np.concatenate([[MISSING_CODE], levels]) if has_missing else levels
+            columns[kept] = width + np.arange(kept.size)
+            width += kept.size
+            self.lookup.append(columns)
+        self.width = width
+
+    def dense(self, block, dtype):
+        """``(len(block), width)`` array of ``dtype``."""
+        out = np.zeros((len(block), self.width), dtype=dtype)
+        out[:, : self.n_numeric] = block.numeric
+        for k, columns in enumerate(self.lookup):
+            target = columns[block.categories[:, k]]
+            rows = np.flatnonzero(target >= 0)
+            out[rows, target[rows]] = 1
+        return out
+
+
+def _isna(values):
+    return np.isnan(values) if values.dtype.kind == "f" else pd.isna(values)
+
+
 def _codes(values, levels):
     codes = np.full(values.shape[0], OTHER_CODE, dtype=np.int64)
-    missing = pd.isna(values)
+    missing = _isna(values)
     codes[missing] = MISSING_CODE
     if levels.size:
         present = ~missing
@@ -322,7 +378,8 @@ class _Table:
 
     def __init__(self, X, encoder, reset):
         self._encoder = encoder
-        self.is_frame = isinstance(X, pd.DataFrame)
+        self.is_frame = pd is not None and isinstance(X, pd.DataFrame)
+        self.array = None
         self.is_sparse = sparse.issparse(X)
         if self.is_frame:
             self.frame = X
@@ -337,16 +394,21 @@ class _Table:
             self.n_rows, self.n_features = self.matrix.shape
             string_names = False
         else:
-            if isinstance(X, pd.Series):
+            if pd is not None and isinstance(X, pd.Series):
                 raise ValueError("X must be 2-D (a DataFrame, an array or a sparse matrix); "
                                  "got a Series.")
             array = np.asarray(X)
             if array.ndim != 2:
                 raise ValueError(f"X must be 2-D; got an array of shape {array.shape}.")
+            self.array = None
             if array.dtype.kind in "biuf":
-                array = check_array(array, dtype=np.float64, ensure_all_finite="allow-nan",
-                                    ensure_min_samples=0)
-            self.frame = pd.DataFrame(array)
+                self.array = check_array(array, dtype=np.float64, ensure_all_finite="allow-nan",
+                                         ensure_min_samples=0)
+            elif pd is None:
+                raise ImportError(f"an array of dtype {array.dtype} (strings or objects) needs "
+                                  "pandas to be encoded: pip install pandas.")
+            else:
+                self.frame = pd.DataFrame(array)
             self.n_rows, self.n_features = array.shape
             string_names = False
         if reset:
@@ -373,6 +435,8 @@ class _Table:
         if self.is_sparse:
             out.dense = self.matrix[rows].toarray()
             out.matrix = None
+        elif self.array is not None:
+            out.array = self.array[rows]
         else:
             out.frame = self.frame.iloc[rows]
         out.n_rows = len(range(*rows.indices(self.n_rows)))
@@ -383,7 +447,7 @@ class _Table:
 
     def kind(self, j):
         """'category' (category / string / object), 'bool' or 'number'."""
-        if self.is_sparse:
+        if self.is_sparse or self.array is not None:
             return "number"
         dtype = self.frame.dtypes.iloc[j]
         if isinstance(dtype, pd.CategoricalDtype):
@@ -404,6 +468,8 @@ class _Table:
             start, stop = self.matrix.indptr[j], self.matrix.indptr[j + 1]
             column[self.matrix.indices[start:stop]] = self.matrix.data[start:stop]
             return column
+        if self.array is not None:
+            return self.array[:, j]
         series = self.frame.iloc[:, j]
         kind = self.kind(j)
         if kind == "category" or (fitted_kind not in (None, kind) and fitted_kind != "bool"):
@@ -425,6 +491,8 @@ class _Table:
         """(values as an object or float array with NaN/None missing, holds-numbers flag)."""
         if self.is_sparse:  # unreachable: categorical columns of sparse input are refused
             raise ValueError("sparse matrices have no categorical columns.")
+        if self.array is not None:  # numbers declared categorical in categorical_features
+            return self.array[:, j], True
         series = self.frame.iloc[:, j]
         if isinstance(series.dtype, pd.CategoricalDtype):
             series = series.astype(object)

@@ -1,5 +1,6 @@
 """MetricAttentionTransformer: the learned pseudo-metric as a transformer (like NCA)."""
 
+import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
@@ -66,11 +67,12 @@ class MetricAttentionTransformer(
         and validation score; tqdm when installed, else plain lines;
         ``pip install skattention[progress]``). ``2``: also one line per epoch.
     {DEVICE}
+    {CATEGORICAL}
 
     Attributes
     ----------
     map_ : torch.nn.Module
-        The learned map (on the CPU), applied to standardised inputs.
+        The learned map (on the CPU), applied to the encoded inputs (see :doc:`/tabular`).
     temperature_ : float
         The learned (or fixed) temperature.
     loss_curve_ : list of float
@@ -120,7 +122,8 @@ class MetricAttentionTransformer(
                  hidden_size=256, n_blocks=1, activation="relu", dropout=0.0, max_iter=100,
                  batch_size="auto", learning_rate=3e-3, weight_decay=1e-4, sample_rate="auto",
                  early_stopping=True, validation_fraction=0.1, n_iter_no_change=10, tol=1e-4,
-                 warm_start=False, random_state=None, verbose=0, device="auto", dtype=None):
+                 warm_start=False, random_state=None, verbose=0, device="auto", dtype=None,
+                 categorical_features="from_dtype"):
         # n_neighbors and radius, the base's prediction-time priors, keep their default None: a
         # transformer does not predict.
         super().__init__(
@@ -131,6 +134,7 @@ class MetricAttentionTransformer(
             validation_fraction=validation_fraction, n_iter_no_change=n_iter_no_change, tol=tol,
             warm_start=warm_start, random_state=random_state, verbose=verbose, device=device,
             dtype=dtype,
+            categorical_features=categorical_features,
         )
         self.class_weight = class_weight
 
@@ -165,11 +169,11 @@ class MetricAttentionTransformer(
         Returns
         -------
         X_new : ndarray of shape (n_samples, n_components)
-            ``phi`` of the standardised inputs, in the dtype of ``X``.
+            ``phi`` of the encoded inputs, float32 for float32 input, else float64.
         """
         check_is_fitted(self)
-        X = self._validate_queries(X)
-        return self._embed(X, side="key").astype(X.dtype, copy=False)
+        return np.concatenate([self._embed(Q, side="key").astype(Q.dtype, copy=False)
+                               for Q in self._validate_queries(X)])
 
     @property
     def _n_features_out(self):

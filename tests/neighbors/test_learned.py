@@ -157,7 +157,8 @@ def test_learned_model_pickles_and_predicts_identically(noisy_classification):
 def test_dot_metric_is_asymmetric_and_inspectable(noisy_classification):
     Xtr, Xte, ytr, _ = noisy_classification
     clf = MetricAttentionClassifier("dot", max_iter=10, random_state=0).fit(Xtr, ytr)
-    x = torch.as_tensor(clf._standardise(Xte[:3]), dtype=torch.float32)
+    (encoded,) = clf._validate_queries(Xte[:3])  # what the map sees: the encoded rows
+    x = torch.as_tensor(encoded, dtype=torch.float32)
     assert not torch.allclose(clf.map_.query(x), clf.map_.key(x))
     w, idx = clf.attention_weights(Xte[:4], n_weights=3)
     assert w.shape == idx.shape == (4, 3) and np.all(idx >= 0)

@@ -1,0 +1,204 @@
+"""Mixed-type tabular input of the metric-attention estimators (DataFrames, missing values,
+categories, sparse matrices) and the awkward inputs of issue 15."""
+
+import numpy as np
+import pytest
+from scipy import sparse
+from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
+from sklearn.preprocessing import OneHotEncoder
+
+from skattention import (
+    MetricAttentionClassifier,
+    MetricAttentionRegressor,
+    MetricAttentionTransformer,
+    config_context,
+)
+
+pd = pytest.importorskip("pandas")
+
+FAST = dict(max_iter=3, hidden_size=16, random_state=0)
+
+
+def _frame(n=120, seed=0):
+    rng = np.random.default_rng(seed)
+    X = pd.DataFrame({
+        "age": rng.normal(40, 10, n),
+        "visits": pd.array(rng.integers(0, 20, n), dtype="Int64"),
+        "plan": pd.Categorical(rng.choice(["basic", "plus", "pro"], n)),
+        "member": rng.random(n) > 0.5,
+        "city": rng.choice(["Oslo", "Rome", "Lima"], n).astype(object),
+    })
+    X.loc[::7, "age"] = np.nan
+    X.loc[::11, "visits"] = pd.NA
+    X.loc[::13, "city"] = None
+    y = np.where((X["plan"] == "pro").to_numpy() | X["member"].to_numpy(), "yes", "no")
+    return X, y
+
+
+@pytest.mark.parametrize("metric", ["mlp", "euclidean"])
+def test_mixed_frame_fits_and_predicts_without_preprocessing(metric):
+    X, y = _frame()
+    clf = MetricAttentionClassifier(metric, **FAST).fit(X, y)
+    assert clf.n_features_in_ == 5
+    assert list(clf.feature_names_in_) == list(X.columns)
+    queries = X.iloc[:4].copy()
+    queries["plan"] = pd.Categorical(["enterprise", "basic", None, "pro"])  # unseen, missing
+    queries["city"] = ["Paris", None, "Oslo", "Rome"]
+    queries.loc[queries.index[0], "age"] = np.nan
+    proba = clf.predict_proba(queries)
+    assert proba.shape == (4, 2) and np.isfinite(proba).all()
+    np.testing.assert_allclose(proba.sum(1), 1.0)
+    target = X["age"].fillna(X["age"].median()).to_numpy()
+    reg = MetricAttentionRegressor(metric, **FAST).fit(X, target)
+    assert np.isfinite(reg.predict(queries)).all()
+
+
+def test_transformer_takes_a_mixed_frame():
+    X, y = _frame()
+    out = MetricAttentionTransformer(n_components=3, **FAST).fit(X, y).transform(X)
+    assert out.shape == (len(X), 3) and out.dtype == np.float64 and np.isfinite(out).all()
+
+
+def test_fixed_metric_is_knn_on_raw_numbers_and_one_hot_categories():
+    # the fixed metric keeps the numbers as given (no scaling) and one-hot encodes categories
+    X, y = _frame()
+    X = X.drop(columns=["visits"]).assign(age=X["age"].fillna(30.0))
+    X["city"] = X["city"].fillna("none")
+    one_hot = OneHotEncoder(sparse_output=False).fit(X[["plan", "city"]])
+    numbers = np.column_stack([X["age"], X["member"].astype(float)])
+    Xk = np.hstack([numbers, one_hot.transform(X[["plan", "city"]])])
+    for est, knn, target in [
+        (MetricAttentionClassifier, KNeighborsClassifier, y),
+        (MetricAttentionRegressor, KNeighborsRegressor, X["age"].to_numpy()),
+    ]:
+        ours = est("euclidean", n_neighbors=5, temperature=np.inf).fit(X, target)
+        reference = knn(n_neighbors=5).fit(Xk, target)
+        if est is MetricAttentionClassifier:
+            np.testing.assert_array_equal(ours.predict(X), reference.predict(Xk))
+        else:  # a weighted sum against a mean: rounding apart, as in tests/conformance
+            np.testing.assert_allclose(ours.predict(X), reference.predict(Xk), rtol=1e-12)
+
+
+def test_numeric_frame_equals_array_exactly():
+    rng = np.random.default_rng(1)
+    X = rng.integers(0, 4, (80, 3)).astype(np.float32)  # ties and duplicated rows
+    y = rng.integers(0, 3, 80)
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    for metric in ["euclidean", "mlp"]:
+        kwargs = dict(temperature=np.inf, n_neighbors=7) if metric == "euclidean" else FAST
+        a = MetricAttentionClassifier(metric, **kwargs).fit(X, y).predict_proba(X)
+        b = MetricAttentionClassifier(metric, **kwargs).fit(frame, y).predict_proba(frame)
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("spec", [[2, 4], ["plan", "city"], [False, False, True, False, True]])
+def test_categorical_features_explicit_equals_from_dtype(spec):
+    X, y = _frame()
+    a = MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=np.inf).fit(X, y)
+    b = MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=np.inf,
+                                  categorical_features=spec).fit(X, y)
+    np.testing.assert_array_equal(a._fit_X, b._fit_X)
+
+
+def test_categorical_features_on_numeric_codes():
+    rng = np.random.default_rng(2)
+    X = np.column_stack([rng.normal(size=60), rng.integers(0, 5, 60) * 100.0])
+    y = rng.integers(0, 2, 60)
+    clf = MetricAttentionClassifier("euclidean", categorical_features=[1]).fit(X, y)
+    assert clf._fit_X.shape == (60, 1 + 5)  # the codes' magnitudes no longer count
+    assert clf.predict(np.array([[0.0, 700.0]])).shape == (1,)  # an unseen code
+
+
+def test_categorical_features_errors_are_clear():
+    X, y = _frame()
+    with pytest.raises(ValueError, match="not in X's columns"):
+        MetricAttentionClassifier(categorical_features=["nope"]).fit(X, y)
+    with pytest.raises(ValueError, match="holds text"):
+        MetricAttentionClassifier(categorical_features=None).fit(X, y)
+    with pytest.raises(ValueError, match="mask has 2 entries"):
+        MetricAttentionClassifier(categorical_features=[True, False]).fit(X, y)
+    with pytest.raises(ValueError, match="sparse"):
+        MetricAttentionClassifier(categorical_features=[0]).fit(
+            sparse.csr_matrix(np.eye(4)), [0, 1, 0, 1])
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc"])
+def test_sparse_equals_dense(fmt):
+    rng = np.random.default_rng(3)
+    dense = sparse.random(90, 12, density=0.2, random_state=3).toarray()
+    dense[5, 2] = np.nan  # an explicit NaN: a missing value
+    y = rng.integers(0, 3, 90)
+    X = sparse.csr_matrix(dense) if fmt == "csr" else sparse.csc_matrix(dense)
+    assert np.isnan(X.data).any()
+    for metric, kwargs in [("euclidean", dict(n_neighbors=4, temperature=np.inf)),
+                           ("mlp", FAST)]:
+        a = MetricAttentionClassifier(metric, **kwargs).fit(X, y).predict_proba(X)
+        b = MetricAttentionClassifier(metric, **kwargs).fit(dense, y).predict_proba(dense)
+        np.testing.assert_array_equal(a, b)
+
+
+def test_queries_are_encoded_in_blocks_within_the_budget():
+    rng = np.random.default_rng(4)
+    X = sparse.random(3000, 40, density=0.05, format="csr", random_state=4)
+    y = rng.integers(0, 2, 3000)
+    clf = MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=np.inf).fit(X, y)
+    whole = clf.predict_proba(X)
+    with config_context(working_memory=1):  # 1 MiB: blocks of a few thousand rows or fewer
+        assert len(list(clf._validate_queries(X))) > 1
+        np.testing.assert_array_equal(clf.predict_proba(X), whole)
+
+
+def test_sparse_training_matrix_beyond_the_budget_is_a_clear_error():
+    X = sparse.random(2000, 200, density=0.01, format="csr", random_state=5)
+    with config_context(working_memory=1), pytest.raises(MemoryError, match="sparse training"):
+        MetricAttentionClassifier("euclidean").fit(X, np.arange(2000) % 2)
+
+
+# ---------------------------------------------------------------- issue 15's awkward inputs
+
+
+def test_all_nan_column_is_a_constant():
+    X, y = _frame()
+    X["empty"] = np.nan
+    clf = MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=np.inf).fit(X, y)
+    ref = MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=np.inf).fit(
+        X.drop(columns="empty"), y)
+    np.testing.assert_array_equal(clf.predict(X), ref.predict(X.drop(columns="empty")))
+    assert np.isfinite(MetricAttentionClassifier(**FAST).fit(X, y).predict_proba(X)).all()
+
+
+def test_single_level_category():
+    X, y = _frame()
+    X["country"] = pd.Categorical(["NO"] * len(X))
+    clf = MetricAttentionClassifier(**FAST).fit(X, y)
+    queries = X.iloc[:3].assign(country=pd.Categorical(["NO", "SE", None]))
+    assert np.isfinite(clf.predict_proba(queries)).all()
+
+
+def test_dtype_change_between_fit_and_predict_is_a_clear_error():
+    X, y = _frame()
+    clf = MetricAttentionClassifier(**FAST).fit(X, y)
+    with pytest.raises(ValueError, match="'age' is numeric .* holds text"):
+        clf.predict(X.assign(age=["old"] * len(X)))
+    numbers_as_text = X.assign(age=X["age"].astype(str))  # "41.3": still numbers
+    np.testing.assert_array_equal(clf.predict(numbers_as_text), clf.predict(X))
+    codes = X.assign(city=np.arange(len(X)) % 3)
+    with pytest.raises(ValueError, match="'city' held strings at fit time but holds numbers"):
+        clf.predict(codes)
+    with pytest.raises(ValueError, match="feature names should match"):
+        clf.predict(X[X.columns[::-1]])
+
+
+def test_infinity_is_still_an_error():
+    X, y = _frame()
+    X.loc[0, "age"] = np.inf
+    with pytest.raises(ValueError, match="infinity"):
+        MetricAttentionClassifier(**FAST).fit(X, y)
+
+
+def test_warm_start_keeps_the_encoding():
+    X, y = _frame()
+    clf = MetricAttentionClassifier(warm_start=True, **FAST).fit(X, y)
+    encoder = clf._encoder
+    clf.fit(X.iloc[:60], y[:60])
+    assert clf._encoder is encoder
