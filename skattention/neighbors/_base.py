@@ -487,6 +487,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         """Attention of the rows of ``X`` over the training set, applied to the fitted values,
         and with a radius the mask of the queries that have no training point within it (their
         rows are 0; ``None`` without a radius)."""
+        check_is_fitted(self)
         values, on_empty = self._fit_values, "raise"
         if self.radius is not None:
             # A column of ones tells the queries with no neighbour: their weights sum to 0.
