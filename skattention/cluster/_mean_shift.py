@@ -131,9 +131,22 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         "verbose": ["verbose"],
     }
 
-    def __init__(self, *, bandwidth=None, kernel="gaussian", blurring=False, seeds=None, bin_seeding=False,
-                 min_bin_freq=1, cluster_all=True, cluster_merge=None, max_iter=300, tol=1e-3, device="auto",
-                 verbose=0):
+    def __init__(
+        self,
+        *,
+        bandwidth=None,
+        kernel="gaussian",
+        blurring=False,
+        seeds=None,
+        bin_seeding=False,
+        min_bin_freq=1,
+        cluster_all=True,
+        cluster_merge=None,
+        max_iter=300,
+        tol=1e-3,
+        device="auto",
+        verbose=0,
+    ):
         self.bandwidth = bandwidth
         self.kernel = kernel
         self.blurring = blurring
@@ -169,8 +182,11 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
         h = self.bandwidth
         if h is None:
             # 0 when most points coincide: each point is then its own mode (as in MeanShift)
-            h = estimate_bandwidth(X, n_samples=None if n <= _BANDWIDTH_MAX_SAMPLES else _BANDWIDTH_MAX_SAMPLES,
-                                   random_state=0)
+            h = estimate_bandwidth(
+                X,
+                n_samples=None if n <= _BANDWIDTH_MAX_SAMPLES else _BANDWIDTH_MAX_SAMPLES,
+                random_state=0,
+            )
             if self.kernel == "gaussian":
                 # the Gaussian with the per-coordinate variance of the uniform ball of that radius
                 h = h / math.sqrt(X.shape[1] + 2)
@@ -210,8 +226,11 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
             point_positions = Xt
             intensity = kernel.intensity(modes, counts)
         self.n_iter_ = n_iter
-        centers = _merge_modes(modes.cpu().numpy(), intensity.cpu().numpy(),
-                               h if self.cluster_merge is None else float(self.cluster_merge))
+        centers = _merge_modes(
+            modes.cpu().numpy(),
+            intensity.cpu().numpy(),
+            h if self.cluster_merge is None else float(self.cluster_merge),
+        )
         self.cluster_centers_ = np.ascontiguousarray(centers, dtype=X.dtype)
         labels, sq_dist = _nearest_centres(point_positions, self.cluster_centers_)
         self.labels_ = labels if self.cluster_all else np.where(sq_dist > h * h, -1, labels)
@@ -230,7 +249,9 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
             try:
                 seeds = check_array(self.seeds, dtype=X.dtype, input_name="seeds")
             except ValueError as exc:
-                raise ValueError(f"seeds must be an array of shape (n_seeds, n_features): {exc}") from exc
+                raise ValueError(
+                    f"seeds must be an array of shape (n_seeds, n_features): {exc}"
+                ) from exc
             if seeds.shape[1] != X.shape[1]:
                 raise ValueError(f"seeds have {seeds.shape[1]} features but X has {X.shape[1]}.")
         elif self.bin_seeding:
@@ -349,8 +370,11 @@ def _nearest_centres(points, centres):
     """Index of the nearest centre of each point (the first among equally near ones) and the
     squared distance to it, exactly (the engine's 1-NN, in float64)."""
     sq_dist, labels = kneighbors(
-        points, torch.from_numpy(np.asarray(centres, dtype=np.float64)).to(points.device), 1,
-        device=points.device, dtype=torch.float64,
+        points,
+        torch.from_numpy(np.asarray(centres, dtype=np.float64)).to(points.device),
+        1,
+        device=points.device,
+        dtype=torch.float64,
     )
     return labels[:, 0].cpu().numpy(), sq_dist[:, 0].cpu().numpy()
 
