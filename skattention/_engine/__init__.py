@@ -9,7 +9,7 @@ from ._attention import attention, kneighbors
 from ._budget import budget_bytes, plan_rows
 from ._cluster import anneal, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
 from ._device import resolve_device, resolve_dtype, seeded_torch_rng
-from ._inputs import check_temperature
+from ._inputs import check_temperature, prepare_keys
 from ._kernels import (
     ball_counts,
     ball_sums,
@@ -27,6 +27,7 @@ __all__ = [
     # attention and its selection step
     "attention",
     "kneighbors",
+    "prepare_keys",
     # Gaussian kernels between point sets
     "ball_counts",
     "ball_sums",
