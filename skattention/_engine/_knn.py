@@ -25,6 +25,7 @@ from ._blocks import (
 )
 from ._budget import cpu_block_rows, plan_blocks, plan_rows
 from ._exact import merge_exact, sort_exact
+from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
 
 
@@ -45,20 +46,31 @@ def nearest_blocks(spec, k, query_bytes, what):
     n_q, n_k = Q.shape[0], scorer.n_keys
     m = _n_candidates(k, n_k)
     item = Q.element_size()
-    bq, bk = plan_blocks(
-        n_q, n_k, pair_bytes=score_pair_bytes(spec),
-        # top-k buffers and their merge; exact values, indices and their two sorts
-        row_bytes=query_bytes + 3 * m * (item + 8) + 2 * item * Q.shape[1] + 6 * 8 * m,
-        budget=spec.budget, device=Q.device, what=what, hint="use a smaller n_neighbors",
+    # top-k buffers and their merge; exact values, indices and their two sorts
+    row_bytes = query_bytes + 3 * m * (item + 8) + 2 * item * Q.shape[1] + 6 * 8 * m
+    plan = dict(
+        pair_bytes=score_pair_bytes(spec), row_bytes=row_bytes, device=Q.device, what=what,
+        hint="use a smaller n_neighbors",
     )
-    for qs in track(range(0, n_q, bq), spec.progress, desc=what, unit="block"):
+    bq, bk = plan_blocks(n_q, n_k, budget=spec.budget, **plan)
+    workers, bq, bk = parallel_plan(spec, n_q, n_k, bq, bk, plan)
+
+    def select(qs):
         qe = min(n_q, qs + bq)
         q_raw = scorer.map_queries(Q[qs:qe])
         q = scorer.centre(q_raw)
         q_index = query_index(spec, slice(qs, qe), q.device)
         with torch.no_grad():
-            f, idx = _select(spec, q.detach(), q_raw.detach(), slice(qs, qe), q_index, k, m, bk)
-        yield qs, qe, q, q_index, f, idx
+            f, idx = _select(
+                block_spec(spec), q.detach(), q_raw.detach(), slice(qs, qe), q_index, k, m, bk
+            )
+        return qs, qe, q, q_index, f, idx
+
+    starts = range(0, n_q, bq)
+    yield from track(
+        map_blocks(select, starts, workers), spec.progress, total=len(starts), desc=what,
+        unit="block",
+    )
 
 
 def _select(spec, q, q_raw, rows, q_index, k, m, bk):
