@@ -21,6 +21,16 @@ from ._maps import ResidualBlock, build_map
 from ._progress import progress_bar, track, write
 from ._scores import LEARNED_METRICS, METRICS
 from ._sdpa import augmented_coordinates, scaled_dot_product
+from ._shards import (
+    Partial,
+    finish_partial,
+    is_selection,
+    merge_partials,
+    partial_neighbors,
+    selection_size,
+    shard_attention,
+    shard_lightest_weights,
+)
 from ._training import ProgressReport, batch_rows, train_metric, train_network
 
 __all__ = [
@@ -28,6 +38,15 @@ __all__ = [
     "attention",
     "kneighbors",
     "prepare_keys",
+    # attention over shards of the keys, merged exactly
+    "Partial",
+    "finish_partial",
+    "is_selection",
+    "merge_partials",
+    "partial_neighbors",
+    "selection_size",
+    "shard_attention",
+    "shard_lightest_weights",
     # Gaussian kernels between point sets
     "ball_counts",
     "ball_sums",

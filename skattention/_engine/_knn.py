@@ -155,8 +155,23 @@ def _keys_to_select(spec, k):
     ``k`` (a key's weight ``exp(log_prior)`` is its multiplicity, see :func:`_multiplicity`)."""
     if spec.prior_vec is None or spec.n_neighbors is None:
         return k
-    weight = torch.exp(spec.prior_vec.detach().double())
+    return keys_to_select(lightest_weights(spec.prior_vec, k), k)
+
+
+def lightest_weights(log_prior, k):
+    """The lightest positive key weights ``exp(log_prior)``, ascending, as many as it takes
+    to add up to ``k`` (all when they never do): all :func:`keys_to_select` needs, also from
+    several shards of the keys at once."""
+    weight = torch.exp(log_prior.detach().double())
     lightest = torch.sort(weight[weight > 0]).values
+    reach = int(torch.searchsorted(torch.cumsum(lightest, 0), float(k)))
+    return lightest[: reach + 1]
+
+
+def keys_to_select(lightest, k):
+    """How many keys the k units need when the lightest weights are ``lightest`` (ascending,
+    float64; from one or several :func:`lightest_weights`)."""
+    lightest = torch.sort(lightest).values
     reach = torch.searchsorted(torch.cumsum(lightest, 0), float(k))
     return max(1, min(int(reach) + 1, lightest.numel()))
 

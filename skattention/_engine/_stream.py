@@ -28,8 +28,10 @@ from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
 
 
-def stream_attention(spec):
-    """``(out,)`` or, with ``spec.n_weights``, ``(out, weights, indices)``."""
+def stream_attention(spec, state_only=False):
+    """``(out,)`` or, with ``spec.n_weights``, ``(out, weights, indices)``; with
+    ``state_only``, the online softmax state ``(m, l, o)`` of every query instead (running max,
+    sum of ``exp(z - m)`` and weighted values: what shards of the keys merge, ``_shards.py``)."""
     scorer, Q, V, T, n_weights = (
         spec.scorer,
         spec.queries,
@@ -56,7 +58,7 @@ def stream_attention(spec):
     # One block holds every key: one softmax (fewer ops to differentiate). Not for the uniform
     # limit, whose weights are summed unnormalised and divided once, so that equal vote counts
     # stay exactly equal.
-    single_block = bk >= n_k and not n_weights and not uniform
+    single_block = bk >= n_k and not n_weights and not uniform and not state_only
 
     def query_block(qs):
         qe = min(n_q, qs + bq)
@@ -92,6 +94,11 @@ def stream_attention(spec):
                 state.single(z, V)
             else:
                 state.update(z, V[ks:ke], inplace)
+        if state_only:
+            # Partial scores are ||q||^2 - f in the keys' centred coordinates; states of other
+            # key sets (shards, centred elsewhere) compare on -f / T: remove the query term.
+            max_z = state.m if uniform else state.m - scaled(scorer.query_offset(q), T)
+            return (max_z, state.l, state.o), None, None
         empty = empty_rows(state.l, qs, spec.on_empty, spec.radius)
         if top is None:
             return state.result(), None, None
@@ -108,6 +115,10 @@ def stream_attention(spec):
         if w is not None:
             weights.append(w)
             indices.append(i)
+    if state_only:
+        return tuple(torch.cat(parts) for parts in zip(*outs, strict=True)) if outs else (
+            V.new_zeros(0), V.new_zeros(0), V.new_zeros((0, dv))
+        )
     return backend_result(outs, weights, indices, n_weights, V)
 
 
