@@ -33,6 +33,7 @@ from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight
 from ..utils._validation import encode_classes
+from . import _dask
 from ._tabular import _DenseLayout, _TabularEncoder, pd
 
 # temperature="auto" with the fixed metric: leave-one-out choice on a geometric grid around the
@@ -457,6 +458,12 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
 
     def _engine_keys(self):
         """The fitted keys prepared for the engine once per compute device and dtype."""
+        if _dask.is_sharded(self):
+            raise NotImplementedError(
+                "This model's keys are sharded over a Dask cluster (it was fitted on a Dask "
+                "collection): only predict, predict_proba and score run on them. Pickle and "
+                "load it, or refit on in-memory data, for the other methods."
+            )
         metric = METRICS[self.metric]
         return self._on_device(
             ("keys", metric), self._fit_Z, resolve_device(self.device), self._compute_dtype(),
@@ -495,6 +502,8 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         and with a radius the mask of the queries that have no training point within it (their
         rows are 0; ``None`` without a radius)."""
         check_is_fitted(self)
+        if _dask.is_sharded(self):
+            return _dask.propagate(self, X)
         values, on_empty = self._fit_values, "raise"
         if self.radius is not None:
             # A column of ones tells the queries with no neighbour: their weights sum to 0.
@@ -511,6 +520,11 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         if self.radius is None:
             return out, None
         return out[:, :-1], out[:, -1] == 0
+
+    def _dask_block_tasks(self, method, blocks):
+        """Delayed ``<method>`` of Dask query blocks over keys sharded on the cluster (``None``
+        for an in-memory model: the caller ships the model itself)."""
+        return _dask.block_tasks(self, method, blocks) if _dask.is_sharded(self) else None
 
     def attention_weights(self, X=None, n_weights=None):
         """The largest attention weights behind each prediction and the training points they

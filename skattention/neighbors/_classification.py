@@ -6,10 +6,11 @@ from numbers import Real
 import numpy as np
 from sklearn.base import ClassifierMixin
 
+from ..utils._dask import is_dask_collection
 from ..utils._param_validation import StrOptions
 from ..utils._sklearn_compat import _fit_context
 from ..utils._validation import ProbabilisticClassifierMixin
-from . import _docs
+from . import _dask, _docs
 from ._base import _BaseMetricAttention
 
 
@@ -126,6 +127,8 @@ class MetricAttentionClassifier(
         self : MetricAttentionClassifier
             The fitted classifier.
         """
+        if is_dask_collection(X):  # keys sharded over the cluster (docs/scaling.md)
+            return _dask.fit(self, X, y, sample_weight)
         self._fit_labels(X, y, sample_weight, same_classes_on_warm_start=True)
         if isinstance(self.outlier_label, str) and self.outlier_label == "most_frequent":
             self.outlier_label_ = self.classes_[np.bincount(self._fit_y).argmax()]

@@ -5,8 +5,9 @@ import warnings
 import numpy as np
 from sklearn.base import RegressorMixin
 
+from ..utils._dask import is_dask_collection, lazy_predict
 from ..utils._sklearn_compat import _fit_context
-from . import _docs
+from . import _dask, _docs
 from ._base import _BaseMetricAttention
 
 
@@ -78,6 +79,8 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
         self : MetricAttentionRegressor
             The fitted regressor.
         """
+        if is_dask_collection(X):  # keys sharded over the cluster (docs/scaling.md)
+            return _dask.fit(self, X, y, sample_weight)
         X, y = self._validate_train(X, y, multi_output=True, y_numeric=True)
         self._y_1d = y.ndim == 1
         values = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
@@ -106,6 +109,8 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
         y : ndarray of shape (n_queries,) or (n_queries, n_outputs)
             Predicted targets.
         """
+        if is_dask_collection(X):
+            return lazy_predict(self, "predict", X)
         out, no_neighbour = self._propagate(X)
         if no_neighbour is not None and no_neighbour.any():
             # scikit-learn's RadiusNeighborsRegressor (warnings.simplefilter("error") to raise)

@@ -4,6 +4,8 @@ import warnings
 
 import torch
 
+from ._dask import computed_state
+
 
 def _available(device):
     """Whether a ``device`` parameter value names a device this machine has."""
@@ -46,7 +48,9 @@ class DevicePortableMixin:
     def __getstate__(self):
         state = super().__getstate__()
         state.pop("_device_cache", None)
-        return state
+        # fitted on a Dask cluster: the pickle holds the computed arrays (a self-contained
+        # in-memory model), not references to the cluster's memory
+        return computed_state(state)
 
     def __setstate__(self, state):
         super().__setstate__(state)

@@ -3,6 +3,8 @@
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
 
+from ._dask import is_dask_collection, lazy_predict
+
 
 def standardisation(X):
     """Per-feature mean and scale that standardise ``X`` (scale 1 for constant features).
@@ -45,6 +47,8 @@ class ProbabilisticClassifierMixin:
         proba : ndarray of shape (n_queries, n_classes)
             Class probabilities, columns ordered as ``classes_``.
         """
+        if is_dask_collection(X):
+            return lazy_predict(self, "predict_proba", X)
         proba = self._predict_proba(X)
         # Rounding can leave sums a few ulp from 1; renormalise like scikit-learn's neighbours
         # (a row of zeros, a radius query with no neighbour, stays zeros).
@@ -64,6 +68,8 @@ class ProbabilisticClassifierMixin:
         y : ndarray of shape (n_queries,)
             Predicted class labels.
         """
+        if is_dask_collection(X):
+            return lazy_predict(self, "predict", X)
         proba = self.predict_proba(X)
         pred = self.classes_[np.argmax(proba, axis=1)]
         # No probability at all: a radius query with no neighbour whose outlier_label_ is no
