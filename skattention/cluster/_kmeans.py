@@ -27,9 +27,11 @@ from .._engine import (
     soft_kmeans,
     sqdist_to_centers,
 )
+from ..utils._dask import is_dask_collection
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight, _fit_context
+from . import _dask
 
 
 class AttentionKMeans(
@@ -211,6 +213,8 @@ class AttentionKMeans(
         self : AttentionKMeans
             Fitted estimator.
         """
+        if is_dask_collection(X):  # per-partition sums merged here (docs/scaling.md)
+            return _dask.fit(self, X, sample_weight)
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", copy=False)
         _check_distance_range(X)
         sample_weight = _check_sample_weight(

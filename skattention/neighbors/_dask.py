@@ -4,7 +4,9 @@
 encoded (and, with a learned metric, mapped) on its worker into its keys, values and key
 log-prior, which stay there, persisted; the client holds only the fitted settings. What needs
 the rows together runs on a sample drawn uniformly from the partitions (``_SAMPLE_ROWS`` rows,
-plus one row of each class): the column encoding, the learned map and ``temperature="auto"``.
+plus one row of each class): the column encoding, the learned map and ``temperature="auto"``
+(the fixed metric at a numeric temperature draws only ``_ENCODER_ROWS`` rows, for the
+encoding).
 With the fixed metric and a numeric temperature the sample changes nothing: the keys are the
 rows, and prediction equals the in-memory model's.
 
@@ -34,6 +36,8 @@ from ._tabular import pd
 
 # Rows drawn from the partitions for the column encoding, the learned map and "auto".
 _SAMPLE_ROWS = 65536
+# Rows drawn for the column encoding alone (the fixed metric at a numeric temperature).
+_ENCODER_ROWS = 1024
 # Partial results merged per task of the merge tree.
 _MERGE_FAN_IN = 8
 
@@ -63,7 +67,10 @@ def fit(estimator, X, y, sample_weight):
         )
     classifier = hasattr(estimator, "class_weight")
     rng = check_random_state(estimator.random_state)
-    size = min(n, max(_SAMPLE_ROWS, 2 * (estimator.n_neighbors or 0)))
+    # the fixed metric at a given temperature fits only the column encoding on the sample
+    fits_on_sample = estimator.metric in LEARNED_METRICS or estimator.temperature == "auto"
+    size = min(n, max(_SAMPLE_ROWS if fits_on_sample else _ENCODER_ROWS,
+                      2 * (estimator.n_neighbors or 0)))
     rows = np.arange(n) if size == n else np.unique(rng.randint(0, n, size=size))
     counts = classes = None
     if classifier:
