@@ -237,3 +237,14 @@ def test_dense_attention_and_kmeans_on_the_cluster(client):
     km_sharded = AttentionKMeans(6, temperature=0, init=init).fit(Xd)
     np.testing.assert_array_equal(km_sharded.labels_.compute(), km.labels_)
     np.testing.assert_allclose(km_sharded.cluster_centers_, km.cluster_centers_, rtol=1e-10)
+
+
+def test_dask_queries_on_an_in_memory_model(synchronous, data):
+    X, y, Q, _ = data
+    clf = MetricAttentionClassifier("euclidean", temperature=0.7).fit(X, y)
+    lazy = clf.predict_proba(dask_rows(Q, (15, 25)))
+    assert isinstance(lazy, da.Array)
+    np.testing.assert_allclose(lazy.compute(), clf.predict_proba(Q), rtol=1e-12, atol=1e-12)
+    reg = MetricAttentionRegressor("euclidean", temperature=0.7).fit(X, X[:, 0])
+    np.testing.assert_allclose(reg.predict(dask_rows(Q, (15, 25))).compute(), reg.predict(Q),
+                               rtol=1e-12)
