@@ -68,7 +68,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
     """
 
     _parameter_constraints: dict = {
-        "metric": [StrOptions(set(METRICS))],
+        "metric": [StrOptions(set(METRICS) | {"precomputed"})],
         "categorical_features": ["array-like", StrOptions({"from_dtype"}), None],
         "temperature": [Interval(Real, 0, None, closed="both"), StrOptions({"auto"})],
         "n_neighbors": [Count(Integral, 1, None, closed="left"), None],
@@ -443,9 +443,14 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             return _TORCH_DTYPES[self.dtype]
         return torch.float32 if self._fit_X.dtype == np.float32 else torch.float64
 
-    def _engine_kwargs(self, temperature=None):
+    def _engine_metric(self):
+        return METRICS[self.metric]
+
+    def _engine_kwargs(self, temperature=None, queries=None):
+        """The engine's arguments for the estimator's attention; ``queries``: the mapped query
+        block of the call (a precomputed metric's radius mask is read from it)."""
         return dict(
-            metric=METRICS[self.metric],
+            metric=self._engine_metric(),
             temperature=self.temperature_ if temperature is None else temperature,
             n_neighbors=self.n_neighbors,
             radius=self.radius,
@@ -495,10 +500,10 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             values, on_empty = np.hstack([values, ones]), "zero"
         out = [
             attention(
-                self._embed(Q), self._fit_Z, values, on_empty=on_empty, progress=self.verbose,
-                **self._engine_kwargs(),
+                Z, self._fit_Z, values, on_empty=on_empty, progress=self.verbose,
+                **self._engine_kwargs(queries=Z),
             )
-            for Q in self._validate_queries(X)
+            for Z in map(self._embed, self._validate_queries(X))
         ]
         out = np.asarray(np.concatenate(out), dtype=np.float64)
         if self.radius is None:
@@ -547,11 +552,11 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             )
         weights, indices = zip(*(
             attention(
-                self._embed(Q), self._fit_Z, self._fit_values, exclude_self=exclude_self,
+                Z, self._fit_Z, self._fit_values, exclude_self=exclude_self,
                 return_weights=True, n_weights=n_weights, on_empty="zero", progress=self.verbose,
-                **self._engine_kwargs(),
+                **self._engine_kwargs(queries=Z),
             )[1:]
-            for Q in blocks
+            for Z in map(self._embed, blocks)
         ), strict=True)
         return np.asarray(np.concatenate(weights), dtype=np.float64), np.concatenate(indices)
 

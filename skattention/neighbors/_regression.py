@@ -8,9 +8,13 @@ from sklearn.base import RegressorMixin
 from ..utils._sklearn_compat import _fit_context
 from . import _docs
 from ._base import _BaseMetricAttention
+from ._precomputed import PrecomputedMixin
+from ._queries import NeighborsQueryMixin
 
 
-class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
+class MetricAttentionRegressor(
+    RegressorMixin, PrecomputedMixin, NeighborsQueryMixin, _BaseMetricAttention
+):
     """Regressor by attention over the training set under a learned (or fixed) pseudo-metric.
 
     The prediction for a query ``x`` is the attention-weighted average of the training targets,
