@@ -10,7 +10,7 @@ from scipy import sparse
 from sklearn.base import BaseEstimator
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_consistent_length, check_random_state, gen_batches
-from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import (
@@ -31,7 +31,7 @@ from .._engine import (
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight
-from ..utils._validation import encode_classes
+from ..utils._validation import encode_classes, label_columns
 from ._tabular import _DenseLayout, _TabularEncoder, pd
 
 # temperature="auto" with the fixed metric: leave-one-out choice on a geometric grid around the
@@ -187,24 +187,39 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fit
 
-    def _fit_labels(self, X, y, sample_weight, same_classes_on_warm_start=False):
+    def _fit_labels(self, X, y, sample_weight, same_classes_on_warm_start=False,
+                    multi_output=False):
         """Fit on class labels: the one-hot labels are the values, ``class_weight`` a key prior.
 
         ``same_classes_on_warm_start``: a warm start must see the classes of the previous fit.
+        ``multi_output``: ``y`` may have several columns (outputs), each with its own classes;
+        the values are their one-hot blocks side by side, ``classes_`` a list (as in
+        :class:`~sklearn.neighbors.KNeighborsClassifier`). A learned metric then trains on the
+        squared error of the blocks (the log-loss of one block does not extend to several).
         """
-        X, y = self._validate_train(X, y)
-        classes, y_encoded = encode_classes(self, y)
+        X, y = self._validate_train(X, y, multi_output=multi_output)
+        y = label_columns(y)
+        self.outputs_2d_ = y.ndim == 2
+        columns = y if self.outputs_2d_ else y[:, None]
+        per_output, encoded = zip(*(encode_classes(self, column) for column in columns.T),
+                                  strict=True)
+        classes = list(per_output) if self.outputs_2d_ else per_output[0]
         if (same_classes_on_warm_start and self.warm_start and hasattr(self, "classes_")
-                and not np.array_equal(classes, self.classes_)):
+                and not _same_classes(classes, self.classes_)):
             raise ValueError("warm_start needs the same classes as the previous fit.")
         self.classes_ = classes
         key_weight = None
         if self.class_weight is not None:
-            key_weight = compute_class_weight(self.class_weight, classes=classes, y=y)[y_encoded]
-        self._fit_y = y_encoded
-        values = np.eye(classes.size, dtype=X.dtype)[y_encoded]
+            key_weight = compute_sample_weight(self.class_weight, y)
+        # each output's labels as columns of the side-by-side one-hot blocks
+        offsets = np.cumsum([0] + [c.size for c in per_output])
+        self._fit_y = np.column_stack(encoded) + offsets[:-1]
+        values = np.zeros((X.shape[0], offsets[-1]), dtype=X.dtype)
+        values[np.arange(X.shape[0])[:, None], self._fit_y] = 1
+        single = self._fit_y.shape[1] == 1
         self._fit_attention(
-            X, values, sample_weight, key_weight, loss="log_loss", stratify=y_encoded
+            X, values, sample_weight, key_weight, loss="log_loss" if single else "squared_error",
+            stratify=self._fit_y[:, 0] if single else None,
         )
         return self
 
@@ -649,6 +664,14 @@ def _leave_one_unit_out_prior(log_prior, queries, weights):
         return prior.to(dev)[key_index] + torch.where(is_own, keep.to(dev)[query_index], 0.0)
 
     return log_prior_fn
+
+
+def _same_classes(a, b):
+    """Whether two ``classes_`` (an array, or a list of arrays per output) are equal."""
+    if isinstance(a, list) or isinstance(b, list):
+        return (isinstance(a, list) and isinstance(b, list) and len(a) == len(b)
+                and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True)))
+    return np.array_equal(a, b)
 
 
 def _weighted_median(values, weights):

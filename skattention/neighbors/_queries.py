@@ -129,7 +129,8 @@ class NeighborsQueryMixin:
         >>> from skattention import MetricAttentionRegressor
         >>> X = np.array([[0.0], [1.0], [3.0], [7.0]])
         >>> reg = MetricAttentionRegressor("euclidean", radius=2.0, temperature=np.inf)
-        >>> dist, ind = reg.fit(X, [0.0, 1.0, 2.0, 3.0]).radius_neighbors([[2.5]], sort_results=True)
+        >>> reg = reg.fit(X, [0.0, 1.0, 2.0, 3.0])
+        >>> dist, ind = reg.radius_neighbors([[2.5]], sort_results=True)
         >>> dist[0], ind[0]
         (array([0.5, 1.5]), array([2, 1]))
         """

@@ -268,3 +268,54 @@ def test_precomputed_errors(tied_distances):
         from scipy import sparse
         att.fit(sparse.csr_matrix(D), y)
     assert att.__sklearn_tags__().input_tags.pairwise
+
+
+# ---------------------------------------------------------------------- multi-output
+
+
+@pytest.fixture(scope="module")
+def multi_output(continuous):
+    X, y, Xq = continuous
+    rng = np.random.default_rng(1)
+    Y = np.column_stack([y, rng.choice(["a", "b", "c"], size=len(y)), (X[:, 0] > 0) * 2])
+    return X, Y, Xq
+
+
+@pytest.mark.parametrize("params", [dict(n_neighbors=5, temperature=np.inf),
+                                    dict(temperature=0), dict(radius=2.5, temperature=np.inf)])
+def test_multi_output_classification(multi_output, params):
+    X, Y, Xq = multi_output
+    if "radius" in params:
+        ref = RadiusNeighborsClassifier(params["radius"], outlier_label="most_frequent")
+    else:
+        ref = KNeighborsClassifier(params.get("n_neighbors", 1))
+    ref.fit(X, Y)
+    att = MetricAttentionClassifier("euclidean", outlier_label="most_frequent", **params)
+    att.fit(X, Y)
+    assert att.outputs_2d_ and len(att.classes_) == 3
+    for c, rc in zip(att.classes_, ref.classes_, strict=True):
+        np.testing.assert_array_equal(c, rc)
+    proba, ref_proba = att.predict_proba(Xq), ref.predict_proba(Xq)
+    assert isinstance(proba, list) and len(proba) == 3
+    for p, rp in zip(proba, ref_proba, strict=True):
+        np.testing.assert_allclose(p, rp, atol=1e-12)
+    untied = np.all([np.sort(p, 1)[:, -1] > np.sort(p, 1)[:, -2] for p in ref_proba], axis=0)
+    pred = att.predict(Xq)
+    assert pred.shape == (len(Xq), 3)
+    np.testing.assert_array_equal(pred[untied], ref.predict(Xq)[untied])
+
+
+def test_multi_output_learned_and_single_column(multi_output):
+    X, Y, Xq = multi_output
+    att = MetricAttentionClassifier("linear", max_iter=3, hidden_size=4, random_state=0)
+    pred = att.fit(X, Y).predict(Xq)
+    assert pred.shape == (len(Xq), 3) and set(pred[:, 1]) <= {"a", "b", "c"}
+    att.set_params(class_weight="balanced").fit(X, Y)
+    # a single column: one output, with scikit-learn's warning
+    from sklearn.exceptions import DataConversionWarning
+    with pytest.warns(DataConversionWarning):
+        one = MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=np.inf).fit(
+            X, Y[:, :1])
+    assert not one.outputs_2d_ and one.predict(Xq).shape == (len(Xq),)
+    with pytest.raises(ValueError, match="2 labels but y has 3 outputs"):
+        MetricAttentionClassifier("euclidean", radius=1.0, outlier_label=[0, 1]).fit(X, Y)
