@@ -11,13 +11,14 @@ from ..utils._sklearn_compat import _fit_context
 from ..utils._validation import ProbabilisticClassifierMixin
 from . import _docs
 from ._base import _BaseMetricAttention
+from ._convergence import ConvergenceCheckMixin
 from ._precomputed import PrecomputedMixin
 from ._queries import NeighborsQueryMixin
 
 
 class MetricAttentionClassifier(
     ProbabilisticClassifierMixin, ClassifierMixin, PrecomputedMixin, NeighborsQueryMixin,
-    _BaseMetricAttention,
+    ConvergenceCheckMixin, _BaseMetricAttention,
 ):
     """Classifier by attention over the training set under a learned (or fixed) pseudo-metric.
 

@@ -8,12 +8,14 @@ from sklearn.base import RegressorMixin
 from ..utils._sklearn_compat import _fit_context
 from . import _docs
 from ._base import _BaseMetricAttention
+from ._convergence import ConvergenceCheckMixin
 from ._precomputed import PrecomputedMixin
 from ._queries import NeighborsQueryMixin
 
 
 class MetricAttentionRegressor(
-    RegressorMixin, PrecomputedMixin, NeighborsQueryMixin, _BaseMetricAttention
+    RegressorMixin, PrecomputedMixin, NeighborsQueryMixin, ConvergenceCheckMixin,
+    _BaseMetricAttention,
 ):
     """Regressor by attention over the training set under a learned (or fixed) pseudo-metric.
 

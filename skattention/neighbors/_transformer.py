@@ -8,10 +8,11 @@ from ..utils._param_validation import StrOptions
 from ..utils._sklearn_compat import _fit_context
 from . import _docs
 from ._base import _BaseMetricAttention
+from ._convergence import ConvergenceCheckMixin
 
 
 class MetricAttentionTransformer(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, _BaseMetricAttention
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, ConvergenceCheckMixin, _BaseMetricAttention
 ):
     """Map inputs into the space of a pseudo-metric learned by attention from class labels.
 
