@@ -31,6 +31,7 @@ from .._engine import (
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight
+from ..utils._threads import uses_n_jobs
 from ..utils._validation import encode_classes, label_columns
 from ._tabular import _DenseLayout, _TabularEncoder, pd
 
@@ -92,6 +93,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         "verbose": ["verbose"],
         "device": [str, torch.device],
         "dtype": [StrOptions(set(_TORCH_DTYPES)), None],
+        "n_jobs": [Integral, None],
     }
 
     def __init__(self, metric="mlp", *, temperature="auto", n_neighbors=None, radius=None,
@@ -99,7 +101,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                  max_iter=100, batch_size="auto", learning_rate=3e-3, weight_decay=1e-4,
                  sample_rate="auto", early_stopping=True, validation_fraction=0.1,
                  n_iter_no_change=10, tol=1e-4, warm_start=False, random_state=None, verbose=0,
-                 device="auto", dtype=None, categorical_features="from_dtype"):
+                 device="auto", dtype=None, n_jobs=None, categorical_features="from_dtype"):
         self.metric = metric
         self.temperature = temperature
         self.n_neighbors = n_neighbors
@@ -123,6 +125,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         self.verbose = verbose
         self.device = device
         self.dtype = dtype
+        self.n_jobs = n_jobs
         self.categorical_features = categorical_features
 
     # ------------------------------------------------------------------ input
@@ -525,6 +528,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             return out, None
         return out[:, :-1], out[:, -1] == 0
 
+    @uses_n_jobs
     def attention_weights(self, X=None, n_weights=None):
         """The largest attention weights behind each prediction and the training points they
         fall on.

@@ -8,6 +8,7 @@ from sklearn.base import ClassifierMixin
 
 from ..utils._param_validation import StrOptions
 from ..utils._sklearn_compat import _fit_context
+from ..utils._threads import uses_n_jobs
 from ..utils._validation import ProbabilisticClassifierMixin
 from . import _docs
 from ._base import _BaseMetricAttention
@@ -102,7 +103,7 @@ class MetricAttentionClassifier(
                  n_blocks=1, activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
                  learning_rate=3e-3, weight_decay=1e-4, sample_rate="auto", early_stopping=True,
                  validation_fraction=0.1, n_iter_no_change=10, tol=1e-4, warm_start=False,
-                 random_state=None, verbose=0, device="auto", dtype=None,
+                 random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
                  categorical_features="from_dtype"):
         super().__init__(
             metric, temperature=temperature, n_neighbors=n_neighbors, radius=radius,
@@ -112,12 +113,13 @@ class MetricAttentionClassifier(
             early_stopping=early_stopping, validation_fraction=validation_fraction,
             n_iter_no_change=n_iter_no_change, tol=tol, warm_start=warm_start,
             random_state=random_state, verbose=verbose, device=device, dtype=dtype,
-            categorical_features=categorical_features,
+            n_jobs=n_jobs, categorical_features=categorical_features,
         )
         self.class_weight = class_weight
         self.outlier_label = outlier_label
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @uses_n_jobs
     def fit(self, X, y, sample_weight=None):
         """Fit the metric (if learned) and store the training set as keys and values.
 

@@ -8,6 +8,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from .._engine import budget_bytes, kneighbors, plan_rows
+from ..utils._threads import uses_n_jobs
 
 # radius_neighbors: neighbours gathered per query row at first (doubled for the rows that have
 # more within the radius)
@@ -25,6 +26,7 @@ class NeighborsQueryMixin:
     are no one's neighbours.
     """
 
+    @uses_n_jobs
     def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
         """The nearest training points of each query, as
         :meth:`sklearn.neighbors.NearestNeighbors.kneighbors`.
@@ -95,6 +97,7 @@ class NeighborsQueryMixin:
             return ind
         return self._distances(np.concatenate(dist)), ind
 
+    @uses_n_jobs
     def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
         """The training points within ``radius`` of each query, as
         :meth:`sklearn.neighbors.NearestNeighbors.radius_neighbors`.

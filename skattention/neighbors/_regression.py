@@ -6,6 +6,7 @@ import numpy as np
 from sklearn.base import RegressorMixin
 
 from ..utils._sklearn_compat import _fit_context
+from ..utils._threads import uses_n_jobs
 from . import _docs
 from ._base import _BaseMetricAttention
 from ._convergence import ConvergenceCheckMixin
@@ -66,6 +67,7 @@ class MetricAttentionRegressor(
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @uses_n_jobs
     def fit(self, X, y, sample_weight=None):
         """Fit the metric (if learned) and store the training set as keys and values.
 
@@ -99,6 +101,7 @@ class MetricAttentionRegressor(
         err = ((pred - self._fit_values[rows]) ** 2).sum(1)
         return np.average(err, weights=weight)
 
+    @uses_n_jobs
     def predict(self, X):
         """Attention-weighted average of the training targets.
 

@@ -6,6 +6,8 @@ import numpy as np
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import check_classification_targets
 
+from ._threads import uses_n_jobs
+
 
 def standardisation(X):
     """Per-feature mean and scale that standardise ``X`` (scale 1 for constant features).
@@ -50,6 +52,7 @@ def label_columns(y):
 class ProbabilisticClassifierMixin:
     """``predict_proba`` and ``predict`` of a classifier from its ``_predict_proba(X)``."""
 
+    @uses_n_jobs
     def predict_proba(self, X):
         """Class probabilities of each query.
 
