@@ -10,10 +10,10 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import ProgressReport, progress_bar, resolve_device, seeded_torch_rng, train_network
+from ..utils._convergence import warn_if_max_iter_reached
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _fit_context
-from ..utils._convergence import warn_if_max_iter_reached
 from ..utils._validation import ProbabilisticClassifierMixin, encode_classes, standardisation
 from ._attention import METRICS
 from ._ipn import IPN

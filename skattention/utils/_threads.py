@@ -6,6 +6,7 @@ from contextlib import nullcontext
 import joblib
 from threadpoolctl import threadpool_limits
 
+
 def n_jobs_threads(n_jobs):
     """Context in which the engine's CPU kernels use ``n_jobs`` threads (joblib's counting);
     ``None`` changes nothing."""
