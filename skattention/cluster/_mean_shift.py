@@ -19,13 +19,13 @@ from .._engine import (
 )
 from ..utils._device import DevicePortableMixin
 from ..utils._param_validation import Count, Interval, StrOptions
-from ..utils._sklearn_compat import _fit_context
+from ..utils._sklearn_compat import CallbackSupportMixin, _fit_context
 
 # bandwidth=None: scikit-learn's estimate_bandwidth (quantile 0.3) on at most this many points.
 _BANDWIDTH_MAX_SAMPLES = 10000
 
 
-class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
+class AttentionMeanShift(ClusterMixin, CallbackSupportMixin, DevicePortableMixin, BaseEstimator):
     """Mean shift as repeated attention: the modes attend over the data and move to the output.
 
     Each iteration is one attention step with the seeds (modes) as queries and the training

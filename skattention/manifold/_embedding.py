@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._engine import attention, kneighbors, progress_bar, resolve_device
 from ..utils._device import DevicePortableMixin
 from ..utils._param_validation import Count, HasMethods, Interval, StrOptions
-from ..utils._sklearn_compat import _fit_context
+from ..utils._sklearn_compat import CallbackSupportMixin, _fit_context
 from ._operator import (
     auto_epsilon,
     check_dense_memory,
@@ -31,7 +31,8 @@ _RADIUS_SLACK = 1e-6
 
 
 class AttentionDiffusionEmbedding(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, DevicePortableMixin, BaseEstimator
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, CallbackSupportMixin, DevicePortableMixin,
+    BaseEstimator,
 ):
     """Diffusion-map embedding with the attention matrix as the diffusion operator.
 

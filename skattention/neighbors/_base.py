@@ -28,9 +28,10 @@ from .._engine import (
     seeded_torch_rng,
     train_metric,
 )
+from ..utils._callbacks import EpochTasks
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._param_validation import Count, Interval, StrOptions
-from ..utils._sklearn_compat import _check_sample_weight
+from ..utils._sklearn_compat import CallbackSupportMixin, _check_sample_weight
 from ..utils._threads import uses_n_jobs
 from ..utils._validation import encode_classes, label_columns
 from ._tabular import _DenseLayout, _TabularEncoder, pd
@@ -58,7 +59,7 @@ _SCALE_CHUNK = 256
 _X_CHECKS = dict(dtype=None, accept_sparse=("csr", "csc"), ensure_all_finite="allow-nan")
 
 
-class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
+class _BaseMetricAttention(CallbackSupportMixin, DevicePortableMixin, BaseEstimator):
     """Training, storage and engine calls shared by the metric-attention estimators.
 
     Inputs of any column types are encoded into one dense float matrix (``_validate_train``).
@@ -354,7 +355,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                     n_iter_no_change=self.n_iter_no_change, tol=self.tol, generator=generator,
                     history=previous,
                     optimizer_state=getattr(self, "_optimizer_state", None) if warm else None,
-                    callbacks=[report],
+                    callbacks=[report, EpochTasks(self)],
                 )
         self.map_ = metric_map.to(device="cpu", dtype=torch.float32)
         self._optimizer_state = _to_cpu(state)

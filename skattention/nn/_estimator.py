@@ -10,10 +10,11 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import ProgressReport, progress_bar, resolve_device, seeded_torch_rng, train_network
+from ..utils._callbacks import EpochTasks
 from ..utils._convergence import warn_if_max_iter_reached
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._param_validation import Count, Interval, StrOptions
-from ..utils._sklearn_compat import _fit_context
+from ..utils._sklearn_compat import CallbackSupportMixin, _fit_context
 from ..utils._validation import ProbabilisticClassifierMixin, encode_classes, standardisation
 from ._attention import METRICS
 from ._ipn import IPN
@@ -21,8 +22,8 @@ from ._ipn import IPN
 _AUTO_BATCH = 512
 
 
-class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin, DevicePortableMixin,
-                                 BaseEstimator):
+class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
+                                 CallbackSupportMixin, DevicePortableMixin, BaseEstimator):
     """Classifier training an IPN: attention blocks that propagate across the samples of a batch.
 
     The network (:class:`skattention.nn.IPN`) is a linear layer, ``n_blocks`` residual attention
@@ -183,7 +184,8 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin, 
                     learning_rate=self.learning_rate, weight_decay=self.weight_decay,
                     order=lambda: torch.as_tensor(rng.permutation(n), device=device),
                     callbacks=[ProgressReport(bar, name, self.max_iter, self.verbose),
-                               _LossPlateau(self.tol, self.n_iter_no_change)],
+                               _LossPlateau(self.tol, self.n_iter_no_change),
+                               EpochTasks(self)],
                 )
         warn_if_max_iter_reached(
             self, history.n_iter,
@@ -195,6 +197,10 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin, 
         self.n_iter_ = history.n_iter
         self._fit_X = self._standardise(X).astype(np.float64)
         return self
+
+    def _fit_subtasks(self):
+        """Subtasks of the fit for scikit-learn's callbacks: the training epochs."""
+        return self.max_iter
 
     def _standardise(self, X):
         return (X - self._x_mean) / self._x_scale

@@ -15,5 +15,5 @@ def warn_if_max_iter_reached(estimator, epochs_run, rule):
         f"before {rule}; the model may not have converged. Raise max_iter (or warm_start and "
         "fit again) if the training loss is still falling (loss_curve_).",
         ConvergenceWarning,
-        stacklevel=4,
+        stacklevel=2,
     )
