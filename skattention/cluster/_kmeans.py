@@ -28,15 +28,16 @@ from .._engine import (
     sqdist_to_centers,
 )
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
+from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, Interval, StrOptions
-from ..utils._sklearn_compat import CallbackSupportMixin, _check_sample_weight, _fit_context
+from ..utils._sklearn_compat import _check_sample_weight, _fit_context
 
 
 class AttentionKMeans(
     ClassNamePrefixFeaturesOutMixin,
     TransformerMixin,
     ClusterMixin,
-    CallbackSupportMixin,
+    EstimatorMixin,
     DevicePortableMixin,
     BaseEstimator,
 ):

@@ -18,14 +18,15 @@ from .._engine import (
     resolve_device,
 )
 from ..utils._device import DevicePortableMixin
+from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, Interval, StrOptions
-from ..utils._sklearn_compat import CallbackSupportMixin, _fit_context
+from ..utils._sklearn_compat import _fit_context
 
 # bandwidth=None: scikit-learn's estimate_bandwidth (quantile 0.3) on at most this many points.
 _BANDWIDTH_MAX_SAMPLES = 10000
 
 
-class AttentionMeanShift(ClusterMixin, CallbackSupportMixin, DevicePortableMixin, BaseEstimator):
+class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, BaseEstimator):
     """Mean shift as repeated attention: the modes attend over the data and move to the output.
 
     Each iteration is one attention step with the seeds (modes) as queries and the training
@@ -37,7 +38,7 @@ class AttentionMeanShift(ClusterMixin, CallbackSupportMixin, DevicePortableMixin
     nearest remaining centre.
 
     With ``blurring=True`` the points attend to *themselves* and move (Gaussian blurring mean
-    shift): ``X <- S(X) X``, the self-attention flow of THEORY.md, which is a drift-diffusion
+    shift): ``X <- S(X) X``, the self-attention flow of :doc:`/theory`, which is a drift-diffusion
     that collapses the points into clusters; the collapsed groups are the clusters.
 
     Parameters

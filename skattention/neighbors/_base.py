@@ -30,8 +30,9 @@ from .._engine import (
 )
 from ..utils._callbacks import EpochTasks
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
+from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, Interval, StrOptions
-from ..utils._sklearn_compat import CallbackSupportMixin, _check_sample_weight
+from ..utils._sklearn_compat import _check_sample_weight
 from ..utils._threads import uses_n_jobs
 from ..utils._validation import encode_classes, label_columns
 from ._tabular import _DenseLayout, _TabularEncoder, pd
@@ -59,7 +60,7 @@ _SCALE_CHUNK = 256
 _X_CHECKS = dict(dtype=None, accept_sparse=("csr", "csc"), ensure_all_finite="allow-nan")
 
 
-class _BaseMetricAttention(CallbackSupportMixin, DevicePortableMixin, BaseEstimator):
+class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
     """Training, storage and engine calls shared by the metric-attention estimators.
 
     Inputs of any column types are encoded into one dense float matrix (``_validate_train``).

@@ -13,8 +13,9 @@ from .._engine import ProgressReport, progress_bar, resolve_device, seeded_torch
 from ..utils._callbacks import EpochTasks
 from ..utils._convergence import warn_if_max_iter_reached
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
+from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, Interval, StrOptions
-from ..utils._sklearn_compat import CallbackSupportMixin, _fit_context
+from ..utils._sklearn_compat import _fit_context
 from ..utils._validation import ProbabilisticClassifierMixin, encode_classes, standardisation
 from ._attention import METRICS
 from ._ipn import IPN
@@ -23,7 +24,7 @@ _AUTO_BATCH = 512
 
 
 class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
-                                 CallbackSupportMixin, DevicePortableMixin, BaseEstimator):
+                                 EstimatorMixin, DevicePortableMixin, BaseEstimator):
     """Classifier training an IPN: attention blocks that propagate across the samples of a batch.
 
     The network (:class:`skattention.nn.IPN`) is a linear layer, ``n_blocks`` residual attention
@@ -31,7 +32,7 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
     samples of its batch, and a linear layer giving the class logits. It is trained with Adam
     (L2 weight decay) on the cross-entropy of minibatches; within a minibatch the samples attend
     to each other (themselves included). This is the network of the seed paper's experiments
-    (THEORY.md section 1), comparing metric-attention (``"mlp"``), L2 self-attention
+    (:doc:`/theory`), comparing metric-attention (``"mlp"``), L2 self-attention
     (``"linear"``) and self-attention (``"dot"``).
 
     **Inference rule.** A query attends to the whole training set plus itself, never to the other
