@@ -1,4 +1,5 @@
-"""The continuous limit of attention (the documentation's theory page), as functions a user can check.
+"""The continuous limit of attention (the documentation's theory page), as functions a user can
+check.
 
 One attention step ``S = softmax_j(-||x_i - x_j||^2 / epsilon)`` is an Euler step of size
 ``epsilon / 4`` of ``dH/dt = Lap H + 2 <grad log p, grad H>``; repeated attention therefore

@@ -9,8 +9,8 @@ Scores of head ``h`` between a query ``x`` and a key ``y`` (the documentation's 
   parameters laid out exactly as in ``nn.MultiheadAttention``.
 
 The squared-distance scores run through the fused ``scaled_dot_product_attention`` kernel with the
-augmented-coordinate identity of the engine (docs: the engine page), through the engine's own helpers
-(``augmented_coordinates``, ``scaled_dot_product``):
+augmented-coordinate identity (the documentation's engine page), through the engine's own
+helpers (``augmented_coordinates``, ``scaled_dot_product``):
 ``-||q - k||^2 / T = (q' . k') / T - ||q||^2 / T`` with ``q' = [q, 1]``, ``k' = [2 k, -||k||^2]``,
 and ``||q||^2`` is constant along a softmax row. Keys (and queries) are centred per head first
 (the distances do not change) to limit cancellation in float32.
