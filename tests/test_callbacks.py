@@ -52,11 +52,15 @@ def test_fit_and_epochs_are_tasks(data, name):
     assert name_events[0] == ("setup", name, "fit")
     assert name_events[1] == ("begin", name, "fit")
     assert name_events[-2:] == [("end", name, "fit"), ("teardown", name, "fit")]
-    epochs = [e for e in name_events if e[2] == "epoch"]
+    steps = [e for e in name_events if e[2] in ("epoch", "run", "step")]
     if name in EPOCHS:
-        assert len(epochs) == 2 * est.n_iter_ and est.n_iter_ > 0
+        assert len(steps) == 2 * est.n_iter_ and est.n_iter_ > 0
+    elif name == "AttentionKMeans":
+        assert steps == [("begin", name, "run"), ("end", name, "run")] * est.n_init
+    elif name == "AttentionMeanShift":
+        assert steps and len(steps) % 2 == 0 and {e[2] for e in steps} == {"step"}
     else:
-        assert not epochs
+        assert not steps
     assert not hasattr(est, "_callback_fit_ctx")  # torn down
 
 

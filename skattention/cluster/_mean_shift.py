@@ -17,6 +17,7 @@ from .._engine import (
     progress_bar,
     resolve_device,
 )
+from ..utils._callbacks import report_subtask
 from ..utils._device import DevicePortableMixin
 from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, Interval, StrOptions
@@ -218,6 +219,7 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
                     Y, n_iter = Y_new, n_iter + 1
                     bar.set_postfix(shift=f"{shift:.3g}", refresh=False)
                     bar.update()
+                    report_subtask(self, "step")
                     if shift <= stop:
                         break
             modes, point_positions = Y, Y
@@ -271,6 +273,7 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
                     break
                 bar.set_postfix(moving=idx.numel(), refresh=False)
                 bar.update()
+                report_subtask(self, "step")
                 old = modes[idx]
                 new, within = kernel.step(old, kernel.points)
                 if within is not None:
@@ -294,6 +297,10 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
                 "strategy or increase the bandwidth."
             )
         return modes[found], counts[found], n_iter
+
+    def _fit_subtasks(self):
+        """Subtasks of the fit for scikit-learn's callbacks: the mean-shift steps."""
+        return self.max_iter + 1
 
     def _progress(self):
         return progress_bar(

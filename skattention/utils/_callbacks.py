@@ -1,10 +1,22 @@
 """Subtasks of scikit-learn's callback API (``sklearn.callback``, 1.9+) inside a fit.
 
-The fit itself is the root task (``utils._sklearn_compat._fit_context``); the training epochs
-of the estimators that train are its subtasks, reported by :class:`EpochTasks` from the
-engine's training loop, so that ``ProgressBar`` shows them, within ``Pipeline`` and
-``GridSearchCV`` too. Before scikit-learn 1.9 nothing is reported.
+The fit itself is the root task (``utils._sklearn_compat._fit_context``); its steps are
+subtasks: the training epochs of the estimators that train (:class:`EpochTasks`, from the
+engine's training loop), the k-means runs and the mean-shift steps (:func:`report_subtask`), so
+that ``ProgressBar`` shows them, within ``Pipeline`` and ``GridSearchCV`` too. Before
+scikit-learn 1.9 nothing is reported.
 """
+
+
+def report_subtask(estimator, task_name):
+    """Report one finished step of the running fit as a subtask; ``True`` when a callback asks
+    to stop. Nothing happens outside a fit with callbacks."""
+    context = getattr(estimator, "_callback_fit_ctx", None)
+    if context is None:
+        return False
+    step = context.subcontext(task_name=task_name)
+    step.call_on_fit_task_begin(estimator=estimator)
+    return bool(step.call_on_fit_task_end(estimator=estimator))
 
 
 class EpochTasks:
@@ -15,17 +27,11 @@ class EpochTasks:
     ``on_fit_task_end`` stops the training, as the engine's own callbacks can.
     """
 
-    def __init__(self, estimator, task_name="epoch"):
-        self.estimator, self.task_name = estimator, task_name
-        # the fit's root task, while a fit with callbacks runs
-        self.context = getattr(estimator, "_callback_fit_ctx", None)
+    def __init__(self, estimator):
+        self.estimator = estimator
 
     def on_epoch_end(self, history):
-        if self.context is None:
-            return False
-        epoch = self.context.subcontext(task_name=self.task_name)
-        epoch.call_on_fit_task_begin(estimator=self.estimator)
-        return bool(epoch.call_on_fit_task_end(estimator=self.estimator))
+        return report_subtask(self.estimator, "epoch")
 
     def on_train_end(self, history):
         pass
