@@ -319,3 +319,19 @@ def test_multi_output_learned_and_single_column(multi_output):
     assert not one.outputs_2d_ and one.predict(Xq).shape == (len(Xq),)
     with pytest.raises(ValueError, match="2 labels but y has 3 outputs"):
         MetricAttentionClassifier("euclidean", radius=1.0, outlier_label=[0, 1]).fit(X, Y)
+
+
+def test_queries_do_not_depend_on_the_batching(integer_duplicates):
+    """Small working memory: many query blocks, each excluding its own training points."""
+    import skattention
+
+    X, y, Xq = integer_duplicates
+    att = euclidean(MetricAttentionRegressor, n_neighbors=4).fit(X, y.astype(float))
+    expected = att.kneighbors(), att.radius_neighbors(radius=1.5, sort_results=True)
+    with skattention.config_context(working_memory=0.01):
+        got = att.kneighbors(), att.radius_neighbors(radius=1.5, sort_results=True)
+    for e, g in zip(expected[0], got[0], strict=True):
+        np.testing.assert_array_equal(e, g)
+    for e, g in zip(expected[1], got[1], strict=True):
+        for a, b in zip(e, g, strict=True):
+            np.testing.assert_array_equal(a, b)
