@@ -7,7 +7,8 @@ identity matrix, so the score of training point ``j`` is ``-d_j**2``, exactly (o
 and sums of zeros). Squaring is strictly increasing on float64 numbers between 1.5e-154 and
 1.3e154, so every selection (k-NN, radius, ``temperature=0``) is the one on the distances
 themselves. The engine's radius mask needs a distance metric, so a radius is a log-prior of
-``-inf`` on the pairs beyond it, read from the query block.
+``-inf`` on the pairs beyond it, read from the query block. The identity keys are made when
+first needed and kept out of pickles (``n**2`` numbers, as many as the distance matrix).
 """
 
 import numpy as np
@@ -48,9 +49,9 @@ class PrecomputedMixin:
                 "bandwidth h)."
             )
         super()._fit_attention(X, values, sample_weight, *args, **kwargs)
+        self.__dict__.pop("_identity_keys", None)
         if self.metric != PRECOMPUTED:
             return
-        self._fit_Z = np.eye(X.shape[0])
         weights = self._log_prior[np.isfinite(self._log_prior)]
         if self.radius is not None and self.n_neighbors is not None and np.ptp(weights) > 0:
             # the radius mask takes the log-prior's place, where k-NN counts weights as copies
@@ -67,6 +68,24 @@ class PrecomputedMixin:
             tags.input_tags.allow_nan = tags.input_tags.sparse = False
             tags.input_tags.categorical = tags.input_tags.string = False
         return tags
+
+    @property
+    def _fit_Z(self):
+        """The keys: the training points in the metric space (the identity for precomputed)."""
+        if self.metric != PRECOMPUTED:
+            return self.__dict__["_fit_Z"]
+        if "_identity_keys" not in self.__dict__:
+            self.__dict__["_identity_keys"] = np.eye(self.n_samples_fit_)
+        return self.__dict__["_identity_keys"]
+
+    @_fit_Z.setter
+    def _fit_Z(self, value):
+        self.__dict__["_fit_Z"] = value
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_identity_keys", None)  # remade when needed
+        return state
 
     def _compute_dtype(self):
         if self.metric == PRECOMPUTED and self.dtype is None:

@@ -335,3 +335,14 @@ def test_queries_do_not_depend_on_the_batching(integer_duplicates):
     for e, g in zip(expected[1], got[1], strict=True):
         for a, b in zip(e, g, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+def test_precomputed_pickles_without_its_identity_keys(distances):
+    import pickle
+
+    D, y, Dq = distances
+    att = MetricAttentionClassifier("precomputed", n_neighbors=3, temperature=np.inf).fit(D, y)
+    expected = att.predict_proba(Dq)
+    blob = pickle.dumps(att)
+    assert len(blob) < 1.5 * D.nbytes  # the distances, not also an identity of their size
+    np.testing.assert_array_equal(pickle.loads(blob).predict_proba(Dq), expected)
