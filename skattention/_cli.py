@@ -242,7 +242,7 @@ def _read_csv(args, tabular):
     try:
         import pandas as pd
     except ImportError:
-        raise CLIError("reading a CSV needs pandas: pip install pandas") from None
+        raise CLIError("reading a CSV needs pandas: pip install \"skattention[csv]\"") from None
     path, encoding = args.data, args.encoding
     sep = _separator(args.sep) if args.sep else _sniff_separator(path, encoding)
     try:
