@@ -9,7 +9,7 @@ import torch
 from scipy import sparse
 from sklearn.base import BaseEstimator
 from sklearn.model_selection import train_test_split
-from sklearn.utils import check_consistent_length, check_random_state, gen_batches
+from sklearn.utils import check_consistent_length, check_random_state
 from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -23,6 +23,7 @@ from .._engine import (
     build_map,
     kneighbors,
     plan_rows,
+    prepare_keys,
     progress_bar,
     resolve_device,
     seeded_torch_rng,
@@ -479,16 +480,21 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
             dtype=self._compute_dtype(),
         )
 
+    def _engine_keys(self):
+        """The fitted keys prepared for the engine once per compute device and dtype."""
+        metric = self._engine_metric()
+        return self._on_device(
+            ("keys", metric), self._fit_Z, resolve_device(self.device), self._compute_dtype(),
+            lambda Z, device, dtype: prepare_keys(Z, metric=metric, device=device, dtype=dtype),
+        )
+
     def _embed(self, X, side="query"):
         """Inputs mapped into the space where attention scores are computed (NumPy)."""
         if self.metric not in LEARNED_METRICS:
             return X
         device = resolve_device(self.device)
         dtype = self._compute_dtype()
-        metric_map = self.map_
-        if device.type != "cpu" or dtype != torch.float32:
-            metric_map = copy.deepcopy(metric_map).to(device=device, dtype=dtype)
-        metric_map.eval()
+        metric_map = self._on_device("map", self.map_, device, dtype, _map_for_inference)
         fn = metric_map.query if side == "query" else metric_map.key
         out = np.empty(
             (X.shape[0], self.map_.n_components),
@@ -503,7 +509,8 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
             X.shape[0], row_bytes=row_bytes, budget=budget_bytes(), max_rows=_EMBED_CHUNK
         )
         with torch.no_grad():
-            for batch in gen_batches(X.shape[0], rows):
+            for start in range(0, X.shape[0], rows):
+                batch = slice(start, start + rows)
                 xb = torch.as_tensor(X[batch], dtype=dtype, device=device)
                 out[batch] = fn(xb).cpu().numpy()
         return out
@@ -520,7 +527,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
             values, on_empty = np.hstack([values, ones]), "zero"
         out = [
             attention(
-                Z, self._fit_Z, values, on_empty=on_empty, progress=self.verbose,
+                Z, self._engine_keys(), values, on_empty=on_empty, progress=self.verbose,
                 **self._engine_kwargs(queries=Z),
             )
             for Z in map(self._embed, self._validate_queries(X))
@@ -573,7 +580,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
             )
         weights, indices = zip(*(
             attention(
-                Z, self._fit_Z, self._fit_values, exclude_self=exclude_self,
+                Z, self._engine_keys(), self._fit_values, exclude_self=exclude_self,
                 return_weights=True, n_weights=n_weights, on_empty="zero", progress=self.verbose,
                 **self._engine_kwargs(queries=Z),
             )[1:]
@@ -685,6 +692,12 @@ def _weighted_median(values, weights):
     order = np.argsort(values, kind="stable")
     cum = np.cumsum(weights[order])
     return values[order][np.searchsorted(cum, 0.5 * cum[-1])]
+
+
+def _map_for_inference(metric_map, device, dtype):
+    """A copy of the fitted map on the compute device and dtype, in eval mode (the fitted
+    ``map_`` itself stays on the CPU in its training dtype)."""
+    return copy.deepcopy(metric_map).to(device=device, dtype=dtype).eval()
 
 
 def _to_cpu(state):

@@ -88,7 +88,7 @@ class NeighborsQueryMixin:
             )
         dist, ind = [], []
         for Z, exclude_self in self._query_blocks(X):
-            f, idx = kneighbors(Z, self._fit_Z, n_neighbors, exclude_self=exclude_self,
+            f, idx = kneighbors(Z, self._engine_keys(), n_neighbors, exclude_self=exclude_self,
                                 **self._selection_kwargs(Z))
             dist.append(f)
             ind.append(idx)
@@ -151,7 +151,7 @@ class NeighborsQueryMixin:
         if self.metric == "dot":
             raise ValueError("radius_neighbors needs a distance metric; metric='dot' has none.")
         dist, ind = [], []
-        n_keys = self._fit_Z.shape[0]
+        n_keys = self.n_samples_fit_
         for Z, exclude_self in self._query_blocks(X):
             for rows, f, idx in self._within(Z, float(radius), exclude_self, n_keys):
                 dist.extend(self._distances(f[i][idx[i] >= 0]) for i in range(rows))
@@ -177,14 +177,14 @@ class NeighborsQueryMixin:
             own = exclude_self
             if isinstance(own, np.ndarray):
                 own = own[start:start + rows]
-            f, idx = kneighbors(Zc, self._fit_Z, k, exclude_self=own,
+            f, idx = kneighbors(Zc, self._engine_keys(), k, exclude_self=own,
                                 **self._selection_kwargs(Zc, radius))
             full = np.flatnonzero(idx[:, -1] >= 0)
             width = k
             while full.size and width < n_keys:
                 width = min(n_keys, 2 * width)
                 f_more, idx_more = kneighbors(
-                    Zc[full], self._fit_Z, width,
+                    Zc[full], self._engine_keys(), width,
                     exclude_self=own[full] if isinstance(own, np.ndarray) else own,
                     **self._selection_kwargs(Zc[full], radius),
                 )

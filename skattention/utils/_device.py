@@ -31,6 +31,23 @@ class DevicePortableMixin:
     ``predict`` works instead of failing on the missing device.
     """
 
+    def _on_device(self, name, source, device, dtype, build):
+        """``build(source, device, dtype)``, cached per fitted ``source`` object and compute
+        device/dtype, so that predict does not convert or validate the fitted model again on
+        every call. The cache is not pickled (it may hold GPU tensors) and an entry is rebuilt
+        once ``source`` is replaced by a new fit."""
+        cache = self.__dict__.setdefault("_device_cache", {})
+        key = (name, device.type, device.index, dtype)
+        entry = cache.get(key)
+        if entry is None or entry[0] is not source:
+            entry = cache[key] = (source, build(source, device, dtype))
+        return entry[1]
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_device_cache", None)
+        return state
+
     def __setstate__(self, state):
         super().__setstate__(state)
         device = getattr(self, "device", None)
