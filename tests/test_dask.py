@@ -96,15 +96,20 @@ def test_sharded_regressor_equals_in_memory(synchronous, data, settings):
 
 
 def test_sharded_kneighbors(synchronous, data):
-    from skattention import kneighbors
-    from skattention.neighbors import _dask
-
     X, y, Q, weight = data
-    clf = MetricAttentionClassifier("euclidean", temperature=1.0).fit(dask_rows(X), y)
-    dist, idx = _dask.kneighbors(clf, Q, 6)
-    exp_dist, exp_idx = kneighbors(Q, X, 6, dtype="float64")
-    np.testing.assert_array_equal(idx, exp_idx)
-    np.testing.assert_array_equal(dist, exp_dist)
+    weight = weight.copy()
+    weight[::7] = 0  # zero-weight training points are no one's neighbours
+    settings = dict(temperature=1.0, n_neighbors=4)
+    expected = MetricAttentionClassifier("euclidean", **settings).fit(X, y, sample_weight=weight)
+    sharded = MetricAttentionClassifier("euclidean", **settings).fit(
+        dask_rows(X), y, sample_weight=weight)
+    for k in (4, 9):
+        dist, idx = sharded.kneighbors(Q, k)
+        exp_dist, exp_idx = expected.kneighbors(Q, k)
+        np.testing.assert_array_equal(idx, exp_idx)
+        np.testing.assert_array_equal(dist, exp_dist)
+    np.testing.assert_array_equal(sharded.kneighbors(Q, 3, return_distance=False),
+                                  expected.kneighbors(Q, 3, return_distance=False))
 
 
 def test_dataframe_with_categories(synchronous):
@@ -123,6 +128,7 @@ def test_dataframe_with_categories(synchronous):
     np.testing.assert_array_equal(sharded.predict_proba(frame.iloc[:30]), expected)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # max_iter=5
 def test_learned_metric_trains_on_the_sample(synchronous, data):
     X, y, Q, _ = data
     settings = dict(metric="linear", max_iter=5, random_state=0, early_stopping=False)
@@ -160,6 +166,10 @@ def test_sharded_errors(synchronous, data):
     clf = MetricAttentionClassifier("euclidean", temperature=1.0).fit(dask_rows(X), y)
     with pytest.raises(NotImplementedError, match="sharded over a Dask cluster"):
         clf.attention_weights(Q)
+    with pytest.raises(ValueError, match="one label per row"):
+        MetricAttentionClassifier("euclidean", temperature=1.0).fit(dask_rows(X), np.c_[y, y])
+    with pytest.raises(NotImplementedError, match="sharded over a Dask cluster"):
+        clf.kneighbors()  # the training points as queries: all keys in one process
     with pytest.raises(ValueError, match="numeric temperature"):
         AttentionKMeans(3).fit(dask_rows(X))
 

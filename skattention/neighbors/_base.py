@@ -10,7 +10,7 @@ from scipy import sparse
 from sklearn.base import BaseEstimator
 from sklearn.model_selection import train_test_split
 from sklearn.utils import check_consistent_length, check_random_state
-from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import (
@@ -29,10 +29,13 @@ from .._engine import (
     seeded_torch_rng,
     train_metric,
 )
+from ..utils._callbacks import EpochTasks
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
+from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight
-from ..utils._validation import encode_classes
+from ..utils._threads import uses_n_jobs
+from ..utils._validation import encode_classes, label_columns
 from . import _dask
 from ._tabular import _DenseLayout, _TabularEncoder, pd
 
@@ -59,7 +62,7 @@ _SCALE_CHUNK = 256
 _X_CHECKS = dict(dtype=None, accept_sparse=("csr", "csc"), ensure_all_finite="allow-nan")
 
 
-class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
+class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
     """Training, storage and engine calls shared by the metric-attention estimators.
 
     Inputs of any column types are encoded into one dense float matrix (``_validate_train``).
@@ -70,7 +73,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
     """
 
     _parameter_constraints: dict = {
-        "metric": [StrOptions(set(METRICS))],
+        "metric": [StrOptions(set(METRICS) | {"precomputed"})],
         "categorical_features": ["array-like", StrOptions({"from_dtype"}), None],
         "temperature": [Interval(Real, 0, None, closed="both"), StrOptions({"auto"})],
         "n_neighbors": [Count(Integral, 1, None, closed="left"), None],
@@ -94,6 +97,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         "verbose": ["verbose"],
         "device": [str, torch.device],
         "dtype": [StrOptions(set(_TORCH_DTYPES)), None],
+        "n_jobs": [Integral, None],
     }
 
     def __init__(self, metric="mlp", *, temperature="auto", n_neighbors=None, radius=None,
@@ -101,7 +105,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                  max_iter=100, batch_size="auto", learning_rate=3e-3, weight_decay=1e-4,
                  sample_rate="auto", early_stopping=True, validation_fraction=0.1,
                  n_iter_no_change=10, tol=1e-4, warm_start=False, random_state=None, verbose=0,
-                 device="auto", dtype=None, categorical_features="from_dtype"):
+                 device="auto", dtype=None, n_jobs=None, categorical_features="from_dtype"):
         self.metric = metric
         self.temperature = temperature
         self.n_neighbors = n_neighbors
@@ -125,6 +129,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         self.verbose = verbose
         self.device = device
         self.dtype = dtype
+        self.n_jobs = n_jobs
         self.categorical_features = categorical_features
 
     # ------------------------------------------------------------------ input
@@ -189,24 +194,39 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fit
 
-    def _fit_labels(self, X, y, sample_weight, same_classes_on_warm_start=False):
+    def _fit_labels(self, X, y, sample_weight, same_classes_on_warm_start=False,
+                    multi_output=False):
         """Fit on class labels: the one-hot labels are the values, ``class_weight`` a key prior.
 
         ``same_classes_on_warm_start``: a warm start must see the classes of the previous fit.
+        ``multi_output``: ``y`` may have several columns (outputs), each with its own classes;
+        the values are their one-hot blocks side by side, ``classes_`` a list (as in
+        :class:`~sklearn.neighbors.KNeighborsClassifier`). A learned metric then trains on the
+        squared error of the blocks (the log-loss of one block does not extend to several).
         """
-        X, y = self._validate_train(X, y)
-        classes, y_encoded = encode_classes(self, y)
+        X, y = self._validate_train(X, y, multi_output=multi_output)
+        y = label_columns(y)
+        self.outputs_2d_ = y.ndim == 2
+        columns = y if self.outputs_2d_ else y[:, None]
+        per_output, encoded = zip(*(encode_classes(self, column) for column in columns.T),
+                                  strict=True)
+        classes = list(per_output) if self.outputs_2d_ else per_output[0]
         if (same_classes_on_warm_start and self.warm_start and hasattr(self, "classes_")
-                and not np.array_equal(classes, self.classes_)):
+                and not _same_classes(classes, self.classes_)):
             raise ValueError("warm_start needs the same classes as the previous fit.")
         self.classes_ = classes
         key_weight = None
         if self.class_weight is not None:
-            key_weight = compute_class_weight(self.class_weight, classes=classes, y=y)[y_encoded]
-        self._fit_y = y_encoded
-        values = np.eye(classes.size, dtype=X.dtype)[y_encoded]
+            key_weight = compute_sample_weight(self.class_weight, y)
+        # each output's labels as columns of the side-by-side one-hot blocks
+        offsets = np.cumsum([0] + [c.size for c in per_output])
+        self._fit_y = np.column_stack(encoded) + offsets[:-1]
+        values = np.zeros((X.shape[0], offsets[-1]), dtype=X.dtype)
+        values[np.arange(X.shape[0])[:, None], self._fit_y] = 1
+        single = self._fit_y.shape[1] == 1
         self._fit_attention(
-            X, values, sample_weight, key_weight, loss="log_loss", stratify=y_encoded
+            X, values, sample_weight, key_weight, loss="log_loss" if single else "squared_error",
+            stratify=self._fit_y[:, 0] if single else None,
         )
         return self
 
@@ -338,7 +358,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                     n_iter_no_change=self.n_iter_no_change, tol=self.tol, generator=generator,
                     history=previous,
                     optimizer_state=getattr(self, "_optimizer_state", None) if warm else None,
-                    callbacks=[report],
+                    callbacks=[report, EpochTasks(self)],
                 )
         self.map_ = metric_map.to(device="cpu", dtype=torch.float32)
         self._optimizer_state = _to_cpu(state)
@@ -445,9 +465,14 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             return _TORCH_DTYPES[self.dtype]
         return torch.float32 if self._fit_X.dtype == np.float32 else torch.float64
 
-    def _engine_kwargs(self, temperature=None):
+    def _engine_metric(self):
+        return METRICS[self.metric]
+
+    def _engine_kwargs(self, temperature=None, queries=None):
+        """The engine's arguments for the estimator's attention; ``queries``: the mapped query
+        block of the call (a precomputed metric's radius mask is read from it)."""
         return dict(
-            metric=METRICS[self.metric],
+            metric=self._engine_metric(),
             temperature=self.temperature_ if temperature is None else temperature,
             n_neighbors=self.n_neighbors,
             radius=self.radius,
@@ -461,10 +486,11 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         if _dask.is_sharded(self):
             raise NotImplementedError(
                 "This model's keys are sharded over a Dask cluster (it was fitted on a Dask "
-                "collection): only predict, predict_proba and score run on them. Pickle and "
-                "load it, or refit on in-memory data, for the other methods."
+                "collection): predict, predict_proba, score and kneighbors(X) run on them. "
+                "Pickle and load it (an in-memory model), or refit on in-memory data, for the "
+                "other methods."
             )
-        metric = METRICS[self.metric]
+        metric = self._engine_metric()
         return self._on_device(
             ("keys", metric), self._fit_Z, resolve_device(self.device), self._compute_dtype(),
             lambda Z, device, dtype: prepare_keys(Z, metric=metric, device=device, dtype=dtype),
@@ -511,10 +537,10 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             values, on_empty = np.hstack([values, ones]), "zero"
         out = [
             attention(
-                self._embed(Q), self._engine_keys(), values, on_empty=on_empty,
-                progress=self.verbose, **self._engine_kwargs(),
+                Z, self._engine_keys(), values, on_empty=on_empty, progress=self.verbose,
+                **self._engine_kwargs(queries=Z),
             )
-            for Q in self._validate_queries(X)
+            for Z in map(self._embed, self._validate_queries(X))
         ]
         out = np.asarray(np.concatenate(out), dtype=np.float64)
         if self.radius is None:
@@ -526,6 +552,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         for an in-memory model: the caller ships the model itself)."""
         return _dask.block_tasks(self, method, blocks) if _dask.is_sharded(self) else None
 
+    @uses_n_jobs
     def attention_weights(self, X=None, n_weights=None):
         """The largest attention weights behind each prediction and the training points they
         fall on.
@@ -568,11 +595,11 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             )
         weights, indices = zip(*(
             attention(
-                self._embed(Q), self._engine_keys(), self._fit_values, exclude_self=exclude_self,
+                Z, self._engine_keys(), self._fit_values, exclude_self=exclude_self,
                 return_weights=True, n_weights=n_weights, on_empty="zero", progress=self.verbose,
-                **self._engine_kwargs(),
+                **self._engine_kwargs(queries=Z),
             )[1:]
-            for Q in blocks
+            for Z in map(self._embed, blocks)
         ), strict=True)
         return np.asarray(np.concatenate(weights), dtype=np.float64), np.concatenate(indices)
 
@@ -665,6 +692,14 @@ def _leave_one_unit_out_prior(log_prior, queries, weights):
         return prior.to(dev)[key_index] + torch.where(is_own, keep.to(dev)[query_index], 0.0)
 
     return log_prior_fn
+
+
+def _same_classes(a, b):
+    """Whether two ``classes_`` (an array, or a list of arrays per output) are equal."""
+    if isinstance(a, list) or isinstance(b, list):
+        return (isinstance(a, list) and isinstance(b, list) and len(a) == len(b)
+                and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True)))
+    return np.array_equal(a, b)
 
 
 def _weighted_median(values, weights):

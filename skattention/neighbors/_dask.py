@@ -56,6 +56,13 @@ def fit(estimator, X, y, sample_weight):
     import dask
     import dask.array as da
 
+    classifier = hasattr(estimator, "class_weight")
+    if estimator.metric == "precomputed":
+        raise ValueError("metric='precomputed' cannot be fitted on a Dask collection: pass the "
+                         "features (the keys are the training rows).")
+    if classifier and getattr(y, "ndim", 1) > 1:
+        raise ValueError("A classifier fitted on a Dask collection takes one label per row "
+                         "(y of shape (n_samples,)); fit several outputs in memory.")
     x_blocks, lengths = row_blocks(X)
     n = sum(lengths)
     y_blocks = aligned_blocks(y, lengths, "y")
@@ -65,7 +72,6 @@ def fit(estimator, X, y, sample_weight):
             f"n_neighbors={estimator.n_neighbors} is larger than the number of training "
             f"samples ({n})."
         )
-    classifier = hasattr(estimator, "class_weight")
     rng = check_random_state(estimator.random_state)
     # the fixed metric at a given temperature fits only the column encoding on the sample
     fits_on_sample = estimator.metric in LEARNED_METRICS or estimator.temperature == "auto"

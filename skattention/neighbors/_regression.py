@@ -7,11 +7,18 @@ from sklearn.base import RegressorMixin
 
 from ..utils._dask import is_dask_collection, lazy_predict
 from ..utils._sklearn_compat import _fit_context
+from ..utils._threads import uses_n_jobs
 from . import _dask, _docs
 from ._base import _BaseMetricAttention
+from ._convergence import ConvergenceCheckMixin
+from ._precomputed import PrecomputedMixin
+from ._queries import NeighborsQueryMixin
 
 
-class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
+class MetricAttentionRegressor(
+    RegressorMixin, PrecomputedMixin, NeighborsQueryMixin, ConvergenceCheckMixin,
+    _BaseMetricAttention,
+):
     """Regressor by attention over the training set under a learned (or fixed) pseudo-metric.
 
     The prediction for a query ``x`` is the attention-weighted average of the training targets,
@@ -61,6 +68,7 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @uses_n_jobs
     def fit(self, X, y, sample_weight=None):
         """Fit the metric (if learned) and store the training set as keys and values.
 
@@ -96,6 +104,7 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
         err = ((pred - self._fit_values[rows]) ** 2).sum(1)
         return np.average(err, weights=weight)
 
+    @uses_n_jobs
     def predict(self, X):
         """Attention-weighted average of the training targets.
 

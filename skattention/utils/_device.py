@@ -1,10 +1,16 @@
 """Moving fitted models between machines with different accelerators."""
 
+import threading
 import warnings
+import weakref
 
 import torch
 
 from ._dask import computed_state
+
+# Per estimator, what predict keeps ready on a compute device (see DevicePortableMixin).
+_DEVICE_CACHE = weakref.WeakKeyDictionary()
+_CACHE_LOCK = threading.Lock()
 
 
 def _available(device):
@@ -36,9 +42,11 @@ class DevicePortableMixin:
     def _on_device(self, name, source, device, dtype, build):
         """``build(source, device, dtype)``, cached per fitted ``source`` object and compute
         device/dtype, so that predict does not convert or validate the fitted model again on
-        every call. The cache is not pickled (it may hold GPU tensors) and an entry is rebuilt
-        once ``source`` is replaced by a new fit."""
-        cache = self.__dict__.setdefault("_device_cache", {})
+        every call. The cache lives outside the estimator (predict leaves ``__dict__`` as it
+        was, and pickles and clones do not carry it); an entry is rebuilt once ``source`` is
+        replaced by a new fit, and goes with the estimator."""
+        with _CACHE_LOCK:
+            cache = _DEVICE_CACHE.setdefault(self, {})
         key = (name, device.type, device.index, dtype)
         entry = cache.get(key)
         if entry is None or entry[0] is not source:
@@ -46,11 +54,9 @@ class DevicePortableMixin:
         return entry[1]
 
     def __getstate__(self):
-        state = super().__getstate__()
-        state.pop("_device_cache", None)
         # fitted on a Dask cluster: the pickle holds the computed arrays (a self-contained
         # in-memory model), not references to the cluster's memory
-        return computed_state(state)
+        return computed_state(super().__getstate__())
 
     def __setstate__(self, state):
         super().__setstate__(state)
