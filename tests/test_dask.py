@@ -77,7 +77,10 @@ def test_sharded_classifier_equals_in_memory(synchronous, data, settings, dtype)
 
 @pytest.mark.parametrize("settings", [dict(temperature=0.3), dict(temperature=1.0, n_neighbors=6),
                                       dict(temperature=0.3, radius=0.9)])
-def test_sharded_regressor_equals_in_memory(synchronous, data, settings):
+def test_sharded_regressor_equals_in_memory(synchronous, data, settings, monkeypatch):
+    from skattention.neighbors import _dask
+
+    monkeypatch.setattr(_dask, "_QUERY_ROWS", 16)  # several query blocks
     X, _, Q, weight = data
     y = np.c_[X[:, 0] - X[:, 1], X[:, 2] ** 2]
     expected = MetricAttentionRegressor("euclidean", **settings).fit(X, y, sample_weight=weight)

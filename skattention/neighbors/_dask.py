@@ -38,6 +38,8 @@ from ._tabular import pd
 _SAMPLE_ROWS = 65536
 # Rows drawn for the column encoding alone (the fixed metric at a numeric temperature).
 _ENCODER_ROWS = 1024
+# Queries per task graph of an in-memory query array.
+_QUERY_ROWS = 16384
 # Partial results merged per task of the merge tree.
 _MERGE_FAN_IN = 8
 
@@ -225,8 +227,13 @@ def propagate(estimator, X):
     import dask
 
     queries = _queries(estimator, X)
-    merged = dask.compute(_merged_partial(estimator, dask.delayed(queries)))[0]
-    return _finish(estimator, merged)
+    # one graph per block of queries: bounded tasks and partial results on the workers
+    blocks = [dask.delayed(queries[start : start + _QUERY_ROWS])
+              for start in range(0, len(queries), _QUERY_ROWS)]
+    merged = dask.compute([_merged_partial(estimator, block) for block in blocks])[0]
+    outputs = [_finish(estimator, partial) for partial in merged]
+    out = np.concatenate([o for o, _ in outputs])
+    return out, None if estimator.radius is None else np.concatenate([e for _, e in outputs])
 
 
 def _queries(estimator, X):
