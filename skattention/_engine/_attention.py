@@ -20,6 +20,7 @@ import torch
 
 from ._inputs import check_weights_count, make_spec
 from ._knn import knn_attention, nearest_keys
+from ._parallel import small_calls_single_threaded
 from ._sdpa import sdpa_attention, sdpa_pays
 from ._stream import stream_attention
 
@@ -162,7 +163,7 @@ def attention(
             "backend='sdpa' needs dense attention with a finite positive float temperature, "
             "a per-key log_prior at most, and return_weights=False."
         )
-    with torch.set_grad_enabled(spec.grad):
+    with torch.set_grad_enabled(spec.grad), small_calls_single_threaded(spec):
         result = None
         if spec.n_neighbors is not None or (isinstance(T, float) and T == 0.0):
             result = knn_attention(spec)
@@ -238,7 +239,8 @@ def kneighbors(
     )
     if spec.n_neighbors is None:
         raise ValueError("n_neighbors must be a positive integer.")
-    dist, idx = nearest_keys(spec)
+    with small_calls_single_threaded(spec):
+        dist, idx = nearest_keys(spec)
     if spec.as_numpy:
         return _to_numpy(dist), _to_numpy(idx)
     return dist, idx

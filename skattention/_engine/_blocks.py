@@ -9,6 +9,7 @@ import math
 import torch
 
 from ._exact import settle
+from ._scores import padded_rows
 
 NEG_INF = float("-inf")
 
@@ -25,10 +26,13 @@ class OnlineSoftmax:
         new_m = torch.maximum(self.m, z.amax(1))
         # A row whose keys are all masked so far keeps m = -inf; shift it by 0, not by -inf.
         shift = torch.where(torch.isfinite(new_m), new_m, 0.0)
-        alpha = torch.exp(self.m - shift)
-        p = z.sub_(shift[:, None]).exp_() if inplace else torch.exp(z - shift[:, None])
+        alpha = batch_exp(self.m - shift)
+        if inplace and z.shape[1] % _EXP_VECTOR == 0:
+            p = z.sub_(shift[:, None]).exp_()
+        else:
+            p = batch_exp(z - shift[:, None])
         self.l = self.l * alpha + p.sum(1)
-        self.o = self.o * alpha[:, None] + p @ v
+        self.o = self.o * alpha[:, None] + _rows_times(p, v)
         self.m = new_m
 
     def single(self, z, v):
@@ -37,11 +41,35 @@ class OnlineSoftmax:
         self.m = z.amax(1)
         empty = torch.isneginf(self.m)
         p = torch.softmax(torch.where(empty[:, None], 0.0, z), 1)  # no NaN rows to differentiate
-        self.o = torch.where(empty[:, None], 0.0, p @ v)
+        self.o = torch.where(empty[:, None], 0.0, _rows_times(p, v))
         self.l = (~empty).to(z.dtype)
 
     def result(self):
         return self.o / torch.where(self.l > 0, self.l, 1.0)[:, None]
+
+
+# Entries per vector of the widest exp kernel (AVX-512, float32); a multiple of the others.
+_EXP_VECTOR = 16
+
+
+def batch_exp(x):
+    """``exp(x)`` with every entry rounded as in any other batch: torch's vectorised ``exp``
+    leaves a tensor's last ``numel % vector`` entries to a scalar loop, which rounds differently,
+    and which entries those are depends on the number of rows. Rows padded to whole vectors
+    never have such a tail."""
+    pad = -x.shape[-1] % _EXP_VECTOR
+    if pad == 0:
+        return torch.exp(x)
+    return torch.exp(torch.nn.functional.pad(x, (0, pad)))[..., : x.shape[-1]]
+
+
+def _rows_times(p, v):
+    """``p @ v`` with each row rounded as in any other batch (see ``_scores.padded_rows``; in
+    float64 the kernel also pairs rows unless the columns fill whole vectors of 8)."""
+    n_cols = v.shape[1]
+    if v.dtype == torch.float64 and n_cols % 8:
+        v = torch.nn.functional.pad(v, (0, -n_cols % 8))
+    return (padded_rows(p) @ v)[: p.shape[0], :n_cols]
 
 
 class TopK:

@@ -15,6 +15,7 @@ from ._blocks import (
     NEG_INF,
     TopK,
     backend_result,
+    batch_exp,
     call_prior_fn,
     cat_or_empty,
     empty_rows,
@@ -249,7 +250,7 @@ def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_ro
     else:
         z = torch.where(valid, scaled(s, T) + prior, NEG_INF)
     m = z.amax(1, keepdim=True)
-    p = torch.exp(z - torch.where(torch.isfinite(m), m, 0.0))
+    p = batch_exp(z - torch.where(torch.isfinite(m), m, 0.0))
     total = p.sum(1)
     empty = empty_rows_of(total)
     # Sum first, divide once: equal vote counts stay exactly equal.

@@ -23,9 +23,8 @@ from ._progress import track
 
 # Queries per scaled_dot_product_attention call (its fused kernels need O(n) memory only).
 _SDPA_QUERY_BLOCK = 8192
-# Fewer queries than this go to the streaming path (see sdpa_pays).
-_SDPA_MIN_QUERIES = 256
-_SDPA_MIN_QUERIES_64 = 1024
+# Query rows per group of the fused CPU kernel (a multiple of its row splits, 32 and up).
+_SDPA_ROW_GROUP = 32
 # The fused kernels want a head size that is a multiple of 8.
 _HEAD_ALIGN = 8
 
@@ -130,15 +129,9 @@ def _minus_squared_norm(k):
 def sdpa_pays(spec):
     """Whether SDPA is worth trying: the fused kernels need q, k and v padded to one head size;
     when the values are much wider than the keys the padding costs more than the kernel saves.
-    The padded copy of the keys is built per call: it pays off over enough queries only (below,
-    one matmul per key block of the streaming path is faster; measured on CPU, 9,000-100,000
-    keys: SDPA 1.6x slower for 1-128 float32 queries, 1.1x faster from 512; float64 from
-    about 1,000)."""
-    min_queries = _SDPA_MIN_QUERIES_64 if spec.dtype == torch.float64 else _SDPA_MIN_QUERIES
-    return (
-        spec.n_queries >= min_queries
-        and spec.values.shape[1] <= 2 * (spec.scorer.dim + 2) + 16
-    )
+    Not the number of queries: a query's output must not depend on the batch it comes in
+    (SDPA and the streaming path round differently), so one query and many take the same path."""
+    return spec.values.shape[1] <= 2 * (spec.scorer.dim + 2) + 16
 
 
 def sdpa_attention(spec, strict):
@@ -187,11 +180,15 @@ def sdpa_attention(spec, strict):
         for qs in track(range(0, n_q, query_block), spec.progress, desc="attention", unit="block"):
             q = scorer.prepare_queries(Q[qs : qs + query_block])
             q = augmented_queries(q, width) if augmented else _pad(q, width)
+            rows = q.shape[0]
+            # The CPU kernel rounds a last partial group of rows differently from full ones:
+            # full groups keep a query's output independent of the batch it comes in.
+            q = F.pad(q, (0, 0, 0, -rows % _SDPA_ROW_GROUP))
             o = scaled_dot_product(
                 q[None, None], k_aug[None, None], v_pad[None, None], scale=1.0 / T,
                 linear_memory=True,
             )
-            outs.append(o[0, 0, :, :dv].contiguous())  # drop the padded columns now
+            outs.append(o[0, 0, :rows, :dv].contiguous())  # drop the padding now
     except RuntimeError:
         if strict:
             raise

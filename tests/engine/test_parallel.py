@@ -106,3 +106,25 @@ def test_autograd_stays_in_the_calling_thread(two_threads, data):
                     backend="stream", device="cpu")
     out.sum().backward()
     assert q.grad is not None and bool(torch.isfinite(q.grad).all())
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(temperature=1.5),  # the SDPA path
+        dict(temperature=1.5, backend="stream"),
+        dict(temperature=1.0, n_neighbors=5),
+        dict(temperature=2.0, radius=2.5, on_empty="zero"),
+    ],
+)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_outputs_do_not_depend_on_the_batch(two_threads, data, kwargs, dtype):
+    """One query alone (one thread, the small-call policy), in a small batch and among 2,600
+    (several blocks over workers): bit-identical outputs."""
+    queries, keys, values = data
+    whole = attention(queries, keys, values, device="cpu", dtype=dtype, **kwargs)
+    for i in [0, 1, 2, 3, 5, 1023, 1024, 1025, 2599, *range(7, 2600, 331)]:
+        alone = attention(queries[i : i + 1], keys, values, device="cpu", dtype=dtype, **kwargs)
+        np.testing.assert_array_equal(alone[0], whole[i])
+    few = attention(queries[1020:1030], keys, values, device="cpu", dtype=dtype, **kwargs)
+    np.testing.assert_array_equal(few, whole[1020:1030])
