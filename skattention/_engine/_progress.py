@@ -18,10 +18,10 @@ _note_shown = False
 
 
 def _tqdm_class():
-    """tqdm's bar writing its messages to standard error (``tqdm.write`` defaults to stdout),
-    or ``None`` when tqdm is not installed."""
+    """tqdm's bar (``tqdm.auto``: widgets in Jupyter) writing its messages to standard error
+    (``tqdm.write`` defaults to stdout), or ``None`` when tqdm is not installed."""
     try:
-        from tqdm import tqdm
+        from tqdm.auto import tqdm
     except ImportError:
         return None
 
