@@ -21,11 +21,11 @@ def _tqdm_class():
     """tqdm's bar (``tqdm.auto``: widgets in Jupyter) writing its messages to standard error
     (``tqdm.write`` defaults to stdout), or ``None`` when tqdm is not installed."""
     try:
-        from tqdm.auto import tqdm
+        from tqdm import auto  # through the package: a missing tqdm is an ImportError
     except ImportError:
         return None
 
-    class StderrTqdm(tqdm):
+    class StderrTqdm(auto.tqdm):
         @classmethod
         def write(cls, s, file=None, end="\n", nolock=False):
             super().write(s, file=sys.stderr if file is None else file, end=end, nolock=nolock)
