@@ -21,7 +21,13 @@ from ._maps import ResidualBlock, build_map
 from ._progress import progress_bar, track, write
 from ._scores import LEARNED_METRICS, METRICS
 from ._sdpa import augmented_coordinates, scaled_dot_product
-from ._training import ProgressReport, batch_rows, train_metric, train_network
+from ._training import (
+    ProgressReport,
+    batch_rows,
+    calibrate_temperature,
+    train_metric,
+    train_network,
+)
 
 __all__ = [
     # attention and its selection step
@@ -44,6 +50,7 @@ __all__ = [
     "ResidualBlock",
     "batch_rows",
     "build_map",
+    "calibrate_temperature",
     "train_metric",
     "train_network",
     # the nn layer's SDPA on augmented coordinates

@@ -177,7 +177,7 @@ def knn_attention(spec):
         valid = idx >= 0
         safe_idx = idx.clamp(min=0)
         # Scores recomputed with the graph when differentiating, else the exact ones.
-        s = scorer.exact(q, idx) if spec.grad else (-f).to(q.dtype)
+        s = scorer.exact(q, idx) if spec.grad else scorer.scores_of_f(f).to(q.dtype)
         s = torch.where(valid, s, NEG_INF)
         prior = torch.zeros_like(s)
         if spec.prior_vec is not None:
@@ -216,11 +216,13 @@ def knn_attention(spec):
 
 def nearest_keys(spec):
     """``(distances, indices)`` of each query's ``spec.n_neighbors`` nearest keys, in exact
-    (distance, index) order; ``inf`` and ``-1`` where fewer keys are unmasked."""
+    (distance, index) order; ``inf`` and ``-1`` where fewer keys are unmasked. Distances are
+    the values of ``f``: squared for ``"sqeuclidean"``, not for ``"euclidean"``."""
     k = spec.n_neighbors
     dists, indices = [], []
     with torch.no_grad():
         for _, _, _, _, f, idx in nearest_blocks(spec, k, 0, "kneighbors"):
+            f = f if spec.scorer.squared else f.sqrt()
             dists.append(f.to(spec.queries.dtype))
             indices.append(idx)
     return (

@@ -75,7 +75,7 @@ def stream_attention(spec):
                     z = aux = torch.where(s > NEG_INF, prior.expand_as(s), NEG_INF)
                     rank = s
                 else:
-                    z = scaled(s, T) + prior
+                    z = scaled(scorer.to_scores(s, q), T) + prior
                     rank, aux = z, None
             else:
                 z = scorer.block(q, ks, ke, scale=1.0 / T, log_prior=spec.prior_vec)

@@ -111,23 +111,26 @@ class MetricAttentionTransformer(
 
     _parameter_constraints: dict = {
         **_BaseMetricAttention._parameter_constraints,
-        "metric": [StrOptions({"mlp", "linear"})],
+        "metric": [StrOptions({"mlp", "linear", "tabular"})],
         "class_weight": [dict, StrOptions({"balanced"}), None],
     }
     for _name in ("n_neighbors", "radius"):
         _parameter_constraints.pop(_name)
     del _name
 
-    def __init__(self, n_components=None, *, metric="mlp", temperature="auto", class_weight=None,
-                 hidden_size=256, n_blocks=1, activation="relu", dropout=0.0, max_iter=100,
-                 batch_size="auto", learning_rate=3e-3, weight_decay=1e-4, sample_rate="auto",
-                 early_stopping=True, validation_fraction=0.1, n_iter_no_change=10, tol=1e-4,
-                 warm_start=False, random_state=None, verbose=0, device="auto", dtype=None,
+    def __init__(self, n_components=None, *, metric="tabular", temperature="auto",
+                 class_weight=None,
+                 numeric_embedding="auto", hidden_size=256, n_blocks=1, activation="relu",
+                 dropout=0.0, max_iter=100, batch_size="auto", learning_rate=1e-2,
+                 weight_decay=2e-4, sample_rate="auto", early_stopping=True,
+                 validation_fraction=0.15, n_iter_no_change=8, tol=1e-4, warm_start=False,
+                 random_state=None, verbose=0, device="auto", dtype=None,
                  categorical_features="from_dtype"):
         # n_neighbors and radius, the base's prediction-time priors, keep their default None: a
         # transformer does not predict.
         super().__init__(
-            metric, temperature=temperature, n_components=n_components, hidden_size=hidden_size,
+            metric, temperature=temperature, n_components=n_components,
+            numeric_embedding=numeric_embedding, hidden_size=hidden_size,
             n_blocks=n_blocks, activation=activation, dropout=dropout, max_iter=max_iter,
             batch_size=batch_size, learning_rate=learning_rate, weight_decay=weight_decay,
             sample_rate=sample_rate, early_stopping=early_stopping,
