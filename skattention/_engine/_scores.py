@@ -156,13 +156,9 @@ class Scorer:
         """``scale * partial_score(q, keys[start:stop]) + log_prior[start:stop]``.
 
         One ``addmm`` for a float ``scale``; a tensor ``scale`` (a learned temperature) keeps
-        its autograd graph. For ``"euclidean"`` the block holds whole scores ``-||q - k||``.
+        its autograd graph.
         """
         kt = self.keys[start:stop].T
-        if not self.squared:
-            partial = torch.addmm(self.key_offset[start:stop], q, kt, alpha=self.coef)
-            s = self.to_scores(partial, q) * scale
-            return s if log_prior is None else s + log_prior[start:stop]
         offset = None if self.key_offset is None else self.key_offset[start:stop]
         prior = None if log_prior is None else log_prior[start:stop]
         if isinstance(scale, torch.Tensor):
@@ -179,6 +175,14 @@ class Scorer:
             s = torch.mm(q, kt)
             return s if self.coef * scale == 1.0 else s.mul_(self.coef * scale)
         return torch.addmm(bias, q, kt, alpha=self.coef * scale)
+
+    def logits(self, q, start, stop, scale, log_prior=None):
+        """``scale * score(q, keys[start:stop]) + log_prior[start:stop]``: the softmax logits
+        of a block without masks (:meth:`block` for the squared kinds)."""
+        if self.squared:
+            return self.block(q, start, stop, scale, log_prior)
+        s = self.to_scores(self.block(q, start, stop), q) * scale
+        return s if log_prior is None else s + log_prior[start:stop]
 
     def to_scores(self, partial, q):
         """Scores whose softmax is the attention, from a block of partial scores of the centred

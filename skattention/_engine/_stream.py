@@ -78,7 +78,7 @@ def stream_attention(spec):
                     z = scaled(scorer.to_scores(s, q), T) + prior
                     rank, aux = z, None
             else:
-                z = scorer.block(q, ks, ke, scale=1.0 / T, log_prior=spec.prior_vec)
+                z = scorer.logits(q, ks, ke, scale=1.0 / T, log_prior=spec.prior_vec)
                 if spec.self_index is not None:
                     z = mask_self(z, spec.self_index, rows, ks, ke, inplace=True)
                 rank, aux = z, None
