@@ -141,7 +141,8 @@ class TabularMap(MetricMap):
     to ``d_embedding`` shared by all numbers ("PLR-lite", Gorishniy et al. 2022); each
     categorical column ``j`` adds a learned vector ``E_j[c_j]`` for its integer code ``c_j``
     (the codes travel as floats in the trailing columns of ``x``), which is one-hot times a
-    linear layer. The output has ``n_components`` dimensions; the metric is the non-squared
+    linear layer. The vectors of codes 0 (missing) and 1 (unseen or rare) start at zero, so a
+    level that training never saw adds nothing. The output has ``n_components`` dimensions; the metric is the non-squared
     Euclidean distance (``kind = "euclidean"``).
     """
 
@@ -176,6 +177,10 @@ class TabularMap(MetricMap):
             # as nn.Linear's initialisation over the numbers and the one-hot codes together
             bound = 1.0 / math.sqrt(max(d_in + n_codes, 1))
             nn.init.uniform_(self.embedding.weight, -bound, bound)
+            with torch.no_grad():  # codes 0 (missing) and 1 (unseen) start neutral: a level
+                # never seen in training adds nothing to the row's image
+                self.embedding.weight[self.offsets] = 0.0
+                self.embedding.weight[self.offsets + 1] = 0.0
 
     def forward(self, x):
         numbers = x[:, : self.n_numeric]
