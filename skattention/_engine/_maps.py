@@ -10,9 +10,9 @@ Each map turns inputs into the space where the attention scores are computed:
   mixed-type row: periodic ("PLR-lite") embeddings of the numbers, learned embeddings of the
   category codes, one linear layer.
 
-The first three start at a known metric: the projection is initialised to the given matrix (identity or a PCA
-basis) and each residual block's output layer to zero, so training starts from Euclidean attention
-on the (projected) inputs.
+The first three start at a known metric: the projection is initialised to the given matrix
+(identity or a PCA basis) and each residual block's output layer to zero, so training starts
+from Euclidean attention on the (projected) inputs.
 """
 
 import itertools
@@ -142,8 +142,8 @@ class TabularMap(MetricMap):
     categorical column ``j`` adds a learned vector ``E_j[c_j]`` for its integer code ``c_j``
     (the codes travel as floats in the trailing columns of ``x``), which is one-hot times a
     linear layer. The vectors of codes 0 (missing) and 1 (unseen or rare) start at zero, so a
-    level that training never saw adds nothing. The output has ``n_components`` dimensions; the metric is the non-squared
-    Euclidean distance (``kind = "euclidean"``).
+    level that training never saw adds nothing. The output has ``n_components`` dimensions;
+    the metric is the non-squared Euclidean distance (``kind = "euclidean"``).
     """
 
     kind = LEARNED_METRICS["tabular"]
