@@ -1,18 +1,38 @@
-"""Command line: ``skattention compare``, ``embed`` and ``cluster`` (``python -m skattention``)."""
+"""Command line: ``skattention compare``, ``embed`` and ``cluster`` (``python -m skattention``).
+
+The three subcommands read the same data (scikit-learn's digits, or a CSV read by pandas) and
+print a table, or with ``--json`` one JSON object of the same shape for all three::
+
+    {"command": ..., "version": ..., "dataset": {"name", "n_samples", "n_features"},
+     "settings": {...}, "results": [{"model": ..., "time_s": ..., ...}, ...], "plot": ...}
+"""
 
 import argparse
 import csv
 import json
+import os
 import sys
 import time
+import warnings
 
 import numpy as np
 
 _COMPARE_EXAMPLE = """examples:
-  skattention compare                              # scikit-learn's digits, 5-fold CV
+  skattention compare                              # scikit-learn's digits, 3-fold CV
   skattention compare --data wine.csv --target quality --cv 10
-  skattention compare --data house.csv --target price --task regression --json
-  skattention compare --cv 3 --plot scores.png     # also a bar chart of the scores
+  skattention compare --data house.csv --target price --drop id --task regression --json
+  skattention compare --data excel.csv --sep ';' --encoding latin-1 --target y
+  skattention compare --cv 3 --plot scores.png --verbose   # scores chart, progress per fold
+
+models (--models, comma-separated; default: knn,knn-attention,kernel,mlp; with them and the
+default 3 folds the run on digits takes about a minute on 2 CPU cores):
+  knn            KNeighborsClassifier/Regressor(n_neighbors=5), the baseline
+  knn-attention  attention with the euclidean metric, n_neighbors=5, temperature=inf: exactly k-NN
+  kernel         attention with the euclidean metric, temperature="auto" (Gaussian kernel)
+  mlp            attention with a learned residual-MLP metric (the default estimator)
+  linear         attention with a learned linear metric (L2 self-attention)
+  dot            attention with a learned dot-product metric (self-attention)
+  all            every one of them (linear and dot train slowest: minutes on digits)
 """
 
 _EMBED_EXAMPLE = """examples:
@@ -24,8 +44,14 @@ _EMBED_EXAMPLE = """examples:
 _CLUSTER_EXAMPLE = """examples:
   skattention cluster                      # digits, 10 clusters, ARI/NMI against the digit labels
   skattention cluster --data blobs.csv --n-clusters 4 --plot clusters.png
-  skattention cluster --data wine.csv --target cultivar --scale --json
+  skattention cluster --data wine.csv --target cultivar --drop id --scale --json
 """
+
+# --models: name -> (label, builder(task, device)); "default" is DEFAULT_MODELS
+DEFAULT_MODELS = ("knn", "knn-attention", "kernel", "mlp")
+_MODEL_ORDER = ("knn", "knn-attention", "kernel", "linear", "dot", "mlp")
+# the missing-value markers of pandas.read_csv, plus the spellings people type
+_MISSING = ["null", "NULL", "none", "None", "?"]
 
 
 class CLIError(Exception):
@@ -34,17 +60,22 @@ class CLIError(Exception):
 
 def main(argv=None):
     """Entry point of the ``skattention`` console script; returns the exit status."""
+    from . import __version__
+
     parser = argparse.ArgumentParser(
         prog="skattention",
         description="Attention as classical machine learning: compare attention estimators "
         "with their scikit-learn counterparts, embed and cluster data by attention.",
     )
+    parser.add_argument("--version", action="version", version=f"skattention {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     compare = sub.add_parser(
         "compare",
         help="cross-validate attention estimators next to k-NN",
-        description="Cross-validate the attention estimators next to KNeighborsClassifier "
-        "(or KNeighborsRegressor) and print accuracy (or R^2), fit and predict times.",
+        description="Cross-validate attention estimators next to KNeighborsClassifier "
+        "(or KNeighborsRegressor) and print accuracy (or R^2), fit and predict times. Text "
+        "columns and missing values go to the attention estimators as they are (they encode "
+        "them); k-NN gets them imputed and one-hot encoded.",
         epilog=_COMPARE_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -58,19 +89,27 @@ def main(argv=None):
         help="default: classification unless the target is numeric with many distinct values",
     )
     compare.add_argument(
-        "--cv", type=int, default=5, help="number of cross-validation folds (default: 5)"
+        "--cv", type=int, default=3, help="number of cross-validation folds (default: 3)"
+    )
+    compare.add_argument(
+        "--models", default="default", metavar="NAMES",
+        help="comma-separated models to compare (see below; default: "
+        f"{','.join(DEFAULT_MODELS)}; 'all' for every one)",
     )
     compare.add_argument(
         "--no-scale", action="store_true", help="do not standardise the features first"
     )
-    _add_output_arguments(compare, "a bar chart of the mean scores (needs matplotlib)")
+    _add_output_arguments(
+        compare, "a chart of the mean scores with their spread over the folds (needs matplotlib)"
+    )
 
     embed = sub.add_parser(
         "embed",
         help="diffusion-map embedding by attention (AttentionDiffusionEmbedding)",
         description="Embed the data with AttentionDiffusionEmbedding (the attention matrix as a "
         "diffusion operator) and print the bandwidth, the estimated intrinsic dimension and the "
-        "eigenvalues; --plot draws the first two coordinates, coloured by the target if given.",
+        "eigenvalues; --plot draws the first two coordinates, coloured by the target if given. "
+        "The features must be numbers without missing values (--drop the others).",
         epilog=_EMBED_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -102,7 +141,8 @@ def main(argv=None):
         help="AttentionKMeans next to scikit-learn's KMeans",
         description="Cluster with AttentionKMeans (deterministic annealing) and KMeans and print "
         "inertia and time of each, with the adjusted Rand index and normalised mutual information "
-        "against the target when --target (or the default digits) gives one.",
+        "against the target when --target (or the default digits) gives one. The features must "
+        "be numbers without missing values (--drop the others).",
         epilog=_CLUSTER_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -118,7 +158,8 @@ def main(argv=None):
 
     args = parser.parse_args(argv)
     try:
-        return {"compare": _compare, "embed": _embed, "cluster": _cluster}[args.command](args)
+        fig = _new_figure(args) if args.plot else None  # a bad --plot fails before any work
+        return {"compare": _compare, "embed": _embed, "cluster": _cluster}[args.command](args, fig)
     except CLIError as exc:
         print(f"skattention: error: {exc}", file=sys.stderr)
         return 2
@@ -128,55 +169,209 @@ def _add_data_arguments(parser, target_help):
     parser.add_argument(
         "--data",
         metavar="PATH.csv",
-        help="CSV file with a header row (default: scikit-learn's digits)",
+        help="CSV file with a header row (default: scikit-learn's digits); the separator "
+        "(',', ';', tab or '|') is detected, a UTF-8 byte-order mark (Excel) ignored",
     )
     parser.add_argument("--target", metavar="COLUMN", help=target_help)
+    parser.add_argument("--drop", metavar="COLUMN", action="append", default=[],
+                        help="a column not to use, such as an ID (repeat for several)")
+    parser.add_argument("--sep", metavar="CHAR",
+                        help="the CSV separator, e.g. ';' or '\\t' (default: detected)")
+    parser.add_argument("--encoding", default="utf-8-sig",
+                        help="text encoding of the CSV, e.g. latin-1 (default: UTF-8)")
     parser.add_argument("--max-samples", type=int, default=None, metavar="N",
                         help="use a random subset of N samples (seed 0) to go faster")
     parser.add_argument("--device", default="auto", help="'auto', 'cpu' or 'cuda' (default: auto)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="report progress on standard error (each model and fold)")
 
 
 def _add_output_arguments(parser, plot_help):
     parser.add_argument(
         "--json", action="store_true", help="print machine-readable JSON instead of a table"
     )
-    parser.add_argument("--plot", metavar="FILE.png", help=f"write {plot_help}")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help=f"write {plot_help}; the format follows the extension")
 
 
-def _load_data(args, target_required, tabular=False):
-    """``X, y, dataset``: digits by default, else the user's CSV; ``y`` is None without --target.
+def _progress(args, message):
+    if args.verbose:
+        print(f"skattention {args.command}: {message}", file=sys.stderr, flush=True)
 
-    ``tabular``: a CSV with text columns or empty cells becomes a DataFrame (needs pandas) for
-    estimators that encode such columns themselves, instead of an error."""
+
+# --------------------------------------------------------------------------- data
+
+
+def _load_data(args, tabular=False):
+    """``X, y, dataset``: digits by default, else the user's CSV; ``y`` is None without a
+    target. ``dataset`` is ``{"name", "n_samples", "n_features"}``.
+
+    ``tabular``: text columns and missing values stay in a DataFrame, for estimators that encode
+    them; otherwise the features must be numbers without missing values."""
     if args.max_samples is not None and args.max_samples < 2:
         raise CLIError(f"--max-samples must be at least 2, got {args.max_samples}")
     if args.data is None:
-        if args.target is not None:
-            raise CLIError("--target needs --data")
+        for option, given in (("--target", args.target), ("--drop", args.drop),
+                              ("--sep", args.sep)):
+            if given:
+                raise CLIError(f"{option} needs --data")
         from sklearn.datasets import load_digits
 
         X, y = load_digits(return_X_y=True)
-        name = "digits (scikit-learn"
+        name = "digits (scikit-learn)"
     else:
-        if target_required and args.target is None:
+        if args.command == "compare" and args.target is None:
             raise CLIError("--data needs --target COLUMN")
-        X, y = _read_csv(args.data, args.target, tabular)
-        name = f"{args.data} ("
+        X, y = _read_csv(args, tabular)
+        name = args.data
     if args.max_samples is not None and args.max_samples < X.shape[0]:
         keep = np.sort(np.random.default_rng(0).choice(X.shape[0], args.max_samples, replace=False))
         X = X.iloc[keep] if hasattr(X, "iloc") else X[keep]
         y = None if y is None else y[keep]
-    sep = ", " if args.data is None else ""
-    return X, y, f"{name}{sep}{X.shape[0]} x {X.shape[1]})"
+    _progress(args, f"data: {name}, {X.shape[0]} samples x {X.shape[1]} features")
+    return X, y, {"name": name, "n_samples": int(X.shape[0]), "n_features": int(X.shape[1])}
 
 
-def _new_figure(args, **kwargs):
-    """A matplotlib Figure (no pyplot, so no display is needed), or a one-line error."""
+def _describe(dataset):
+    return f"{dataset['name']}, {dataset['n_samples']} x {dataset['n_features']}"
+
+
+def _read_csv(args, tabular):
+    """``(X, y)`` from ``args.data`` read by pandas: the features (an array of numbers, or a
+    DataFrame when ``tabular`` and a column holds text or missing values) and the target."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise CLIError("reading a CSV needs pandas: pip install \"skattention[csv]\"") from None
+    path, encoding = args.data, args.encoding
+    sep = _separator(args.sep) if args.sep else _sniff_separator(path, encoding)
+    try:
+        with warnings.catch_warnings():
+            # index_col=False: a first data row longer than the header is an error (pandas
+            # would otherwise take its first column as the index, or drop its extra fields)
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(path, sep=sep, encoding=encoding, na_values=_MISSING,
+                                skipinitialspace=True, index_col=False)
+    except pd.errors.ParserWarning:
+        raise CLIError(f"{path!r} has rows with more fields than its header (separator "
+                       f"{sep!r}; give another with --sep)") from None
+    except FileNotFoundError:
+        raise CLIError(f"cannot read {path!r}: no such file") from None
+    except OSError as exc:
+        raise CLIError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+    except LookupError:
+        raise CLIError(f"unknown --encoding {encoding!r}") from None
+    except UnicodeDecodeError:
+        raise CLIError(f"{path!r} is not {encoding} text; give its encoding with --encoding "
+                       "(e.g. latin-1 or cp1252)") from None
+    except pd.errors.EmptyDataError:
+        raise CLIError(f"{path!r} needs a header row and at least one data row") from None
+    except pd.errors.ParserError as exc:
+        reason = str(exc).strip().splitlines()[-1]
+        raise CLIError(f"{path!r} is not valid CSV with separator {sep!r}: {reason}") from None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    if frame.shape[0] < 1:
+        raise CLIError(f"{path!r} needs a header row and at least one data row")
+    columns = ", ".join(frame.columns)
+    for name in [*args.drop, *([args.target] if args.target is not None else [])]:
+        if name not in frame.columns:
+            kind = "target column" if name == args.target else "--drop column"
+            raise CLIError(f"{kind} {name!r} not found in {path!r}; columns are: {columns}")
+    if args.target is not None and args.target in args.drop:
+        raise CLIError(f"the target column {args.target!r} cannot be dropped")
+    y = None
+    if args.target is not None:
+        target = frame[args.target]
+        missing = np.flatnonzero(target.isna().to_numpy())
+        if missing.size:
+            raise CLIError(f"target column {args.target!r} has {missing.size} missing values "
+                           f"(data rows {', '.join(str(i + 1) for i in missing[:5])}); "
+                           "drop those rows first")
+        y = target.to_numpy(dtype=np.float64 if pd.api.types.is_numeric_dtype(target) else str)
+    X = frame.drop(columns=[*args.drop, *([args.target] if args.target else [])])
+    if X.shape[1] == 0:
+        raise CLIError(f"{path!r} has no feature columns left (columns: {columns})")
+    return _features(X, tabular), y
+
+
+def _separator(sep):
+    """``--sep`` as typed: ``\\t`` or ``tab`` mean a tab."""
+    return "\t" if sep in ("\\t", "tab", "TAB") else sep
+
+
+def _sniff_separator(path, encoding):
+    """The separator among , ; tab | that makes the first lines consistent (else a comma)."""
+    try:
+        with open(path, encoding=encoding, newline="") as handle:
+            sample = handle.read(65536)
+    except (OSError, LookupError, UnicodeDecodeError):
+        return ","  # pandas reports the problem
+    lines = sample.splitlines()
+    sample = "\n".join(lines[:-1] if len(lines) > 2 else lines)  # the last line may be cut
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=",;\t|").delimiter
+    except csv.Error:
+        return ","
+
+
+def _features(X, tabular):
+    """The feature columns as a float array when they are numbers without missing values; else
+    the DataFrame (``tabular``) or a one-line error naming the first column at fault."""
+    import pandas as pd
+
+    numeric = all(pd.api.types.is_numeric_dtype(X[c]) or pd.api.types.is_bool_dtype(X[c])
+                  for c in X.columns)
+    if numeric:
+        values = X.to_numpy(dtype=np.float64, na_value=np.nan)
+        if np.isinf(values).any():
+            raise CLIError("features contain infinite values")
+        if not np.isnan(values).any():
+            return values
+    if tabular:
+        return X
+    for column in X.columns:
+        if not pd.api.types.is_numeric_dtype(X[column]):
+            cells = X[column].dropna()
+            bad = pd.to_numeric(cells, errors="coerce").isna()
+            row = cells.index[bad.to_numpy()][0] if bad.any() else cells.index[0]
+            raise CLIError(
+                f"column {column!r} is not numeric (data row {row + 1}: {X[column][row]!r}); "
+                f"encode it first or leave it out with --drop {column}"
+            )
+        missing = np.flatnonzero(X[column].isna().to_numpy())
+        if missing.size:
+            raise CLIError(
+                f"column {column!r} has a missing value (data row {missing[0] + 1}); impute it "
+                f"or leave the column out with --drop {column}"
+            )
+    raise CLIError("the features are not numbers")  # not reached: a column is at fault
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _new_figure(args):
+    """A matplotlib Figure (no pyplot, so no display is needed), after checking that ``--plot``
+    can be written: its folder exists and is writable, its extension is a format matplotlib
+    writes. Fails in one line before any work."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
         raise CLIError("--plot needs matplotlib: pip install \"skattention[plot]\"") from None
-    return Figure(**kwargs)
+    fig = Figure(figsize={"compare": (8, 4)}.get(args.command, (6, 5)))
+    folder = os.path.dirname(os.path.abspath(args.plot))
+    if not os.path.isdir(folder):
+        raise CLIError(f"cannot write --plot {args.plot!r}: folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise CLIError(f"cannot write --plot {args.plot!r}: folder {folder!r} is not writable")
+    if os.path.isdir(args.plot):
+        raise CLIError(f"cannot write --plot {args.plot!r}: it is a folder")
+    formats = fig.canvas.get_supported_filetypes()
+    extension = os.path.splitext(args.plot)[1].lstrip(".").lower()
+    if extension not in formats:
+        raise CLIError(f"cannot write --plot {args.plot!r}: the extension must be one of "
+                       f"{', '.join(sorted(formats))}")
+    return fig
 
 
 def _save_figure(fig, path):
@@ -186,57 +381,84 @@ def _save_figure(fig, path):
         raise CLIError(f"cannot write {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def _emit(args, results, lines):
+def _emit(args, dataset, settings, results, lines):
+    """Print the table (``lines``) or the JSON object shared by the three subcommands."""
+    from . import __version__
+
     if args.plot:
-        results["plot"] = args.plot
         lines.append(f"figure written to {args.plot}")
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({
+            "command": args.command, "version": __version__, "dataset": dataset,
+            "settings": settings, "results": results, "plot": args.plot,
+        }, indent=2))
     else:
         print("\n".join(lines))
+    return 0
 
 
 # --------------------------------------------------------------------------- compare
 
 
-def _compare(args):
+def _compare(args, fig):
     if args.cv < 2:
         raise CLIError(f"--cv must be at least 2, got {args.cv}")
-    X, y, dataset = _load_data(args, target_required=True, tabular=True)
+    names = _model_names(args.models)
+    X, y, dataset = _load_data(args, tabular=True)
     task = _task(y, args.task)
     if task == "regression":
         y = y.astype(np.float64)
-    fig = _new_figure(args, figsize=(8, 4)) if args.plot else None
-    results = _cross_validate(X, y, task, args)
-    if args.plot:
-        _plot_scores(fig, dataset, results)
+    results = _cross_validate(X, y, task, names, args)
+    if fig is not None:
+        _plot_scores(fig, _describe(dataset), results)
         _save_figure(fig, args.plot)
-    if args.json:
-        out = {"dataset": dataset, "task": task, "results": results}
-        if args.plot:
-            out["plot"] = args.plot
-        print(json.dumps(out, indent=2))
-    else:
-        _print_table(dataset, task, args.cv, results)
-        if args.plot:
-            print(f"figure written to {args.plot}")
-    return 0
+    settings = {"task": task, "cv": args.cv, "metric": results[0]["metric"],
+                "scaled": not args.no_scale, "models": list(names)}
+    return _emit(args, dataset, settings, results, _table(dataset, task, args.cv, results))
+
+
+def _model_names(spec):
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if names in (["default"], []):
+        return DEFAULT_MODELS
+    if names == ["all"]:
+        return _MODEL_ORDER
+    unknown = [n for n in names if n not in _MODEL_ORDER]
+    if unknown:
+        raise CLIError(f"unknown --models {', '.join(unknown)}; choose among "
+                       f"{', '.join(_MODEL_ORDER)}, or 'all'")
+    return tuple(dict.fromkeys(names))
 
 
 def _plot_scores(fig, dataset, results):
+    """Mean score and its spread (one standard deviation over the folds) per model, with the
+    fold scores as small grey dots, on an axis fitted to the scores (not from 0, so that
+    differences show), each mean printed."""
     ax = fig.add_subplot()
-    names = [r["model"] for r in results]
-    pos = np.arange(len(names))
-    ax.barh(
-        pos, [r["mean"] for r in results], xerr=[r["std"] for r in results], color="C0", capsize=3
-    )
-    ax.set_yticks(pos, names)
+    means = np.array([r["mean"] for r in results])
+    stds = np.array([r["std"] for r in results])
+    pos = np.arange(len(results))
+    for p, r in zip(pos, results, strict=True):
+        ax.scatter(r["scores"], np.full(len(r["scores"]), p), s=12, color="0.6", zorder=1)
+    ax.errorbar(means, pos, xerr=stds, fmt="o", color="C0", ecolor="C0", capsize=4, zorder=2)
+    folds = np.concatenate([r["scores"] for r in results])
+    lo = float(min(np.min(means - stds), folds.min()))
+    hi = float(max(np.max(means + stds), folds.max()))
+    pad = max(0.15 * (hi - lo), 1e-3 * max(1.0, abs(hi)))
+    ax.set_xlim(lo - pad, hi + 2.5 * pad)  # room for the printed values on the right
+    for p, m, s in zip(pos, means, stds, strict=True):
+        ax.annotate(f"{m:.4f}", (m + s, p), xytext=(6, 0), textcoords="offset points",
+                    va="center", fontsize=9)
+    ax.set_yticks(pos, [r["model"] for r in results])
     ax.invert_yaxis()
-    ax.set_xlabel(f"{results[0]['metric']} (mean +- std over folds)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel(f"{results[0]['metric']}: mean +- std over the folds (grey: each fold); "
+                  "the axis does not start at 0")
     ax.set_title(dataset)
 
 
-def _models(task, device):
+def _models(task, device, names=_MODEL_ORDER):
+    """``[(label, estimator)]`` of the ``names`` (see ``--models``), in the table's order."""
     from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 
     from .neighbors import MetricAttentionClassifier, MetricAttentionRegressor
@@ -245,21 +467,27 @@ def _models(task, device):
         knn, att = KNeighborsClassifier, MetricAttentionClassifier
     else:
         knn, att = KNeighborsRegressor, MetricAttentionRegressor
-    return [
-        (f"{knn.__name__}(k=5)", knn(n_neighbors=5)),
-        (
-            "attention euclidean k-NN (k=5, T=inf)",
-            att("euclidean", n_neighbors=5, temperature=np.inf, device=device),
-        ),
-        ("attention euclidean kernel (T=auto)", att("euclidean", device=device)),
-        ("attention learned linear (L2)", att("linear", random_state=0, device=device)),
-        ("attention learned dot (self-attention)", att("dot", random_state=0, device=device)),
-        ("attention learned mlp (default)", att(random_state=0, device=device)),
-    ]
+    builders = {
+        "knn": (f"{knn.__name__}(k=5)", lambda: knn(n_neighbors=5)),
+        "knn-attention": ("attention euclidean k-NN (k=5, T=inf)",
+                          lambda: att("euclidean", n_neighbors=5, temperature=np.inf,
+                                      device=device)),
+        "kernel": ("attention euclidean kernel (T=auto)", lambda: att("euclidean", device=device)),
+        "linear": ("attention learned linear (L2)",
+                   lambda: att("linear", random_state=0, device=device)),
+        "dot": ("attention learned dot (self-attention)",
+                lambda: att("dot", random_state=0, device=device)),
+        "mlp": ("attention learned mlp (default)", lambda: att(random_state=0, device=device)),
+    }
+    return [(builders[n][0], builders[n][1]()) for n in _MODEL_ORDER if n in names]
 
 
-def _cross_validate(X, y, task, args):
-    from sklearn.model_selection import KFold, StratifiedKFold, cross_validate
+def _cross_validate(X, y, task, names, args):
+    """Each model on the same folds: per-fold scores, fit and predict times."""
+    from sklearn.base import clone
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.metrics import get_scorer
+    from sklearn.model_selection import KFold, StratifiedKFold
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
@@ -278,27 +506,50 @@ def _cross_validate(X, y, task, args):
         scoring = "r2"
     if X.shape[0] < args.cv:
         raise CLIError(f"{X.shape[0]} samples are fewer than --cv {args.cv} folds")
+    scorer = get_scorer(scoring)
+    folds = list(cv.split(np.zeros((X.shape[0], 1)), y))
+    models = _models(task, args.device, names)
     results = []
-    for name, model in _models(task, args.device):
+    for m, (name, model) in enumerate(models, start=1):
         if hasattr(X, "columns"):  # text or missing cells: a DataFrame
             est = _tabular_pipeline(model, args.no_scale)
         else:
             est = model if args.no_scale else make_pipeline(StandardScaler(), model)
+        scores, fit_times, predict_times = [], [], []
         start = time.perf_counter()
-        try:
-            cv_res = cross_validate(est, X, y, cv=cv, scoring=scoring, error_score="raise")
-        except ValueError as exc:
-            raise CLIError(f"{name}: {str(exc).splitlines()[0]}") from None
+        for f, (train, test) in enumerate(folds, start=1):
+            fitted = clone(est)
+            t0 = time.perf_counter()
+            try:
+                with warnings.catch_warnings():
+                    # the table reports the scores; a learned metric stopped by max_iter is
+                    # still compared as configured
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    fitted.fit(_rows(X, train), y[train])
+                t1 = time.perf_counter()
+                scores.append(float(scorer(fitted, _rows(X, test), y[test])))
+            except ValueError as exc:
+                raise CLIError(f"{name}: {str(exc).splitlines()[0]}") from None
+            fit_times.append(t1 - t0)
+            predict_times.append(time.perf_counter() - t1)
+            _progress(args, f"model {m}/{len(models)} {name}: fold {f}/{len(folds)} "
+                      f"{scoring} {scores[-1]:.4f} (fit {fit_times[-1]:.2f} s, "
+                      f"predict {predict_times[-1]:.2f} s)")
         results.append({
             "model": name,
             "metric": scoring,
-            "mean": float(np.mean(cv_res["test_score"])),
-            "std": float(np.std(cv_res["test_score"])),
-            "fit_time_s": float(np.mean(cv_res["fit_time"])),
-            "predict_time_s": float(np.mean(cv_res["score_time"])),
-            "total_time_s": time.perf_counter() - start,
+            "mean": float(np.mean(scores)),
+            "std": float(np.std(scores)),
+            "scores": scores,
+            "fit_time_s": float(np.mean(fit_times)),
+            "predict_time_s": float(np.mean(predict_times)),
+            "time_s": time.perf_counter() - start,
         })
     return results
+
+
+def _rows(X, index):
+    return X.iloc[index] if hasattr(X, "iloc") else X[index]
 
 
 def _tabular_pipeline(model, no_scale):
@@ -310,8 +561,8 @@ def _tabular_pipeline(model, no_scale):
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
-    numbers, text = make_column_selector(dtype_exclude=object), make_column_selector(
-        dtype_include=object)
+    numbers = make_column_selector(dtype_include="number")
+    text = make_column_selector(dtype_exclude="number")
     scale = [] if no_scale else [StandardScaler()]
     if not hasattr(model, "categorical_features"):  # the k-NN baseline
         return make_pipeline(make_column_transformer(
@@ -327,20 +578,21 @@ def _tabular_pipeline(model, no_scale):
     return make_pipeline(scaler, model)
 
 
-def _print_table(dataset, task, n_folds, results):
+def _table(dataset, task, n_folds, results):
     metric = results[0]["metric"]
-    print(
-        f"dataset: {dataset}; task: {task}; {n_folds}-fold cross-validation, "
-        "features standardised unless --no-scale"
-    )
     header = f"{'model':<42} {metric + ' mean':>13} {'std':>7} {'fit s':>8} {'predict s':>10}"
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        print(
-            f"{r['model']:<42} {r['mean']:>13.4f} {r['std']:>7.4f} {r['fit_time_s']:>8.3f} "
-            f"{r['predict_time_s']:>10.3f}"
-        )
+    lines = [
+        f"dataset: {_describe(dataset)}; task: {task}; {n_folds}-fold cross-validation, "
+        "features standardised unless --no-scale",
+        header,
+        "-" * len(header),
+    ]
+    lines += [
+        f"{r['model']:<42} {r['mean']:>13.4f} {r['std']:>7.4f} {r['fit_time_s']:>8.3f} "
+        f"{r['predict_time_s']:>10.3f}"
+        for r in results
+    ]
+    return lines
 
 
 # --------------------------------------------------------------------------- embed
@@ -361,16 +613,11 @@ def _labels(y):
     return y
 
 
-def _embed(args):
+def _embed(args, fig):
     from .manifold import AttentionDiffusionEmbedding
 
-    X, y, dataset = _load_data(args, target_required=False)
     if args.n_components < 1:
         raise CLIError(f"--n-components must be at least 1, got {args.n_components}")
-    if args.n_components >= X.shape[0]:
-        raise CLIError(
-            f"--n-components {args.n_components} must be smaller than the {X.shape[0]} samples"
-        )
     if args.plot and args.n_components < 2:
         raise CLIError("--plot needs --n-components 2 or more")
     if not 0.0 <= args.alpha <= 1.0:
@@ -380,16 +627,18 @@ def _embed(args):
         try:
             epsilon = float(epsilon)
         except ValueError:
-            raise CLIError(
-                f"--epsilon must be a positive number or 'auto', got {args.epsilon!r}"
-            ) from None
-        if not epsilon > 0 or not np.isfinite(epsilon):
+            epsilon = None
+        if epsilon is None or not epsilon > 0 or not np.isfinite(epsilon):
             raise CLIError(f"--epsilon must be a positive number or 'auto', got {args.epsilon!r}")
+    X, y, dataset = _load_data(args)
+    if args.n_components >= X.shape[0]:
+        raise CLIError(
+            f"--n-components {args.n_components} must be smaller than the {X.shape[0]} samples"
+        )
     if args.n_neighbors is not None and not 1 <= args.n_neighbors <= X.shape[0]:
         raise CLIError(
             f"--n-neighbors must be between 1 and the {X.shape[0]} samples, got {args.n_neighbors}"
         )
-    fig = _new_figure(args, figsize=(6, 5)) if args.plot else None
     model = AttentionDiffusionEmbedding(
         n_components=args.n_components,
         epsilon=epsilon,
@@ -398,30 +647,29 @@ def _embed(args):
         device=args.device,
         random_state=0,
     )
+    _progress(args, "fitting AttentionDiffusionEmbedding")
     start = time.perf_counter()
     try:
         Z = model.fit_transform(_scaled(X, args.scale))
     except ValueError as exc:
         raise CLIError(f"AttentionDiffusionEmbedding: {str(exc).splitlines()[0]}") from None
     elapsed = time.perf_counter() - start
-    results = {
-        "dataset": dataset,
-        "n_samples": int(X.shape[0]),
-        "n_features": int(X.shape[1]),
-        "n_components": args.n_components,
-        "alpha": args.alpha,
-        "n_neighbors": args.n_neighbors,
+    _progress(args, f"AttentionDiffusionEmbedding done in {elapsed:.2f} s")
+    settings = {"n_components": args.n_components, "alpha": args.alpha,
+                "n_neighbors": args.n_neighbors, "epsilon": args.epsilon, "scaled": args.scale}
+    results = [{
+        "model": "AttentionDiffusionEmbedding",
+        "time_s": elapsed,
         "epsilon": float(model.epsilon_),
         "intrinsic_dimension": None
         if model.intrinsic_dimension_ is None
         else float(model.intrinsic_dimension_),
         "eigenvalues": [float(v) for v in model.eigenvalues_],
         "laplacian_eigenvalues": [float(v) for v in model.laplacian_eigenvalues_],
-        "time_s": elapsed,
-    }
+    }]
     lines = [
-        f"dataset: {dataset}; AttentionDiffusionEmbedding(n_components={args.n_components}, "
-        f"alpha={args.alpha}"
+        f"dataset: {_describe(dataset)}; AttentionDiffusionEmbedding(n_components="
+        f"{args.n_components}, alpha={args.alpha}"
         f"{'' if args.n_neighbors is None else f', n_neighbors={args.n_neighbors}'})"
         f"{', features standardised' if args.scale else ''}",
         f"epsilon: {model.epsilon_:.4g}"
@@ -433,27 +681,27 @@ def _embed(args):
         "eigenvalues of S: " + " ".join(f"{v:.4f}" for v in model.eigenvalues_),
         f"time: {elapsed:.3f} s",
     ]
-    if args.plot:
+    if fig is not None:
         from .plotting import EmbeddingDisplay
 
         EmbeddingDisplay(
             Z[:, :2], _labels(y), xlabel="diffusion coordinate 1", ylabel="diffusion coordinate 2"
-        ).plot(ax=fig.add_subplot(), s=6, title=f"attention diffusion embedding: {dataset}")
+        ).plot(ax=fig.add_subplot(), s=6,
+               title=f"attention diffusion embedding: {_describe(dataset)}")
         _save_figure(fig, args.plot)
-    _emit(args, results, lines)
-    return 0
+    return _emit(args, dataset, settings, results, lines)
 
 
 # --------------------------------------------------------------------------- cluster
 
 
-def _cluster(args):
+def _cluster(args, fig):
     from sklearn.cluster import KMeans
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
     from .cluster import AttentionKMeans
 
-    X, y, dataset = _load_data(args, target_required=False)
+    X, y, dataset = _load_data(args)
     labels = _labels(y)
     n_clusters = args.n_clusters
     if n_clusters is None:
@@ -462,52 +710,43 @@ def _cluster(args):
         raise CLIError(
             f"--n-clusters must be between 1 and the {X.shape[0]} samples, got {n_clusters}"
         )
-    fig = _new_figure(args, figsize=(6, 5)) if args.plot else None
     Xs = _scaled(X, args.scale)
-    results = {
-        "dataset": dataset,
-        "n_samples": int(X.shape[0]),
-        "n_features": int(X.shape[1]),
-        "n_clusters": int(n_clusters),
-        "scored_against_target": labels is not None,
-        "results": [],
-    }
-    fitted = {}
+    scored = labels is not None
+    settings = {"n_clusters": int(n_clusters), "scaled": args.scale,
+                "scored_against_target": scored}
+    results, fitted = [], {}
     for name, model in [
         ("AttentionKMeans", AttentionKMeans(n_clusters, device=args.device, random_state=0)),
         ("KMeans", KMeans(n_clusters, random_state=0)),
     ]:
+        _progress(args, f"fitting {name}")
         start = time.perf_counter()
         try:
             model.fit(Xs)
         except ValueError as exc:
             raise CLIError(f"{name}: {str(exc).splitlines()[0]}") from None
-        row = {
-            "model": name,
-            "inertia": float(model.inertia_),
-            "time_s": time.perf_counter() - start,
-        }
-        if labels is not None:
+        row = {"model": name, "time_s": time.perf_counter() - start,
+               "inertia": float(model.inertia_)}
+        _progress(args, f"{name} done in {row['time_s']:.2f} s")
+        if scored:
             row["ari"] = float(adjusted_rand_score(labels, model.labels_))
             row["nmi"] = float(normalized_mutual_info_score(labels, model.labels_))
-        results["results"].append(row)
+        results.append(row)
         fitted[name] = model
-    scored = labels is not None
-    lines = [f"dataset: {dataset}; {n_clusters} clusters"
+    lines = [f"dataset: {_describe(dataset)}; {n_clusters} clusters"
              f"{', features standardised' if args.scale else ''}"
              f"{'; scored against the target' if scored else ''}"]
     header = f"{'model':<16} {'inertia':>14} {'time s':>8}" + (
         f" {'ARI':>7} {'NMI':>7}" if scored else ""
     )
     lines += [header, "-" * len(header)]
-    for r in results["results"]:
+    for r in results:
         lines.append(f"{r['model']:<16} {r['inertia']:>14.6g} {r['time_s']:>8.3f}"
                      + (f" {r['ari']:>7.4f} {r['nmi']:>7.4f}" if scored else ""))
-    if args.plot:
-        _plot_clusters(fig, Xs, fitted["AttentionKMeans"], dataset, results["results"][0])
+    if fig is not None:
+        _plot_clusters(fig, Xs, fitted["AttentionKMeans"], _describe(dataset), results[0])
         _save_figure(fig, args.plot)
-    _emit(args, results, lines)
-    return 0
+    return _emit(args, dataset, settings, results, lines)
 
 
 def _plot_clusters(fig, X, model, dataset, row):
@@ -537,114 +776,6 @@ def _plot_clusters(fig, X, model, dataset, row):
     display.ax_.scatter(
         centers[:, 0], centers[:, 1], marker="X", s=120, c="black", label="centroids"
     )
-
-
-# --------------------------------------------------------------------------- CSV input
-
-
-def _read_csv(path, target, tabular=False):
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            rows = list(csv.reader(handle))
-    except OSError as exc:
-        raise CLIError(f"cannot read {path!r}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise CLIError(f"{path!r} is not a UTF-8 text CSV file") from None
-    except csv.Error as exc:
-        raise CLIError(f"{path!r} is not valid CSV: {exc}") from None
-    rows = [r for r in rows if r and any(cell.strip() for cell in r)]
-    if len(rows) < 2:
-        raise CLIError(f"{path!r} needs a header row and at least one data row")
-    header = [h.strip() for h in rows[0]]
-    if target is None:
-        features = list(range(len(header)))
-    elif target not in header:
-        raise CLIError(
-            f"target column {target!r} not found in {path!r}; columns are: {', '.join(header)}"
-        )
-    elif len(header) < 2:
-        raise CLIError(f"{path!r} has no feature columns besides the target")
-    body = rows[1:]
-    for line, row in enumerate(body, start=2):
-        if len(row) != len(header):
-            raise CLIError(
-                f"{path!r} line {line} has {len(row)} fields, the header has {len(header)}"
-            )
-    if target is not None:
-        t = header.index(target)
-        features = [c for c in range(len(header)) if c != t]
-    if tabular and _needs_table(body, features):
-        X = _read_table(header, body, features)
-        return (X, None) if target is None else (X, _read_target(body, header, target))
-    X = np.empty((len(body), len(features)))
-    for j, c in enumerate(features):
-        for i, row in enumerate(body):
-            cell = row[c].strip()
-            if cell.lower() in _MISSING_CELLS:
-                raise CLIError(
-                    f"column {header[c]!r} has a missing value on line {i + 2}; "
-                    "impute or drop it first"
-                )
-            try:
-                X[i, j] = float(cell)
-            except ValueError:
-                raise CLIError(
-                    f"column {header[c]!r} is not numeric (line {i + 2}: {cell!r}); encode it first"
-                ) from None
-    if not np.all(np.isfinite(X)):
-        raise CLIError("features contain infinite values")
-    if target is None:
-        return X, None
-    return X, _read_target(body, header, target)
-
-
-def _read_target(body, header, target):
-    t = header.index(target)
-    y = np.array([row[t].strip() for row in body])
-    if np.any(y == ""):
-        raise CLIError(f"target column {target!r} has missing values")
-    return y
-
-
-_MISSING_CELLS = ("", "na", "nan", "null")
-
-
-def _as_number(cell):
-    """A cell as a float, NaN when missing, None when it is text."""
-    cell = cell.strip()
-    if cell.lower() in _MISSING_CELLS:
-        return np.nan
-    try:
-        return float(cell)
-    except ValueError:
-        return None
-
-
-def _needs_table(body, features):
-    """Whether any feature cell is text or missing."""
-    values = (_as_number(row[c]) for c in features for row in body)
-    return any(v is None or np.isnan(v) for v in values)
-
-
-def _read_table(header, body, features):
-    """The feature columns as a DataFrame: numbers (NaN when missing) or text (None)."""
-    try:
-        import pandas as pd
-    except ImportError:
-        raise CLIError("a CSV with text columns or missing values needs pandas: "
-                       "pip install pandas") from None
-    columns = {}
-    for c in features:
-        numbers = [_as_number(row[c]) for row in body]
-        if all(v is not None for v in numbers):
-            columns[header[c]] = np.asarray(numbers, dtype=np.float64)
-            if np.isinf(columns[header[c]]).any():
-                raise CLIError("features contain infinite values")
-        else:
-            cells = [row[c].strip() for row in body]
-            columns[header[c]] = pd.Series(
-                [None if v.lower() in _MISSING_CELLS else v for v in cells], dtype=object)
-    return pd.DataFrame(columns)
 
 
 def _task(y, requested):

@@ -19,7 +19,7 @@ def test_compare_on_digits_prints_the_table(capsys):
         for line in out.splitlines()
         if line.startswith("attention") or line.startswith("KNeigh")
     ]
-    assert len(rows) == 6
+    assert len(rows) == 4  # the default models
     # the exact k-NN special case scores exactly like KNeighborsClassifier (same folds)
     knn, att_knn = rows[0].split()[-4], rows[1].split()[-4]
     assert knn == att_knn
@@ -34,8 +34,9 @@ def test_compare_json_on_a_user_csv(tmp_path, capsys):
     path.write_text("\n".join(lines) + "\n")
     assert main(["compare", "--data", str(path), "--target", "label", "--cv", "3", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["task"] == "classification"
+    assert res["settings"]["task"] == "classification"
     assert [r["model"] for r in res["results"]][0] == "KNeighborsClassifier(k=5)"
+    assert all(len(r["scores"]) == 3 for r in res["results"])
     assert all(0.5 < r["mean"] <= 1.0 for r in res["results"])
 
 
@@ -47,7 +48,7 @@ def test_compare_regression_target(tmp_path, capsys):
     path.write_text("x1,x2,y\n" + "\n".join(f"{a},{b},{c}" for (a, b), c in zip(X, y)))
     assert main(["compare", "--data", str(path), "--target", "y", "--cv", "3", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["task"] == "regression" and res["results"][0]["metric"] == "r2"
+    assert res["settings"]["task"] == "regression" and res["results"][0]["metric"] == "r2"
     assert res["results"][1]["mean"] > 0.8
 
 
@@ -56,7 +57,12 @@ def test_compare_regression_target(tmp_path, capsys):
     [
         (None, ["--target", "y"], "cannot read"),
         ("a,b,y\n1,2,0\n3,4,1\n", ["--target", "z"], "target column 'z' not found"),
-        ("a,b,y\n1,2\n", ["--target", "y"], "line 2 has 2 fields"),
+        ("a,b,y\n1,2,3\n5,6,7,8\n", ["--target", "y"], "Expected 3 fields in line 3, saw 4"),
+        ("a,b,y\n1,2,3,4\n5,6,7\n", ["--target", "y"], "more fields than its header"),
+        ("a,b,y\n1,2,0\n3,4,\n", ["--target", "y"], "'y' has 1 missing values (data rows 2)"),
+        ("a,b,y\n1,2,0\n3,4,1\n", ["--target", "y", "--drop", "c"], "--drop column 'c'"),
+        ("a,b,y\n1,2,0\n3,4,1\n", ["--target", "y", "--drop", "y"], "cannot be dropped"),
+        ("a,y\n1,0\n3,1\n", ["--target", "y", "--drop", "a"], "no feature columns left"),
         ("a,y\n", ["--target", "y"], "needs a header row and at least one data row"),
         ("a,b,y\n1,2,0\n3,4,0\n5,6,0\n", ["--target", "y"], "single class"),
     ],
@@ -74,8 +80,8 @@ def test_bad_csv_gives_a_one_line_error(tmp_path, capsys, content, argv_extra, m
 @pytest.mark.parametrize(
     "content, message",
     [
-        ("a,b\n1,x\n3,4\n", "column 'b' is not numeric (line 2: 'x')"),
-        ("a,b\n1,\n3,4\n", "column 'b' has a missing value"),
+        ("a,b\n1,x\n3,4\n", "column 'b' is not numeric (data row 1: 'x')"),
+        ("a,b\n1,\n3,4\n", "column 'b' has a missing value (data row 1)"),
     ],
 )
 def test_embed_needs_numbers(tmp_path, capsys, content, message):
@@ -101,7 +107,7 @@ def test_compare_takes_text_columns_and_missing_cells(tmp_path, capsys):
     path.write_text("\n".join(lines))
     assert main(["compare", "--data", str(path), "--target", "y", "--cv", "3", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert len(res["results"]) == 6
+    assert len(res["results"]) == 4
     assert all(np.isfinite(r["mean"]) for r in res["results"])
 
 
@@ -146,14 +152,14 @@ def _blobs_csv(tmp_path, with_target=True):
 def test_embed_json_on_digits_subset(capsys):
     assert main(["embed", "--max-samples", "200", "--n-components", "3", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert (
-        res["n_samples"] == 200 and res["n_features"] == 64 and res["dataset"].startswith("digits")
+    data, (row,) = res["dataset"], res["results"]
+    assert data["n_samples"] == 200 and data["n_features"] == 64
+    assert data["name"].startswith("digits")
+    assert len(row["eigenvalues"]) == 3 and row["eigenvalues"] == sorted(
+        row["eigenvalues"], reverse=True
     )
-    assert len(res["eigenvalues"]) == 3 and res["eigenvalues"] == sorted(
-        res["eigenvalues"], reverse=True
-    )
-    assert all(0 < mu < 1 for mu in res["eigenvalues"])
-    assert res["epsilon"] > 0 and 1 < res["intrinsic_dimension"] < 64 and res["time_s"] > 0
+    assert all(0 < mu < 1 for mu in row["eigenvalues"])
+    assert row["epsilon"] > 0 and 1 < row["intrinsic_dimension"] < 64 and row["time_s"] > 0
 
 
 def test_embed_csv_without_target_and_plot(tmp_path, capsys):
@@ -175,7 +181,9 @@ def test_cluster_scores_against_the_target_and_plots(tmp_path, capsys):
         == 0
     )
     res = json.loads(capsys.readouterr().out)
-    assert res["n_clusters"] == 3 and res["scored_against_target"] and res["plot"] == str(png)
+    settings = res["settings"]
+    assert settings["n_clusters"] == 3 and settings["scored_against_target"]
+    assert res["plot"] == str(png)
     assert [r["model"] for r in res["results"]] == ["AttentionKMeans", "KMeans"]
     for r in res["results"]:  # three well separated blobs: both recover them exactly
         assert r["ari"] == pytest.approx(1.0) and r["nmi"] == pytest.approx(1.0)
@@ -191,7 +199,7 @@ def test_cluster_without_target_prints_a_table(tmp_path, capsys):
     assert sum(line.startswith(("AttentionKMeans", "KMeans")) for line in out.splitlines()) == 2
 
 
-def test_compare_plot_draws_one_bar_per_model(tmp_path, capsys, monkeypatch):
+def test_compare_plot_shows_the_differences_with_the_values(tmp_path, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
     import skattention._cli as cli
 
@@ -200,18 +208,24 @@ def test_compare_plot_draws_one_bar_per_model(tmp_path, capsys, monkeypatch):
 
     def spy(fig, dataset, results):
         original(fig, dataset, results)
-        drawn["bars"] = [p.get_width() for p in fig.axes[0].patches]
-        drawn["means"] = [r["mean"] for r in results]
+        ax = fig.axes[0]
+        drawn["xlim"] = ax.get_xlim()
+        drawn["texts"] = [t.get_text() for t in ax.texts]
+        drawn["results"] = results
 
     monkeypatch.setattr(cli, "_plot_scores", spy)
-    all_models = cli._models
-    monkeypatch.setattr(
-        cli, "_models", lambda task, device: all_models(task, device)[:3]
-    )  # the fast ones
     png = tmp_path / "scores.png"
-    assert main(["compare", "--cv", "2", "--max-samples", "150", "--plot", str(png)]) == 0
-    assert len(drawn["bars"]) == 3 and drawn["bars"] == pytest.approx(drawn["means"])
-    assert png.exists() and "figure written" in capsys.readouterr().out
+    argv = ["compare", "--cv", "2", "--max-samples", "150", "--models", "knn,kernel",
+            "--plot", str(png)]
+    assert main(argv) == 0
+    results = drawn["results"]
+    assert drawn["texts"] == [f"{r['mean']:.4f}" for r in results]
+    lo = min(min(r["mean"] - r["std"], *r["scores"]) for r in results)
+    hi = max(max(r["mean"] + r["std"], *r["scores"]) for r in results)
+    # the axis spans the scores, not [0, 1]: a difference of 0.01 is visible
+    assert lo > drawn["xlim"][0] > lo - (hi - lo) and drawn["xlim"][1] > hi
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "figure written" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -221,6 +235,8 @@ def test_compare_plot_draws_one_bar_per_model(tmp_path, capsys, monkeypatch):
         (["embed", "--epsilon", "-1"], "--epsilon must be a positive number"),
         (["embed", "--n-components", "1", "--plot", "x.png"], "--plot needs --n-components 2"),
         (["embed", "--target", "y"], "--target needs --data"),
+        (["cluster", "--drop", "id"], "--drop needs --data"),
+        (["compare", "--models", "knn,svm"], "unknown --models svm"),
         (
             ["cluster", "--max-samples", "20", "--n-clusters", "50"],
             "--n-clusters must be between 1 and the 20",
@@ -256,3 +272,108 @@ def test_subcommand_help_shows_examples(command, capsys):
         and "--plot" in out
         and "--json" in out
     )
+
+
+# --------------------------------------------------------------------------- CSV dialects, options
+
+
+def _write(path, text, encoding="utf-8"):
+    path.write_bytes(text.encode(encoding))
+    return path
+
+
+@pytest.mark.parametrize("sep", [",", ";", "\t", "|"])
+def test_csv_separator_is_detected(tmp_path, capsys, sep):
+    rows = ["alcohol,colour,kind"] + [f"{i % 7}.5,{(i * 3) % 5},k{i % 2}" for i in range(40)]
+    path = _write(tmp_path / "d.csv", "\n".join(r.replace(",", sep) for r in rows) + "\n")
+    argv = ["compare", "--data", str(path), "--target", "kind", "--cv", "2", "--models", "knn",
+            "--json"]
+    assert main(argv) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["dataset"]["n_features"] == 2 and res["dataset"]["n_samples"] == 40
+
+
+def test_excel_bom_semicolons_and_latin1(tmp_path, capsys):
+    rows = ["alcohol;région;kind"] + [f"{i % 7},{i % 3};{'é' if i % 2 else 'è'};k{i % 2}"
+                                      for i in range(30)]
+    text = "\n".join(rows) + "\n"
+    bom = _write(tmp_path / "bom.csv", "\ufeff" + text.replace(";région", ";region"))
+    argv = ["cluster", "--data", str(bom), "--target", "kind", "--drop", "region", "--json"]
+    assert main(argv) == 2  # decimal commas: 'alcohol' is text, told in one line
+    assert "column 'alcohol' is not numeric" in capsys.readouterr().err
+    bom = _write(tmp_path / "bom.csv", "\ufeff" + text.replace(",", "."))
+    argv = ["cluster", "--data", str(bom), "--target", "kind", "--drop", "région", "--json"]
+    assert main(argv) == 0  # the BOM is not part of the first column's name
+    assert json.loads(capsys.readouterr().out)["dataset"]["n_features"] == 1
+    latin = _write(tmp_path / "latin.csv", text.replace(",", "."), encoding="latin-1")
+    assert main(["cluster", "--data", str(latin), "--target", "kind"]) == 2
+    assert "--encoding" in capsys.readouterr().err
+    argv = ["cluster", "--data", str(latin), "--target", "kind", "--drop", "région",
+            "--encoding", "latin-1", "--sep", ";"]
+    assert main(argv) == 0
+
+
+def test_compare_id_column_text_and_missing_values(tmp_path, capsys):
+    pytest.importorskip("pandas")
+    rng = np.random.default_rng(3)
+    n = 60
+    x = rng.normal(size=n)
+    colour = rng.choice(["red", "green"], n)
+    y = (x > 0).astype(int)
+    lines = ["id\tx\tcolour\ty"] + [
+        f"row{i}\t{'' if i % 7 == 0 else f'{a:.3f}'}\t{'?' if i % 5 == 0 else c}\t{t}"
+        for i, (a, c, t) in enumerate(zip(x, colour, y))
+    ]
+    path = _write(tmp_path / "t.tsv", "\n".join(lines) + "\n")
+    argv = ["compare", "--data", str(path), "--target", "y", "--drop", "id", "--cv", "2",
+            "--models", "knn,knn-attention", "--json", "--verbose"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    res = json.loads(captured.out)
+    assert res["dataset"]["n_features"] == 2
+    assert all(np.isfinite(r["mean"]) for r in res["results"])
+    progress = [line for line in captured.err.splitlines() if "fold" in line]
+    assert len(progress) == 4 and "model 2/2" in progress[-1] and "fold 2/2" in progress[-1]
+
+
+def test_one_json_schema_for_the_three_subcommands(tmp_path, capsys):
+    import skattention
+
+    path, _, _ = _blobs_csv(tmp_path)
+    for argv in (["compare", "--models", "knn", "--cv", "2"], ["embed"], ["cluster"]):
+        assert main([*argv, "--data", str(path), "--target", "kind", "--json"]) == 0
+        res = json.loads(capsys.readouterr().out)
+        assert set(res) == {"command", "version", "dataset", "settings", "results", "plot"}
+        assert res["command"] == argv[0] and res["version"] == skattention.__version__
+        assert res["dataset"] == {"name": str(path), "n_samples": 120, "n_features": 3}
+        assert res["results"] and all("model" in r and r["time_s"] >= 0 for r in res["results"])
+
+
+@pytest.mark.parametrize("plot, message", [
+    ("missing-folder/x.png", "does not exist"),
+    ("scores.unknown", "the extension must be one of"),
+])
+def test_bad_plot_path_fails_before_any_work(tmp_path, capsys, monkeypatch, plot, message):
+    pytest.importorskip("matplotlib")
+    import skattention._cli as cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "_load_data", lambda *a, **k: pytest.fail("data was loaded"))
+    assert main(["compare", "--plot", plot]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_version(capsys):
+    import skattention
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"skattention {skattention.__version__}"
+
+
+def test_compare_help_names_the_models():
+    out = subprocess.run([sys.executable, "-m", "skattention", "compare", "--help"],
+                         capture_output=True, text=True).stdout
+    assert "knn,knn-attention,kernel,mlp" in out and "2 CPU cores" in out

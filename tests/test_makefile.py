@@ -52,7 +52,7 @@ def test_help_lists_the_targets():
 
 @pytest.mark.parametrize("target, extras, command", [
     ("test", "test", "-m pytest"),
-    ("compare", "progress,plot", "bin/skattention compare"),
+    ("compare", "progress,plot,csv", "bin/skattention compare"),
     ("docs", "docs", "-m sphinx"),
 ])
 def test_fresh_clone_creates_the_venv_installs_torch_then_the_package(tmp_path, target, extras,
@@ -94,7 +94,7 @@ def test_other_extras_are_installed_into_the_same_venv(tmp_path):
     venv = installed_venv(tmp_path, "test")
     out = make("compare", f"VENV={venv}").stdout
     assert "-m venv" not in out
-    assert 'install -e ".[progress,plot]"' in out
+    assert 'install -e ".[progress,plot,csv]"' in out
 
 
 def test_a_newer_pyproject_reinstalls(tmp_path):

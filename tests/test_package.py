@@ -91,3 +91,30 @@ def test_readme_names_the_ci_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in readme and "make test" in ci
     assert "make compare" in readme and "make compare" in ci
+
+
+def test_html_repr_links_to_the_api_page():
+    import tomllib
+
+    from skattention.utils import all_estimators
+    from skattention.utils._estimator import DOCS_URL
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["urls"]["Documentation"] == DOCS_URL
+    api = (ROOT / "docs" / "api.rst").read_text()
+    for name, cls in all_estimators():
+        link = cls()._get_doc_link()
+        assert link == f"{DOCS_URL}generated/skattention.{name}.html"
+        assert f"\n   {name}\n" in api  # its page is generated under that name
+        assert link in cls()._repr_html_()
+
+
+def test_docs_cite_no_file_that_does_not_ship():
+    """Pages and docstrings cite pages of the documentation, or files of the repository;
+    not notes kept elsewhere (the theory is the documentation's theory page)."""
+    texts = [p.read_text() for p in (ROOT / "docs").glob("*.md")]
+    texts += [p.read_text() for p in (ROOT / "skattention").rglob("*.py")
+              if "_engine" not in p.parts]
+    cited = {m for t in texts for m in re.findall(r"\b[A-Z]+\.md\b", t)}
+    in_repository = {p.name for p in ROOT.rglob("*.md") if ".venv" not in p.parts}
+    assert cited <= in_repository, cited - in_repository

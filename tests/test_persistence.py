@@ -89,3 +89,24 @@ def test_random_state_gives_bit_identical_models_across_processes_and_pickles_lo
         stdin=pickle.dumps((first_est, X[:30])),
     )
     np.testing.assert_array_equal(pickle.loads(loaded), first)
+
+
+def test_device_cache_is_not_pickled_and_follows_refits():
+    """predict caches the fitted keys and map per compute device/dtype, outside the estimator:
+    its __dict__ and pickles are unchanged, and a refit (new fitted arrays) is not served from
+    the old entries."""
+    from skattention.utils._device import _DEVICE_CACHE
+
+    X, y = make_blobs(n_samples=120, centers=3, random_state=0)
+    model = MetricAttentionClassifier(max_iter=3, random_state=0).fit(X, y)
+    state = dict(model.__dict__)
+    first = model.predict_proba(X[:10])
+    assert model.__dict__.keys() == state.keys()
+    assert len(_DEVICE_CACHE[model]) == 2  # the map and the keys
+    loaded = pickle.loads(pickle.dumps(model))
+    assert loaded not in _DEVICE_CACHE
+    np.testing.assert_array_equal(loaded.predict_proba(X[:10]), first)
+    model.fit(X[::-1], y[::-1])
+    fresh = MetricAttentionClassifier(max_iter=3, random_state=0).fit(X[::-1], y[::-1])
+    np.testing.assert_array_equal(model.predict_proba(X[:10]), fresh.predict_proba(X[:10]))
+    assert len(_DEVICE_CACHE[model]) == 2  # entries replaced, not added

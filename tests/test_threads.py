@@ -154,3 +154,30 @@ def test_concurrent_seeded_fits_are_reproducible(dropout):
     for i, proba in enumerate(results):
         np.testing.assert_array_equal(proba, reference[i % 2])
     assert torch.equal(torch.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("n_jobs", [1, -1])
+def test_n_jobs_sets_the_engine_threads_for_the_call(monkeypatch, n_jobs):
+    import skattention.neighbors._base as base
+    import skattention.neighbors._queries as queries
+
+    seen = []
+
+    def recording(engine_function):
+        def call(*args, **kwargs):
+            seen.append(torch.get_num_threads())
+            return engine_function(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(base, "attention", recording(base.attention))
+    monkeypatch.setattr(queries, "kneighbors", recording(queries.kneighbors))
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    y = (X[:, 0] > 0).astype(int)
+    expected = joblib.cpu_count() if n_jobs == -1 else n_jobs
+    with threadpool_limits(limits=1 if n_jobs == -1 else 2, user_api="openmp"):
+        before = torch.get_num_threads()
+        clf = MetricAttentionClassifier("euclidean", n_neighbors=3, n_jobs=n_jobs).fit(X, y)
+        clf.predict(X)
+        clf.kneighbors(X[:5])
+        assert torch.get_num_threads() == before  # restored after each call
+    assert len(seen) >= 3 and set(seen) == {expected}

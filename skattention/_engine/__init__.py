@@ -9,7 +9,7 @@ from ._attention import attention, kneighbors
 from ._budget import budget_bytes, plan_rows
 from ._cluster import anneal, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
 from ._device import resolve_device, resolve_dtype, seeded_torch_rng
-from ._inputs import check_temperature
+from ._inputs import check_temperature, prepare_keys
 from ._kernels import (
     ball_counts,
     ball_sums,
@@ -21,6 +21,16 @@ from ._maps import ResidualBlock, build_map
 from ._progress import progress_bar, track, write
 from ._scores import LEARNED_METRICS, METRICS
 from ._sdpa import augmented_coordinates, scaled_dot_product
+from ._shards import (
+    Partial,
+    finish_partial,
+    is_selection,
+    merge_partials,
+    partial_neighbors,
+    selection_size,
+    shard_attention,
+    shard_lightest_weights,
+)
 from ._training import (
     ProgressReport,
     batch_rows,
@@ -33,6 +43,16 @@ __all__ = [
     # attention and its selection step
     "attention",
     "kneighbors",
+    "prepare_keys",
+    # attention over shards of the keys, merged exactly
+    "Partial",
+    "finish_partial",
+    "is_selection",
+    "merge_partials",
+    "partial_neighbors",
+    "selection_size",
+    "shard_attention",
+    "shard_lightest_weights",
     # Gaussian kernels between point sets
     "ball_counts",
     "ball_sums",

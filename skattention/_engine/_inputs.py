@@ -64,16 +64,26 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
               device, dtype, working_memory, temperature=1.0, return_weights=False,
               n_weights=None, on_empty="raise", progress=False):
     """Validate the arguments of :func:`attention` (``values`` given) or :func:`kneighbors`."""
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, queries, keys, values)
+    prepared = keys if isinstance(keys, Scorer) else None
+    if prepared is not None:
+        # keys validated and prepared once (prepare_keys): no per-call pass over them
+        dev, dt = prepared.raw.device, prepared.raw.dtype
+        check_prepared(prepared, metric, device, dtype)
+    else:
+        dev = resolve_device(device)
+        dt = resolve_dtype(dtype, queries, keys, values)
     Q = as_tensor(queries, "queries", dev, dt, ndims=(2,))
-    K = as_tensor(keys, "keys", dev, dt, ndims=(2,))
-    n_q, n_k = Q.shape[0], K.shape[0]
+    if prepared is None:
+        K = as_tensor(keys, "keys", dev, dt, ndims=(2,))
+        n_k, key_features = K.shape
+    else:
+        n_k, key_features = prepared.n_keys, prepared.n_features
+    n_q = Q.shape[0]
     if n_k == 0:
         raise ValueError("keys is empty: attention needs at least one key.")
-    if not callable(metric) and Q.shape[1] != K.shape[1]:
+    if not callable(metric) and Q.shape[1] != key_features:
         raise ValueError(
-            f"queries have {Q.shape[1]} features but keys have {K.shape[1]}; they must match."
+            f"queries have {Q.shape[1]} features but keys have {key_features}; they must match."
         )
     V = None
     if values is not None:
@@ -96,7 +106,8 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
     self_index = check_exclude_self(exclude_self, n_q, n_k, dev)
     budget = budget_bytes(working_memory)
     spec = Spec(
-        device=dev, dtype=dt, queries=Q, scorer=Scorer(K, metric), n_neighbors=n_neighbors,
+        device=dev, dtype=dt, queries=Q, scorer=prepared or Scorer(K, metric),
+        n_neighbors=n_neighbors,
         radius=radius, prior_vec=prior_vec, prior_fn=prior_fn, self_index=self_index,
         budget=budget, progress=progress, as_numpy=not isinstance(queries, torch.Tensor),
     )
@@ -112,6 +123,44 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
         raise ValueError(f"on_empty must be 'raise' or 'zero', got {on_empty!r}.")
     spec.on_empty = on_empty
     return spec
+
+
+def prepare_keys(keys, *, metric="sqeuclidean", device="auto", dtype=None):
+    """Keys validated and prepared once for many :func:`attention` / :func:`kneighbors` calls.
+
+    Pass the result as ``keys``: the calls then skip the per-call conversion, finiteness check
+    and preparation (centring, norms) of the keys, which for a single query row cost more than
+    its attention. ``metric``, ``device`` and ``dtype`` of the calls must match (``device`` and
+    ``dtype`` may be left to their defaults).
+    """
+    if not (callable(metric) or (isinstance(metric, str) and metric in ENGINE_METRICS)):
+        raise ValueError(
+            f"metric={metric!r} is not supported; use one of {ENGINE_METRICS} or a callable."
+        )
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, keys)
+    return Scorer(as_tensor(keys, "keys", dev, dt, ndims=(2,)), metric)
+
+
+def check_prepared(prepared, metric, device, dtype):
+    """The call's ``metric``, ``device`` and ``dtype`` against those of prepared keys."""
+    raw = prepared.raw
+    if metric != prepared.metric:
+        raise ValueError(
+            f"metric={metric!r} differs from the metric the keys were prepared for "
+            f"({prepared.metric!r})."
+        )
+    if not (device is None or (isinstance(device, str) and device == "auto")):
+        asked = resolve_device(device)
+        # "cuda" names the current device, which tensors report as "cuda:0"
+        if (asked.type, asked.index or 0) != (raw.device.type, raw.device.index or 0):
+            raise ValueError(
+                f"device={device!r} differs from the device of the prepared keys ({raw.device})."
+            )
+    if dtype is not None and resolve_dtype(dtype) != raw.dtype:
+        raise ValueError(
+            f"dtype={dtype!r} differs from the dtype of the prepared keys ({raw.dtype})."
+        )
 
 
 def check_weights_count(spec, return_weights, n_weights):

@@ -25,6 +25,7 @@ from ._blocks import (
 )
 from ._budget import cpu_block_rows, plan_blocks, plan_rows
 from ._exact import merge_exact, sort_exact
+from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
 
 
@@ -45,20 +46,31 @@ def nearest_blocks(spec, k, query_bytes, what):
     n_q, n_k = Q.shape[0], scorer.n_keys
     m = _n_candidates(k, n_k)
     item = Q.element_size()
-    bq, bk = plan_blocks(
-        n_q, n_k, pair_bytes=score_pair_bytes(spec),
-        # top-k buffers and their merge; exact values, indices and their two sorts
-        row_bytes=query_bytes + 3 * m * (item + 8) + 2 * item * Q.shape[1] + 6 * 8 * m,
-        budget=spec.budget, device=Q.device, what=what, hint="use a smaller n_neighbors",
+    # top-k buffers and their merge; exact values, indices and their two sorts
+    row_bytes = query_bytes + 3 * m * (item + 8) + 2 * item * Q.shape[1] + 6 * 8 * m
+    plan = dict(
+        pair_bytes=score_pair_bytes(spec), row_bytes=row_bytes, device=Q.device, what=what,
+        hint="use a smaller n_neighbors",
     )
-    for qs in track(range(0, n_q, bq), spec.progress, desc=what, unit="block"):
+    bq, bk = plan_blocks(n_q, n_k, budget=spec.budget, **plan)
+    workers, bq, bk = parallel_plan(spec, n_q, n_k, bq, bk, plan)
+
+    def select(qs):
         qe = min(n_q, qs + bq)
         q_raw = scorer.map_queries(Q[qs:qe])
         q = scorer.centre(q_raw)
         q_index = query_index(spec, slice(qs, qe), q.device)
         with torch.no_grad():
-            f, idx = _select(spec, q.detach(), q_raw.detach(), slice(qs, qe), q_index, k, m, bk)
-        yield qs, qe, q, q_index, f, idx
+            f, idx = _select(
+                block_spec(spec), q.detach(), q_raw.detach(), slice(qs, qe), q_index, k, m, bk
+            )
+        return qs, qe, q, q_index, f, idx
+
+    starts = range(0, n_q, bq)
+    yield from track(
+        map_blocks(select, starts, workers), spec.progress, total=len(starts), desc=what,
+        unit="block",
+    )
 
 
 def _select(spec, q, q_raw, rows, q_index, k, m, bk):
@@ -143,8 +155,23 @@ def _keys_to_select(spec, k):
     ``k`` (a key's weight ``exp(log_prior)`` is its multiplicity, see :func:`_multiplicity`)."""
     if spec.prior_vec is None or spec.n_neighbors is None:
         return k
-    weight = torch.exp(spec.prior_vec.detach().double())
+    return keys_to_select(lightest_weights(spec.prior_vec, k), k)
+
+
+def lightest_weights(log_prior, k):
+    """The lightest positive key weights ``exp(log_prior)``, ascending, as many as it takes
+    to add up to ``k`` (all when they never do): all :func:`keys_to_select` needs, also from
+    several shards of the keys at once."""
+    weight = torch.exp(log_prior.detach().double())
     lightest = torch.sort(weight[weight > 0]).values
+    reach = int(torch.searchsorted(torch.cumsum(lightest, 0), float(k)))
+    return lightest[: reach + 1]
+
+
+def keys_to_select(lightest, k):
+    """How many keys the k units need when the lightest weights are ``lightest`` (ascending,
+    float64; from one or several :func:`lightest_weights`)."""
+    lightest = torch.sort(lightest).values
     reach = torch.searchsorted(torch.cumsum(lightest, 0), float(k))
     return max(1, min(int(reach) + 1, lightest.numel()))
 
@@ -174,44 +201,63 @@ def knn_attention(spec):
     what = f"k-NN attention with n_neighbors={k}" if spec.n_neighbors else "1-NN attention"
     outs, weights, indices = [], [], []
     for qs, _, q, q_index, f, idx in nearest_blocks(spec, n_select, gather_bytes, what):
-        valid = idx >= 0
         safe_idx = idx.clamp(min=0)
         # Scores recomputed with the graph when differentiating, else the exact ones.
         s = scorer.exact(q, idx) if spec.grad else scorer.scores_of_f(f).to(q.dtype)
-        s = torch.where(valid, s, NEG_INF)
-        prior = torch.zeros_like(s)
-        if spec.prior_vec is not None:
-            prior = spec.prior_vec[safe_idx]
-            if spec.n_neighbors is not None:
-                prior = _multiplicity(prior, valid, k)
+        log_weight = None if spec.prior_vec is None else spec.prior_vec[safe_idx]
+        bias = None
         if spec.prior_fn is not None:
-            prior = prior + call_prior_fn(spec.prior_fn, q_index, safe_idx, s)
-        if T == 0.0:
-            nearest = torch.zeros_like(valid)
-            nearest[:, 0] = valid[:, 0]
-            z = torch.where(nearest, 0.0, NEG_INF).to(s.dtype)
-        elif T == math.inf:
-            z = torch.where(valid, prior, NEG_INF)
-        else:
-            z = torch.where(valid, scaled(s, T) + prior, NEG_INF)
-        m = z.amax(1, keepdim=True)
-        p = torch.exp(z - torch.where(torch.isfinite(m), m, 0.0))
-        total = p.sum(1)
-        empty = empty_rows(total, qs, spec.on_empty, spec.radius)
-        # Sum first, divide once: equal vote counts stay exactly equal.
-        total = torch.where(total > 0, total, 1.0)[:, None]
-        out = torch.bmm(p[:, None, :], V[safe_idx]).squeeze(1) / total
-        outs.append(torch.where(empty[:, None], 0.0, out))
+            bias = call_prior_fn(spec.prior_fn, q_index, safe_idx, s)
+        out, p, selected = softmax_over_selected(
+            s, idx, V[safe_idx], log_weight, bias, T, spec.n_neighbors,
+            lambda total, qs=qs: empty_rows(total, qs, spec.on_empty, spec.radius),
+        )
+        outs.append(out)
         if n_weights is not None:
-            # keys past the k units of a weighted selection are not selected
-            w, i = p / total, torch.where(torch.isneginf(prior), -1, idx)
-            pad = n_weights - w.shape[1]
+            pad = n_weights - p.shape[1]
             if pad > 0:
-                w = torch.nn.functional.pad(w, (0, pad))
-                i = torch.nn.functional.pad(i, (0, pad), value=-1)
-            weights.append(w[:, :n_weights])
-            indices.append(i[:, :n_weights])
+                p = torch.nn.functional.pad(p, (0, pad))
+                selected = torch.nn.functional.pad(selected, (0, pad), value=-1)
+            weights.append(p[:, :n_weights])
+            indices.append(selected[:, :n_weights])
     return backend_result(outs, weights, indices, n_weights, V)
+
+
+def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_rows_of):
+    """Attention over each query's selected keys (``idx``, ``-1`` for padding; ``s`` their
+    scores, ``values`` their value rows (q, n, dv)): the k-NN prior's softmax, or at ``T = 0``
+    the first (nearest) key alone.
+
+    ``log_weight``: the selected keys' per-key log-prior (``None``: none), a multiplicity when
+    ``k_units`` (the k-NN prior's ``n_neighbors``) is given; ``bias``: a further log-bias;
+    ``empty_rows_of(total)``: the rows with no weight (or an error). Returns the outputs, the
+    normalised weights and the indices of the keys that got weight (``-1`` past the k units).
+    """
+    valid = idx >= 0
+    s = torch.where(valid, s, NEG_INF)
+    prior = torch.zeros_like(s)
+    if log_weight is not None:
+        prior = log_weight if k_units is None else _multiplicity(log_weight, valid, k_units)
+    if bias is not None:
+        prior = prior + bias
+    if T == 0.0:
+        nearest = torch.zeros_like(valid)
+        nearest[:, 0] = valid[:, 0]
+        z = torch.where(nearest, 0.0, NEG_INF).to(s.dtype)
+    elif T == math.inf:
+        z = torch.where(valid, prior, NEG_INF)
+    else:
+        z = torch.where(valid, scaled(s, T) + prior, NEG_INF)
+    m = z.amax(1, keepdim=True)
+    p = torch.exp(z - torch.where(torch.isfinite(m), m, 0.0))
+    total = p.sum(1)
+    empty = empty_rows_of(total)
+    # Sum first, divide once: equal vote counts stay exactly equal.
+    total = torch.where(total > 0, total, 1.0)[:, None]
+    out = torch.bmm(p[:, None, :], values).squeeze(1) / total
+    # keys past the k units of a weighted selection are not selected
+    selected = torch.where(torch.isneginf(prior), -1, idx)
+    return torch.where(empty[:, None], 0.0, out), p / total, selected
 
 
 def nearest_keys(spec):

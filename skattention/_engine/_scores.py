@@ -45,6 +45,8 @@ class Scorer:
     """
 
     def __init__(self, keys, metric):
+        self.metric = metric
+        self.n_features = keys.shape[1]
         self.phi = metric if callable(metric) else None
         self.kind = "sqeuclidean" if callable(metric) else metric
         if self.phi is not None:

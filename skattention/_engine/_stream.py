@@ -24,11 +24,14 @@ from ._blocks import (
     score_pair_bytes,
 )
 from ._budget import plan_blocks
+from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
 
 
-def stream_attention(spec):
-    """``(out,)`` or, with ``spec.n_weights``, ``(out, weights, indices)``."""
+def stream_attention(spec, state_only=False):
+    """``(out,)`` or, with ``spec.n_weights``, ``(out, weights, indices)``; with
+    ``state_only``, the online softmax state ``(m, l, o)`` of every query instead (running max,
+    sum of ``exp(z - m)`` and weighted values: what shards of the keys merge, ``_shards.py``)."""
     scorer, Q, V, T, n_weights = (
         spec.scorer,
         spec.queries,
@@ -46,30 +49,32 @@ def stream_attention(spec):
     # (T = 0 is a selection: the k-NN backend's.)
     need_raw = uniform or spec.radius is not None or spec.prior_fn is not None
     query_bytes = item * (2 * dv + 4 + 2 * Q.shape[1]) + (n_weights or 0) * 3 * (2 * item + 8)
-    bq, bk = plan_blocks(
-        n_q, n_k, pair_bytes=score_pair_bytes(spec), row_bytes=query_bytes, budget=spec.budget,
-        device=Q.device, what="dense attention", hint="use a smaller n_neighbors",
-        cache_sized=inplace,
+    plan = dict(
+        pair_bytes=score_pair_bytes(spec), row_bytes=query_bytes, device=Q.device,
+        what="dense attention", hint="use a smaller n_neighbors", cache_sized=inplace,
     )
+    bq, bk = plan_blocks(n_q, n_k, budget=spec.budget, **plan)
+    workers, bq, bk = parallel_plan(spec, n_q, n_k, bq, bk, plan)
     # One block holds every key: one softmax (fewer ops to differentiate). Not for the uniform
     # limit, whose weights are summed unnormalised and divided once, so that equal vote counts
     # stay exactly equal.
-    single_block = bk >= n_k and not n_weights and not uniform
-    outs, weights, indices = [], [], []
-    for qs in track(range(0, n_q, bq), spec.progress, desc="attention", unit="block"):
+    single_block = bk >= n_k and not n_weights and not uniform and not state_only
+
+    def query_block(qs):
         qe = min(n_q, qs + bq)
         rows = slice(qs, qe)
         q_raw = scorer.map_queries(Q[qs:qe])
         q = scorer.centre(q_raw)
         q_index = query_index(spec, rows, q.device)
-        if spec.radius is not None:
-            spec.radius.start_block(scorer, q, q_raw, rows, spec.budget)
+        block = block_spec(spec)
+        if block.radius is not None:
+            block.radius.start_block(scorer, q, q_raw, rows, spec.budget)
         state = OnlineSoftmax(qe - qs, dv, q)
         top = TopK(qe - qs, n_weights, q, with_aux=uniform) if n_weights else None
         for ks in range(0, n_k, bk):
             ke = min(n_k, ks + bk)
             if need_raw:
-                s, bias = raw_scores(spec, q, rows, ks, ke, q_index, inplace)
+                s, bias = raw_scores(block, q, rows, ks, ke, q_index, inplace)
                 prior = block_prior(spec.prior_vec, bias, ks, ke, s)
                 if uniform:
                     z = aux = torch.where(s > NEG_INF, prior.expand_as(s), NEG_INF)
@@ -89,11 +94,33 @@ def stream_attention(spec):
                 state.single(z, V)
             else:
                 state.update(z, V[ks:ke], inplace)
+        if state_only:
+            # Partial scores are ||q||^2 - f in the keys' centred coordinates; states of other
+            # key sets (shards, centred elsewhere) compare on -f / T: remove the query term
+            # ("euclidean" logits are whole scores already).
+            whole = uniform or not scorer.squared
+            max_z = state.m if whole else state.m - scaled(scorer.query_offset(q), T)
+            return (max_z, state.l, state.o), None, None
         empty = empty_rows(state.l, qs, spec.on_empty, spec.radius)
-        outs.append(state.result())
-        if top is not None:
-            weights.append(_top_weights(top, state, empty, uniform))
-            indices.append(torch.where(top.r > NEG_INF, top.i, -1))
+        if top is None:
+            return state.result(), None, None
+        weights = _top_weights(top, state, empty, uniform)
+        return state.result(), weights, torch.where(top.r > NEG_INF, top.i, -1)
+
+    starts = range(0, n_q, bq)
+    outs, weights, indices = [], [], []
+    for out, w, i in track(
+        map_blocks(query_block, starts, workers), spec.progress, total=len(starts),
+        desc="attention", unit="block",
+    ):
+        outs.append(out)
+        if w is not None:
+            weights.append(w)
+            indices.append(i)
+    if state_only:
+        return tuple(torch.cat(parts) for parts in zip(*outs, strict=True)) if outs else (
+            V.new_zeros(0), V.new_zeros(0), V.new_zeros((0, dv))
+        )
     return backend_result(outs, weights, indices, n_weights, V)
 
 

@@ -27,7 +27,9 @@ from .._engine import (
     soft_kmeans,
     sqdist_to_centers,
 )
+from ..utils._callbacks import report_subtask
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
+from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight, _fit_context
 
@@ -36,6 +38,7 @@ class AttentionKMeans(
     ClassNamePrefixFeaturesOutMixin,
     TransformerMixin,
     ClusterMixin,
+    EstimatorMixin,
     DevicePortableMixin,
     BaseEstimator,
 ):
@@ -270,6 +273,7 @@ class AttentionKMeans(
                 best = (ct, labels, inertia, n_anneal + n_iter)
             runs.set_postfix(inertia=f"{inertia:.6g}", best=f"{best[2]:.6g}", refresh=False)
             runs.update()
+            report_subtask(self, "run")
         runs.close()
 
         ct, labels, inertia, n_iter = best
@@ -300,6 +304,10 @@ class AttentionKMeans(
         else:
             self.temperature_ = T
         return self
+
+    def _fit_subtasks(self):
+        """Subtasks of the fit for scikit-learn's callbacks: the runs (unknown for "auto")."""
+        return None if self.n_init == "auto" else self.n_init
 
     def _resolve_n_init(self, T):
         if self.n_init != "auto":

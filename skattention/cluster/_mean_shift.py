@@ -17,7 +17,9 @@ from .._engine import (
     progress_bar,
     resolve_device,
 )
+from ..utils._callbacks import report_subtask
 from ..utils._device import DevicePortableMixin
+from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _fit_context
 
@@ -25,7 +27,7 @@ from ..utils._sklearn_compat import _fit_context
 _BANDWIDTH_MAX_SAMPLES = 10000
 
 
-class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
+class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, BaseEstimator):
     """Mean shift as repeated attention: the modes attend over the data and move to the output.
 
     Each iteration is one attention step with the seeds (modes) as queries and the training
@@ -37,7 +39,7 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
     nearest remaining centre.
 
     With ``blurring=True`` the points attend to *themselves* and move (Gaussian blurring mean
-    shift): ``X <- S(X) X``, the self-attention flow of THEORY.md, which is a drift-diffusion
+    shift): ``X <- S(X) X``, the self-attention flow of :doc:`/theory`, which is a drift-diffusion
     that collapses the points into clusters; the collapsed groups are the clusters.
 
     Parameters
@@ -217,6 +219,7 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
                     Y, n_iter = Y_new, n_iter + 1
                     bar.set_postfix(shift=f"{shift:.3g}", refresh=False)
                     bar.update()
+                    report_subtask(self, "step")
                     if shift <= stop:
                         break
             modes, point_positions = Y, Y
@@ -270,6 +273,7 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
                     break
                 bar.set_postfix(moving=idx.numel(), refresh=False)
                 bar.update()
+                report_subtask(self, "step")
                 old = modes[idx]
                 new, within = kernel.step(old, kernel.points)
                 if within is not None:
@@ -293,6 +297,10 @@ class AttentionMeanShift(ClusterMixin, DevicePortableMixin, BaseEstimator):
                 "strategy or increase the bandwidth."
             )
         return modes[found], counts[found], n_iter
+
+    def _fit_subtasks(self):
+        """Subtasks of the fit for scikit-learn's callbacks: the mean-shift steps."""
+        return self.max_iter + 1
 
     def _progress(self):
         return progress_bar(

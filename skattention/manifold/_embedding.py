@@ -11,6 +11,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import attention, kneighbors, progress_bar, resolve_device
 from ..utils._device import DevicePortableMixin
+from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, HasMethods, Interval, StrOptions
 from ..utils._sklearn_compat import _fit_context
 from ._operator import (
@@ -31,7 +32,8 @@ _RADIUS_SLACK = 1e-6
 
 
 class AttentionDiffusionEmbedding(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, DevicePortableMixin, BaseEstimator
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, EstimatorMixin, DevicePortableMixin,
+    BaseEstimator,
 ):
     """Diffusion-map embedding with the attention matrix as the diffusion operator.
 
@@ -41,7 +43,7 @@ class AttentionDiffusionEmbedding(
     the kernel density at ``x_j``, is the Markov operator of Coifman and Lafon's diffusion maps.
     Its leading non-trivial right eigenvectors ``psi_k``, scaled by ``mu_k ** diffusion_time``,
     are the embedding. As ``epsilon -> 0``, ``(S - I) / (epsilon / 4)`` tends to
-    ``Lap + 2 (1 - alpha) <grad log p, grad>`` (THEORY.md section 1): ``alpha=0`` is raw
+    ``Lap + 2 (1 - alpha) <grad log p, grad>`` (:doc:`/theory`): ``alpha=0`` is raw
     attention with its drift towards dense regions, ``alpha=0.5`` a Fokker–Planck operator and
     ``alpha=1`` the Laplace–Beltrami operator (the heat equation), whatever the sampling density.
 

@@ -2,7 +2,7 @@
 
 S = softmax_j(-||x_i - x_j||^2 / eps - alpha log q_j), q_j = sum_l exp(-||x_j - x_l||^2 / eps), is
 Coifman–Lafon's alpha-normalised diffusion operator written as attention with a log-prior
-(THEORY.md sections 1 and 2). It is similar to the symmetric matrix
+(the documentation's theory page). It is similar to the symmetric matrix
 A = D^-1/2 K_alpha D^-1/2 (K_alpha = Q^-alpha K Q^-alpha, D its row sums), whose eigenvectors
 are computed instead so that everything stays real.
 """

@@ -1,4 +1,5 @@
-"""The continuous limit of attention (THEORY.md section 1), as functions a user can check.
+"""The continuous limit of attention (the documentation's theory page), as functions a user can
+check.
 
 One attention step ``S = softmax_j(-||x_i - x_j||^2 / epsilon)`` is an Euler step of size
 ``epsilon / 4`` of ``dH/dt = Lap H + 2 <grad log p, grad H>``; repeated attention therefore
@@ -41,7 +42,7 @@ def attention_generator(X, f_values, eps="deprecated", alpha=0.0, *, epsilon=Non
 
         Lap f + 2 (1 - alpha) <grad log p, grad f>
 
-    (THEORY.md section 1): diffusion plus a drift towards dense regions for ``alpha=0`` (raw
+    (:doc:`/theory`): diffusion plus a drift towards dense regions for ``alpha=0`` (raw
     attention), the Laplace–Beltrami operator alone for ``alpha=1``.
 
     Parameters
@@ -137,7 +138,7 @@ def spectral_cluster_count(
     """Count clusters as the near-zero eigenvalues of ``I - S``, ``S`` the attention operator.
 
     Repeated self-attention is a drift-diffusion whose only stationary states are constant on
-    each connected region (THEORY.md section 1): every (transient) cluster contributes an
+    each connected region (:doc:`/theory`): every (transient) cluster contributes an
     eigenvalue of ``S`` at or near 1, i.e. of ``I - S`` near 0, separated from the rest by a gap.
     ``S`` is built exactly as in :class:`AttentionDiffusionEmbedding` (same ``epsilon``,
     ``n_neighbors`` and ``alpha``; ``alpha=0`` is raw attention).

@@ -9,8 +9,8 @@ import torch
 from scipy import sparse
 from sklearn.base import BaseEstimator
 from sklearn.model_selection import train_test_split
-from sklearn.utils import check_consistent_length, check_random_state, gen_batches
-from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils import check_consistent_length, check_random_state
+from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import (
@@ -24,15 +24,19 @@ from .._engine import (
     calibrate_temperature,
     kneighbors,
     plan_rows,
+    prepare_keys,
     progress_bar,
     resolve_device,
     seeded_torch_rng,
     train_metric,
 )
+from ..utils._callbacks import EpochTasks
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
+from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight
-from ..utils._validation import encode_classes
+from ..utils._threads import uses_n_jobs
+from ..utils._validation import encode_classes, label_columns
 from ._tabular import _CodesLayout, _DenseLayout, _TabularEncoder, pd
 
 # temperature="auto" with the fixed metric: leave-one-out choice on a geometric grid around the
@@ -68,7 +72,7 @@ _SCALE_CHUNK = 256
 _X_CHECKS = dict(dtype=None, accept_sparse=("csr", "csc"), ensure_all_finite="allow-nan")
 
 
-class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
+class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
     """Training, storage and engine calls shared by the metric-attention estimators.
 
     Inputs of any column types are encoded into one dense float matrix (``_validate_train``).
@@ -79,7 +83,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
     """
 
     _parameter_constraints: dict = {
-        "metric": [StrOptions(set(METRICS))],
+        "metric": [StrOptions(set(METRICS) | {"precomputed"})],
         "categorical_features": ["array-like", StrOptions({"from_dtype"}), None],
         "numeric_embedding": [StrOptions({"auto", "plr", "none"})],
         "temperature": [Interval(Real, 0, None, closed="both"), StrOptions({"auto"})],
@@ -104,6 +108,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         "verbose": ["verbose"],
         "device": [str, torch.device],
         "dtype": [StrOptions(set(_TORCH_DTYPES)), None],
+        "n_jobs": [Integral, None],
     }
 
     def __init__(self, metric="tabular", *, temperature="auto", n_neighbors=None, radius=None,
@@ -111,7 +116,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                  activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
                  learning_rate=1e-2, weight_decay=2e-4, sample_rate="auto", early_stopping=True,
                  validation_fraction=0.15, n_iter_no_change=8, tol=1e-4, warm_start=False,
-                 random_state=None, verbose=0, device="auto", dtype=None,
+                 random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
                  categorical_features="from_dtype"):
         self.metric = metric
         self.temperature = temperature
@@ -137,6 +142,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
         self.verbose = verbose
         self.device = device
         self.dtype = dtype
+        self.n_jobs = n_jobs
         self.categorical_features = categorical_features
 
     # ------------------------------------------------------------------ input
@@ -203,24 +209,39 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fit
 
-    def _fit_labels(self, X, y, sample_weight, same_classes_on_warm_start=False):
+    def _fit_labels(self, X, y, sample_weight, same_classes_on_warm_start=False,
+                    multi_output=False):
         """Fit on class labels: the one-hot labels are the values, ``class_weight`` a key prior.
 
         ``same_classes_on_warm_start``: a warm start must see the classes of the previous fit.
+        ``multi_output``: ``y`` may have several columns (outputs), each with its own classes;
+        the values are their one-hot blocks side by side, ``classes_`` a list (as in
+        :class:`~sklearn.neighbors.KNeighborsClassifier`). A learned metric then trains on the
+        squared error of the blocks (the log-loss of one block does not extend to several).
         """
-        X, y = self._validate_train(X, y)
-        classes, y_encoded = encode_classes(self, y)
+        X, y = self._validate_train(X, y, multi_output=multi_output)
+        y = label_columns(y)
+        self.outputs_2d_ = y.ndim == 2
+        columns = y if self.outputs_2d_ else y[:, None]
+        per_output, encoded = zip(*(encode_classes(self, column) for column in columns.T),
+                                  strict=True)
+        classes = list(per_output) if self.outputs_2d_ else per_output[0]
         if (same_classes_on_warm_start and self.warm_start and hasattr(self, "classes_")
-                and not np.array_equal(classes, self.classes_)):
+                and not _same_classes(classes, self.classes_)):
             raise ValueError("warm_start needs the same classes as the previous fit.")
         self.classes_ = classes
         key_weight = None
         if self.class_weight is not None:
-            key_weight = compute_class_weight(self.class_weight, classes=classes, y=y)[y_encoded]
-        self._fit_y = y_encoded
-        values = np.eye(classes.size, dtype=X.dtype)[y_encoded]
+            key_weight = compute_sample_weight(self.class_weight, y)
+        # each output's labels as columns of the side-by-side one-hot blocks
+        offsets = np.cumsum([0] + [c.size for c in per_output])
+        self._fit_y = np.column_stack(encoded) + offsets[:-1]
+        values = np.zeros((X.shape[0], offsets[-1]), dtype=X.dtype)
+        values[np.arange(X.shape[0])[:, None], self._fit_y] = 1
+        single = self._fit_y.shape[1] == 1
         self._fit_attention(
-            X, values, sample_weight, key_weight, loss="log_loss", stratify=y_encoded
+            X, values, sample_weight, key_weight, loss="log_loss" if single else "squared_error",
+            stratify=self._fit_y[:, 0] if single else None,
         )
         return self
 
@@ -330,7 +351,7 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
                     n_iter_no_change=self.n_iter_no_change, tol=self.tol, generator=generator,
                     max_validation_keys=_VALIDATION_KEYS, history=previous,
                     optimizer_state=getattr(self, "_optimizer_state", None) if warm else None,
-                    callbacks=[report],
+                    callbacks=[report, EpochTasks(self)],
                 )
             if validation is not None and self.temperature == "auto":
                 calibrate_temperature(metric_map, log_t, Xt, Vt, Wt, validation, loss)
@@ -479,9 +500,14 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             return _TORCH_DTYPES[self.dtype]
         return torch.float32 if self._fit_X.dtype == np.float32 else torch.float64
 
-    def _engine_kwargs(self, temperature=None):
+    def _engine_metric(self):
+        return METRICS[self.metric]
+
+    def _engine_kwargs(self, temperature=None, queries=None):
+        """The engine's arguments for the estimator's attention; ``queries``: the mapped query
+        block of the call (a precomputed metric's radius mask is read from it)."""
         return dict(
-            metric=METRICS[self.metric],
+            metric=self._engine_metric(),
             temperature=self.temperature_ if temperature is None else temperature,
             n_neighbors=self.n_neighbors,
             radius=self.radius,
@@ -490,16 +516,21 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             dtype=self._compute_dtype(),
         )
 
+    def _engine_keys(self):
+        """The fitted keys prepared for the engine once per compute device and dtype."""
+        metric = self._engine_metric()
+        return self._on_device(
+            ("keys", metric), self._fit_Z, resolve_device(self.device), self._compute_dtype(),
+            lambda Z, device, dtype: prepare_keys(Z, metric=metric, device=device, dtype=dtype),
+        )
+
     def _embed(self, X, side="query"):
         """Inputs mapped into the space where attention scores are computed (NumPy)."""
         if self.metric not in LEARNED_METRICS:
             return X
         device = resolve_device(self.device)
         dtype = self._compute_dtype()
-        metric_map = self.map_
-        if device.type != "cpu" or dtype != torch.float32:
-            metric_map = copy.deepcopy(metric_map).to(device=device, dtype=dtype)
-        metric_map.eval()
+        metric_map = self._on_device("map", self.map_, device, dtype, _map_for_inference)
         fn = metric_map.query if side == "query" else metric_map.key
         out = np.empty(
             (X.shape[0], self.map_.n_components),
@@ -512,7 +543,8 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             X.shape[0], row_bytes=row_bytes, budget=budget_bytes(), max_rows=_EMBED_CHUNK
         )
         with torch.no_grad():
-            for batch in gen_batches(X.shape[0], rows):
+            for start in range(0, X.shape[0], rows):
+                batch = slice(start, start + rows)
                 xb = torch.as_tensor(X[batch], dtype=dtype, device=device)
                 out[batch] = fn(xb).cpu().numpy()
         return out
@@ -529,16 +561,17 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             values, on_empty = np.hstack([values, ones]), "zero"
         out = [
             attention(
-                self._embed(Q), self._fit_Z, values, on_empty=on_empty, progress=self.verbose,
-                **self._engine_kwargs(),
+                Z, self._engine_keys(), values, on_empty=on_empty, progress=self.verbose,
+                **self._engine_kwargs(queries=Z),
             )
-            for Q in self._validate_queries(X)
+            for Z in map(self._embed, self._validate_queries(X))
         ]
         out = np.asarray(np.concatenate(out), dtype=np.float64)
         if self.radius is None:
             return out, None
         return out[:, :-1], out[:, -1] == 0
 
+    @uses_n_jobs
     def attention_weights(self, X=None, n_weights=None):
         """The largest attention weights behind each prediction and the training points they
         fall on.
@@ -581,11 +614,11 @@ class _BaseMetricAttention(DevicePortableMixin, BaseEstimator):
             )
         weights, indices = zip(*(
             attention(
-                self._embed(Q), self._fit_Z, self._fit_values, exclude_self=exclude_self,
+                Z, self._engine_keys(), self._fit_values, exclude_self=exclude_self,
                 return_weights=True, n_weights=n_weights, on_empty="zero", progress=self.verbose,
-                **self._engine_kwargs(),
+                **self._engine_kwargs(queries=Z),
             )[1:]
-            for Q in blocks
+            for Z in map(self._embed, blocks)
         ), strict=True)
         return np.asarray(np.concatenate(weights), dtype=np.float64), np.concatenate(indices)
 
@@ -680,11 +713,25 @@ def _leave_one_unit_out_prior(log_prior, queries, weights):
     return log_prior_fn
 
 
+def _same_classes(a, b):
+    """Whether two ``classes_`` (an array, or a list of arrays per output) are equal."""
+    if isinstance(a, list) or isinstance(b, list):
+        return (isinstance(a, list) and isinstance(b, list) and len(a) == len(b)
+                and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True)))
+    return np.array_equal(a, b)
+
+
 def _weighted_median(values, weights):
     """Smallest value whose cumulative weight reaches half the total (repeats = weights)."""
     order = np.argsort(values, kind="stable")
     cum = np.cumsum(weights[order])
     return values[order][np.searchsorted(cum, 0.5 * cum[-1])]
+
+
+def _map_for_inference(metric_map, device, dtype):
+    """A copy of the fitted map on the compute device and dtype, in eval mode (the fitted
+    ``map_`` itself stays on the CPU in its training dtype)."""
+    return copy.deepcopy(metric_map).to(device=device, dtype=dtype).eval()
 
 
 def _to_cpu(state):

@@ -8,13 +8,18 @@ from sklearn.base import ClassifierMixin
 
 from ..utils._param_validation import StrOptions
 from ..utils._sklearn_compat import _fit_context
+from ..utils._threads import uses_n_jobs
 from ..utils._validation import ProbabilisticClassifierMixin
 from . import _docs
 from ._base import _BaseMetricAttention
+from ._convergence import ConvergenceCheckMixin
+from ._precomputed import PrecomputedMixin
+from ._queries import NeighborsQueryMixin
 
 
 class MetricAttentionClassifier(
-    ProbabilisticClassifierMixin, ClassifierMixin, _BaseMetricAttention
+    ProbabilisticClassifierMixin, ClassifierMixin, PrecomputedMixin, NeighborsQueryMixin,
+    ConvergenceCheckMixin, _BaseMetricAttention,
 ):
     """Classifier by attention over the training set under a learned (or fixed) pseudo-metric.
 
@@ -36,26 +41,33 @@ class MetricAttentionClassifier(
     {METRIC}
     {TEMPERATURE}
     {NEIGHBORS}
-    class_weight : dict or "balanced", default=None
+    class_weight : dict, list of dict or "balanced", default=None
         Weight of each class, multiplied into the sample weights: a prior on the training
         points as keys and a weight of their training loss. ``"balanced"`` uses
-        ``n_samples / (n_classes * np.bincount(y))``.
-    outlier_label : label or "most_frequent", default=None
+        ``n_samples / (n_classes * np.bincount(y))``. With several outputs, a list of dicts
+        (one per output) or ``"balanced"``, multiplied across outputs (as
+        :func:`~sklearn.utils.class_weight.compute_sample_weight`).
+    outlier_label : label, "most_frequent" or list of them, default=None
         With ``radius``, the label of a query that has no training point within the radius, as
         in :class:`~sklearn.neighbors.RadiusNeighborsClassifier`: its probabilities are one-hot
         on that class (all 0, with a warning, for a label that is not a training class), and
         ``"most_frequent"`` is the most frequent training class. ``None``: such a query raises
-        ``ValueError``. Without ``radius`` every query has neighbours and it is not used.
+        ``ValueError``. Without ``radius`` every query has neighbours and it is not used. A
+        list gives one per output.
     {LEARNING}
     {DEVICE}
     {CATEGORICAL}
 
     Attributes
     ----------
-    classes_ : ndarray of shape (n_classes,)
-        Class labels.
-    outlier_label_ : label or None
-        The label given to queries with no neighbour within ``radius``.
+    classes_ : ndarray of shape (n_classes,) or list of them
+        Class labels; with several outputs (``y`` of shape (n_samples, n_outputs)), one array
+        per output.
+    outputs_2d_ : bool
+        Whether ``y`` had several outputs: then ``predict`` returns shape
+        (n_queries, n_outputs) and ``predict_proba`` a list of arrays, one per output.
+    outlier_label_ : label, list of labels or None
+        The label given to queries with no neighbour within ``radius`` (one per output).
     {FIT_ATTRIBUTES}
 
     See Also
@@ -82,8 +94,8 @@ class MetricAttentionClassifier(
 
     _parameter_constraints: dict = {
         **_BaseMetricAttention._parameter_constraints,
-        "class_weight": [dict, StrOptions({"balanced"}), None],
-        "outlier_label": [Real, str, None],
+        "class_weight": [dict, list, StrOptions({"balanced"}), None],
+        "outlier_label": [Real, str, list, None],
     }
 
     def __init__(self, metric="tabular", *, temperature="auto", n_neighbors=None, radius=None,
@@ -92,7 +104,7 @@ class MetricAttentionClassifier(
                  dropout=0.0, max_iter=100, batch_size="auto", learning_rate=1e-2,
                  weight_decay=2e-4, sample_rate="auto", early_stopping=True,
                  validation_fraction=0.15, n_iter_no_change=8, tol=1e-4, warm_start=False,
-                 random_state=None, verbose=0, device="auto", dtype=None,
+                 random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
                  categorical_features="from_dtype"):
         super().__init__(
             metric, temperature=temperature, n_neighbors=n_neighbors, radius=radius,
@@ -103,12 +115,13 @@ class MetricAttentionClassifier(
             early_stopping=early_stopping, validation_fraction=validation_fraction,
             n_iter_no_change=n_iter_no_change, tol=tol, warm_start=warm_start,
             random_state=random_state, verbose=verbose, device=device, dtype=dtype,
-            categorical_features=categorical_features,
+            n_jobs=n_jobs, categorical_features=categorical_features,
         )
         self.class_weight = class_weight
         self.outlier_label = outlier_label
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @uses_n_jobs
     def fit(self, X, y, sample_weight=None):
         """Fit the metric (if learned) and store the training set as keys and values.
 
@@ -116,8 +129,8 @@ class MetricAttentionClassifier(
         ----------
         X : array-like of shape (n_samples, n_features)
             Training data.
-        y : array-like of shape (n_samples,)
-            Class labels (numbers or strings).
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Class labels (numbers or strings), one column per output.
         sample_weight : array-like of shape (n_samples,), default=None
             Weight of each training point: an additive log-prior on it as a key and the weight
             of its training loss. With ``metric="euclidean"`` an integer weight acts exactly like
@@ -128,17 +141,27 @@ class MetricAttentionClassifier(
         self : MetricAttentionClassifier
             The fitted classifier.
         """
-        self._fit_labels(X, y, sample_weight, same_classes_on_warm_start=True)
-        if isinstance(self.outlier_label, str) and self.outlier_label == "most_frequent":
-            self.outlier_label_ = self.classes_[np.bincount(self._fit_y).argmax()]
-        else:
-            self.outlier_label_ = self.outlier_label
+        self._fit_labels(X, y, sample_weight, same_classes_on_warm_start=True, multi_output=True)
+        classes = self._classes_per_output()
+        labels = self.outlier_label
+        if not isinstance(labels, list):
+            labels = [labels] * len(classes)
+        elif len(labels) != len(classes):
+            raise ValueError(
+                f"outlier_label has {len(labels)} labels but y has {len(classes)} outputs."
+            )
+        labels = [
+            c[np.bincount(y - y.min()).argmax()]
+            if isinstance(label, str) and label == "most_frequent" else label
+            for label, c, y in zip(labels, classes, self._fit_y.T, strict=True)
+        ]
+        self.outlier_label_ = labels if self.outputs_2d_ else labels[0]
         return self
 
     def _loo_loss(self, proba, rows, weight):
         """Weighted log-loss of leave-one-out class probabilities (for temperature="auto")."""
-        p_true = proba[np.arange(rows.size), self._fit_y[rows]]
-        return -np.average(np.log(np.clip(p_true, 1e-12, None)), weights=weight)
+        p_true = proba[np.arange(rows.size)[:, None], self._fit_y[rows]]  # (rows, n_outputs)
+        return -np.average(np.log(np.clip(p_true, 1e-12, None)).sum(1), weights=weight)
 
     def _predict_proba(self, X):
         proba, no_neighbour = self._propagate(X)
@@ -146,23 +169,31 @@ class MetricAttentionClassifier(
             return proba
         # RadiusNeighborsClassifier's handling of queries with no neighbour
         outliers = np.flatnonzero(no_neighbour)
-        if self.outlier_label_ is None:
+        labels = self.outlier_label_ if self.outputs_2d_ else [self.outlier_label_]
+        if any(label is None for label in labels):
             raise ValueError(
                 f"No neighbors found for test samples {outliers[:10].tolist()} within "
                 f"radius={self.radius}; use a larger radius, give a label for outliers "
                 "(outlier_label) or remove them."
             )
-        label = np.flatnonzero(self.classes_ == self.outlier_label_)
-        if label.size == 1:
-            proba[outliers, label[0]] = 1.0
-        else:
-            warnings.warn(
-                f"Outlier label {self.outlier_label_} is not in training classes. All class "
-                "probabilities of outliers will be assigned with 0.",
-                UserWarning,
-                stacklevel=3,
-            )
+        start = 0
+        for classes, label in zip(self._classes_per_output(), labels, strict=True):
+            match = np.flatnonzero(classes == label)
+            if match.size == 1:
+                proba[outliers, start + match[0]] = 1.0
+            else:
+                warnings.warn(
+                    f"Outlier label {label} is not in training classes. All class "
+                    "probabilities of outliers will be assigned with 0.",
+                    UserWarning,
+                    stacklevel=3,
+                )
+            start += classes.size
         return proba
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
 
 MetricAttentionClassifier.__doc__ = _docs.fill(MetricAttentionClassifier.__doc__)

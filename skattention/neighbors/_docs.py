@@ -11,7 +11,11 @@ METRIC = """metric : {"tabular", "mlp", "linear", "dot", "euclidean"}, default="
         - ``"linear"``: ``||W x - W y||^2`` ("L2 self-attention");
         - ``"dot"``: ``-(W_Q x).(W_K y)``, standard asymmetric dot-product attention;
         - ``"euclidean"``: ``||x - y||^2`` on the raw inputs, nothing learned (k-NN, radius
-          neighbours and Nadaraya-Watson are its exact special cases).
+          neighbours and Nadaraya-Watson are its exact special cases);
+        - ``"precomputed"``: ``D_ij^2`` for a given distance matrix: ``fit`` takes the
+          (n_samples, n_samples) distances between the training points, prediction the
+          (n_queries, n_samples) distances from the queries to them (as scikit-learn's
+          ``metric="precomputed"``); a numeric ``temperature`` is needed (not ``"auto"``).
 
         Learned metrics see the numeric columns robust-scaled (median and interquartile range,
         smoothly clipped); ``"euclidean"`` sees them as given, so that its distances are those
@@ -107,7 +111,14 @@ DEVICE = """device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
         Either way the selections (the k nearest, the radius, ``temperature=0``) are decided
         on exact distances, so they do not depend on how the queries are batched; in float64
         the averages agree across batchings to the last bits too. ``"float32"`` predicts about
-        3x faster on the CPU (dense attention over 100,000 keys: 1.9 s against 5.7 s)."""
+        3x faster on the CPU (dense attention over 100,000 keys: 1.9 s against 5.7 s).
+    n_jobs : int, default=None
+        Threads of the engine's CPU kernels (torch's OpenMP pool) during ``fit``, prediction
+        and the neighbour queries, set for the call with ``threadpoolctl`` and restored after
+        it. ``None``: the current setting (every core, unless limited by ``OMP_NUM_THREADS``,
+        ``threadpoolctl`` or a joblib worker's share); ``-1``: every core; ``-2``: all but
+        one, and so on, as joblib counts. Results do not depend on it beyond float rounding in
+        sums (learned maps are bit-identical at a given thread count). Not used on a GPU."""
 
 LEARNED_ATTRIBUTES = """map_ : torch.nn.Module or None
         The learned map (on the CPU; ``map_.query`` / ``map_.key`` map the encoded inputs).

@@ -6,11 +6,18 @@ import numpy as np
 from sklearn.base import RegressorMixin
 
 from ..utils._sklearn_compat import _fit_context
+from ..utils._threads import uses_n_jobs
 from . import _docs
 from ._base import _BaseMetricAttention
+from ._convergence import ConvergenceCheckMixin
+from ._precomputed import PrecomputedMixin
+from ._queries import NeighborsQueryMixin
 
 
-class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
+class MetricAttentionRegressor(
+    RegressorMixin, PrecomputedMixin, NeighborsQueryMixin, ConvergenceCheckMixin,
+    _BaseMetricAttention,
+):
     """Regressor by attention over the training set under a learned (or fixed) pseudo-metric.
 
     The prediction for a query ``x`` is the attention-weighted average of the training targets,
@@ -60,6 +67,7 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
     """
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @uses_n_jobs
     def fit(self, X, y, sample_weight=None):
         """Fit the metric (if learned) and store the training set as keys and values.
 
@@ -93,6 +101,7 @@ class MetricAttentionRegressor(RegressorMixin, _BaseMetricAttention):
         err = ((pred - self._fit_values[rows]) ** 2).sum(1)
         return np.average(err, weights=weight)
 
+    @uses_n_jobs
     def predict(self, X):
         """Attention-weighted average of the training targets.
 

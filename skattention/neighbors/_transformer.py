@@ -6,12 +6,14 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..utils._param_validation import StrOptions
 from ..utils._sklearn_compat import _fit_context
+from ..utils._threads import uses_n_jobs
 from . import _docs
 from ._base import _BaseMetricAttention
+from ._convergence import ConvergenceCheckMixin
 
 
 class MetricAttentionTransformer(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, _BaseMetricAttention
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, ConvergenceCheckMixin, _BaseMetricAttention
 ):
     """Map inputs into the space of a pseudo-metric learned by attention from class labels.
 
@@ -131,7 +133,7 @@ class MetricAttentionTransformer(
                  dropout=0.0, max_iter=100, batch_size="auto", learning_rate=1e-2,
                  weight_decay=2e-4, sample_rate="auto", early_stopping=True,
                  validation_fraction=0.15, n_iter_no_change=8, tol=1e-4, warm_start=False,
-                 random_state=None, verbose=0, device="auto", dtype=None,
+                 random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
                  categorical_features="from_dtype"):
         # n_neighbors and radius, the base's prediction-time priors, keep their default None: a
         # transformer does not predict.
@@ -143,12 +145,12 @@ class MetricAttentionTransformer(
             sample_rate=sample_rate, early_stopping=early_stopping,
             validation_fraction=validation_fraction, n_iter_no_change=n_iter_no_change, tol=tol,
             warm_start=warm_start, random_state=random_state, verbose=verbose, device=device,
-            dtype=dtype,
-            categorical_features=categorical_features,
+            dtype=dtype, n_jobs=n_jobs, categorical_features=categorical_features,
         )
         self.class_weight = class_weight
 
     @_fit_context(prefer_skip_nested_validation=True)
+    @uses_n_jobs
     def fit(self, X, y, sample_weight=None):
         """Learn the map from labelled data.
 
@@ -168,6 +170,7 @@ class MetricAttentionTransformer(
         """
         return self._fit_labels(X, y, sample_weight)
 
+    @uses_n_jobs
     def transform(self, X):
         """Map ``X`` into the learned space.
 

@@ -1,6 +1,6 @@
 """MetricAttention: the seed paper's metric-attention as a drop-in for ``nn.MultiheadAttention``.
 
-Scores of head ``h`` between a query ``x`` and a key ``y`` (THEORY.md section 1):
+Scores of head ``h`` between a query ``x`` and a key ``y`` (the documentation's theory page):
 
 * ``metric="mlp"``: ``-||phi(W x + b) - phi(W y + b)||^2_h / T_h`` with one shared projection ``W``
   for queries and keys and ``phi(z) = z + W2 tanh(W1 z + b1) + b2`` (the paper's metric-attention);
@@ -9,8 +9,8 @@ Scores of head ``h`` between a query ``x`` and a key ``y`` (THEORY.md section 1)
   parameters laid out exactly as in ``nn.MultiheadAttention``.
 
 The squared-distance scores run through the fused ``scaled_dot_product_attention`` kernel with the
-augmented-coordinate identity of THEORY.md section 3, through the engine's own helpers
-(``augmented_coordinates``, ``scaled_dot_product``):
+augmented-coordinate identity (the documentation's engine page), through the engine's own
+helpers (``augmented_coordinates``, ``scaled_dot_product``):
 ``-||q - k||^2 / T = (q' . k') / T - ||q||^2 / T`` with ``q' = [q, 1]``, ``k' = [2 k, -||k||^2]``,
 and ``||q||^2`` is constant along a softmax row. Keys (and queries) are centred per head first
 (the distances do not change) to limit cancellation in float32.
@@ -100,7 +100,7 @@ class MetricAttention(nn.Module):
     scores; a boolean ``key_padding_mask`` (N, S) is True for keys to ignore, a float one is added.
     ``is_causal=True`` without ``attn_mask`` applies a causal mask (with a mask, the mask is used
     as given). A query whose keys are all masked gets NaN, as in ``nn.MultiheadAttention``.
-    Masks and ``prior`` are one mechanism, an additive log-prior ``log p0`` (THEORY.md section 2):
+    Masks and ``prior`` are one mechanism, an additive log-prior ``log p0`` (:doc:`/theory`):
     they are summed into one float mask.
 
     With ``need_weights=False`` the output comes from

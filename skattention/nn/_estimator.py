@@ -10,7 +10,10 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import ProgressReport, progress_bar, resolve_device, seeded_torch_rng, train_network
+from ..utils._callbacks import EpochTasks
+from ..utils._convergence import warn_if_max_iter_reached
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
+from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _fit_context
 from ..utils._validation import ProbabilisticClassifierMixin, encode_classes, standardisation
@@ -20,8 +23,8 @@ from ._ipn import IPN
 _AUTO_BATCH = 512
 
 
-class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin, DevicePortableMixin,
-                                 BaseEstimator):
+class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
+                                 EstimatorMixin, DevicePortableMixin, BaseEstimator):
     """Classifier training an IPN: attention blocks that propagate across the samples of a batch.
 
     The network (:class:`skattention.nn.IPN`) is a linear layer, ``n_blocks`` residual attention
@@ -29,7 +32,7 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin, 
     samples of its batch, and a linear layer giving the class logits. It is trained with Adam
     (L2 weight decay) on the cross-entropy of minibatches; within a minibatch the samples attend
     to each other (themselves included). This is the network of the seed paper's experiments
-    (THEORY.md section 1), comparing metric-attention (``"mlp"``), L2 self-attention
+    (:doc:`/theory`), comparing metric-attention (``"mlp"``), L2 self-attention
     (``"linear"``) and self-attention (``"dot"``).
 
     **Inference rule.** A query attends to the whole training set plus itself, never to the other
@@ -51,13 +54,19 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin, 
     num_heads : int, default=1
         Heads per attention block (``width`` must be divisible by it).
     max_iter : int, default=100
-        Number of epochs (passes over the training data).
+        Maximum number of epochs (passes over the training data); reaching it without the
+        stopping rule of ``tol`` gives a ``ConvergenceWarning``.
     batch_size : int or "auto", default="auto"
         Samples per minibatch, i.e. per attention set. ``"auto"``: all samples up to 512.
     learning_rate : float, default=3e-3
         Adam learning rate (the paper: 1e-3 on two moons, 1e-4 on MNIST, with more epochs).
     weight_decay : float, default=1e-4
         Adam (L2) weight decay.
+    tol : float, default=1e-4
+        Training stops when the mean training loss of an epoch has not improved by ``tol`` for
+        ``n_iter_no_change`` epochs (as in :class:`~sklearn.neural_network.MLPClassifier`).
+    n_iter_no_change : int, default=10
+        Epochs without an improvement of ``tol`` before stopping.
     random_state : int, RandomState instance or None, default=None
         Seeds the initialisation and the minibatch order.
     verbose : int, default=0
@@ -110,14 +119,16 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin, 
         "batch_size": [Count(Integral, 1, None, closed="left"), StrOptions({"auto"})],
         "learning_rate": [Interval(Real, 0, None, closed="neither")],
         "weight_decay": [Interval(Real, 0, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "n_iter_no_change": [Count(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
         "device": [str, torch.device],
     }
 
     def __init__(self, metric="mlp", *, width=32, n_blocks=2, num_heads=1, max_iter=100,
-                 batch_size="auto", learning_rate=3e-3, weight_decay=1e-4, random_state=None,
-                 verbose=0, device="auto"):
+                 batch_size="auto", learning_rate=3e-3, weight_decay=1e-4, tol=1e-4,
+                 n_iter_no_change=10, random_state=None, verbose=0, device="auto"):
         self.metric = metric
         self.width = width
         self.n_blocks = n_blocks
@@ -126,6 +137,8 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin, 
         self.batch_size = batch_size
         self.learning_rate = learning_rate
         self.weight_decay = weight_decay
+        self.tol = tol
+        self.n_iter_no_change = n_iter_no_change
         self.random_state = random_state
         self.verbose = verbose
         self.device = device
@@ -171,13 +184,24 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin, 
                     net, Xt, yt, max_iter=self.max_iter, batch_size=batch_size,
                     learning_rate=self.learning_rate, weight_decay=self.weight_decay,
                     order=lambda: torch.as_tensor(rng.permutation(n), device=device),
-                    callbacks=[ProgressReport(bar, name, self.max_iter, self.verbose)],
+                    callbacks=[ProgressReport(bar, name, self.max_iter, self.verbose),
+                               _LossPlateau(self.tol, self.n_iter_no_change),
+                               EpochTasks(self)],
                 )
+        warn_if_max_iter_reached(
+            self, history.n_iter,
+            f"the training loss stopped improving by tol={self.tol} for "
+            f"n_iter_no_change={self.n_iter_no_change} epochs",
+        )
         self.loss_curve_ = history.loss_curve
         self.network_ = net.to("cpu").eval()
         self.n_iter_ = history.n_iter
         self._fit_X = self._standardise(X).astype(np.float64)
         return self
+
+    def _fit_subtasks(self):
+        """Subtasks of the fit for scikit-learn's callbacks: the training epochs."""
+        return self.max_iter
 
     def _standardise(self, X):
         return (X - self._x_mean) / self._x_scale
@@ -197,3 +221,22 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin, 
         tags.input_tags.allow_nan = False
         tags.non_deterministic = _cuda_nondeterministic(self.device)
         return tags
+
+
+class _LossPlateau:
+    """Training callback: stop when the epoch's mean loss has not improved by ``tol`` for
+    ``n_iter_no_change`` epochs (the engine's loop calls ``on_epoch_end`` and
+    ``on_train_end``)."""
+
+    def __init__(self, tol, n_iter_no_change):
+        self.tol, self.n_iter_no_change = tol, n_iter_no_change
+        self.best, self.stall = float("inf"), 0
+
+    def on_epoch_end(self, history):
+        loss = history.loss_curve[-1]
+        self.stall = 0 if loss < self.best - self.tol else self.stall + 1
+        self.best = min(self.best, loss)
+        return self.stall >= self.n_iter_no_change
+
+    def on_train_end(self, history):
+        pass

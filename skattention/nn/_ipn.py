@@ -3,7 +3,7 @@
 ``logits = W_out h_L + b_out`` with ``h_0 = W_in x + b_in`` and L propagation blocks
 ``h_{l+1} = h_l + MetricAttention_l(h_l, h_l, h_l)``: every sample attends to the other samples
 of the set (the batch), so the network is a learned kernel smoother over samples
-(THEORY.md section 1). Torch only.
+(the documentation's theory page). Torch only.
 """
 
 import torch

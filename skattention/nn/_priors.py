@@ -1,10 +1,11 @@
 """Attention priors: positional biases and masks as one object, an additive log-prior ``log p0``.
 
-Attention weights are the maximiser of ``<a, s> - T KL(a || p0)`` over the simplex (THEORY.md
-section 2): ``a_ij = p0_ij exp(s_ij / T) / sum_l p0_il exp(s_il / T)``. The prior enters the
-scores only as ``+ log p0``, so a mask (``log p0 = -inf`` on forbidden keys), T5's relative
-position bias (``log p0_ij = b_h(bucket(j - i))``, learned) and ALiBi (``-m_h |j - i|``, fixed)
-are the same kind of object, and several priors combine by adding their logs.
+Attention weights are the maximiser of ``<a, s> - T KL(a || p0)`` over the simplex (the
+documentation's theory page): ``a_ij = p0_ij exp(s_ij / T) / sum_l p0_il exp(s_il / T)``. The
+prior enters the scores only as ``+ log p0``, so a mask (``log p0 = -inf`` on forbidden keys),
+T5's relative position bias (``log p0_ij = b_h(bucket(j - i))``, learned) and ALiBi
+(``-m_h |j - i|``, fixed) are the same kind of object, and several priors combine by adding
+their logs.
 
 Every prior here is an :class:`AttentionPrior`: ``log_prior(query_index, key_index)`` gives the
 log-prior for integer position tensors, ``forward(query_length, key_length)`` the whole table

@@ -45,6 +45,17 @@ class AttentionWeightsDisplay:
     See Also
     --------
     skattention.MetricAttentionClassifier.attention_weights : The weights drawn.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from skattention import MetricAttentionClassifier
+    >>> from skattention.plotting import AttentionWeightsDisplay
+    >>> X, y = load_iris(return_X_y=True)
+    >>> clf = MetricAttentionClassifier("euclidean", temperature=0.5).fit(X, y)
+    >>> display = AttentionWeightsDisplay.from_estimator(clf, X, X[0], n_weights=10)
+    >>> display.scatter_.get_sizes().shape  # the 10 largest weights, drawn as sizes
+    (10,)
     """
 
     def __init__(self, points, query, weights, indices, *, xlabel=None, ylabel=None):

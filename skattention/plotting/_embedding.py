@@ -34,6 +34,17 @@ class EmbeddingDisplay:
     colorbar_ : matplotlib Colorbar or None
     ax_ : matplotlib Axes
     figure_ : matplotlib Figure
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from skattention import AttentionDiffusionEmbedding
+    >>> from skattention.plotting import EmbeddingDisplay
+    >>> X, y = load_iris(return_X_y=True)
+    >>> embedding = AttentionDiffusionEmbedding(n_components=2, random_state=0).fit(X)
+    >>> display = EmbeddingDisplay.from_estimator(embedding, X, y)
+    >>> display.classes_
+    array([0, 1, 2])
     """
 
     def __init__(self, embedding, y=None, *, xlabel="component 1", ylabel="component 2"):

@@ -34,6 +34,16 @@ class DiffusionSpectrumDisplay:
     threshold_line_ : matplotlib Line2D
     ax_ : matplotlib Axes
     figure_ : matplotlib Figure
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from skattention.plotting import DiffusionSpectrumDisplay
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.vstack([rng.normal(0, 0.1, (50, 2)), rng.normal(3, 0.1, (50, 2))])
+    >>> display = DiffusionSpectrumDisplay.from_data(X, random_state=0)
+    >>> display.n_clusters_  # two well separated blobs: two near-zero eigenvalues
+    2
     """
 
     def __init__(self, eigenvalues, threshold):

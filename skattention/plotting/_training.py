@@ -41,6 +41,18 @@ class TrainingCurveDisplay:
     ax_score_ : matplotlib Axes or None
         Twin axes of the validation score.
     figure_ : matplotlib Figure
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from skattention import MetricAttentionClassifier
+    >>> from skattention.plotting import TrainingCurveDisplay
+    >>> X, y = load_iris(return_X_y=True)
+    >>> clf = MetricAttentionClassifier("linear", max_iter=20, n_iter_no_change=3,
+    ...                                 random_state=0).fit(X, y)
+    >>> display = TrainingCurveDisplay.from_estimator(clf)
+    >>> len(display.loss_line_.get_xdata()) == clf.n_iter_
+    True
     """
 
     def __init__(self, loss_curve, validation_loss_curve=None, validation_scores=None, *,

@@ -1,8 +1,14 @@
 """Moving fitted models between machines with different accelerators."""
 
+import threading
 import warnings
+import weakref
 
 import torch
+
+# Per estimator, what predict keeps ready on a compute device (see DevicePortableMixin).
+_DEVICE_CACHE = weakref.WeakKeyDictionary()
+_CACHE_LOCK = threading.Lock()
 
 
 def _available(device):
@@ -30,6 +36,20 @@ class DevicePortableMixin:
     a model on a machine without that device warns and sets ``device="cpu"``, so that
     ``predict`` works instead of failing on the missing device.
     """
+
+    def _on_device(self, name, source, device, dtype, build):
+        """``build(source, device, dtype)``, cached per fitted ``source`` object and compute
+        device/dtype, so that predict does not convert or validate the fitted model again on
+        every call. The cache lives outside the estimator (predict leaves ``__dict__`` as it
+        was, and pickles and clones do not carry it); an entry is rebuilt once ``source`` is
+        replaced by a new fit, and goes with the estimator."""
+        with _CACHE_LOCK:
+            cache = _DEVICE_CACHE.setdefault(self, {})
+        key = (name, device.type, device.index, dtype)
+        entry = cache.get(key)
+        if entry is None or entry[0] is not source:
+            entry = cache[key] = (source, build(source, device, dtype))
+        return entry[1]
 
     def __setstate__(self, state):
         super().__setstate__(state)

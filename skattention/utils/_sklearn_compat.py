@@ -5,11 +5,18 @@ Supported: scikit-learn >= 1.6 (``validate_data`` and ``__sklearn_tags__`` first
 Tested: 1.6.1 and 1.9.1. There is no upper bound: an upstream change to these names breaks this
 module's imports at once, in CI, rather than silently.
 
+scikit-learn's callback API (``sklearn.callback``, new in 1.9) is used where it exists:
+``CallbackSupportMixin`` is an empty mixin before 1.9 (the estimators then have no
+``set_callbacks``), and ``_fit_context`` makes each ``fit`` the root task of the estimator's
+callbacks (see ``utils/_callbacks.py``).
+
 Private torch names: none are needed. The engine (torch only, which must not import this module
 since it imports scikit-learn) tells dropout modules apart by their public classes.
 """
 
-from sklearn.base import _fit_context
+import functools
+
+from sklearn.base import _fit_context as _sklearn_fit_context
 from sklearn.utils._param_validation import (
     HasMethods,
     Hidden,
@@ -19,7 +26,15 @@ from sklearn.utils._param_validation import (
 )
 from sklearn.utils.validation import _check_sample_weight
 
+try:
+    from sklearn.callback import CallbackSupportMixin
+except ImportError:  # scikit-learn < 1.9: no callbacks
+
+    class CallbackSupportMixin:
+        """Before scikit-learn 1.9: no ``set_callbacks``."""
+
 __all__ = [
+    "CallbackSupportMixin",
     "HasMethods",
     "Hidden",
     "Interval",
@@ -28,3 +43,33 @@ __all__ = [
     "_fit_context",
     "validate_params",
 ]
+
+
+def _fit_context(*, prefer_skip_nested_validation):
+    """scikit-learn's ``_fit_context`` (parameter validation; callbacks torn down after fit),
+    with the fit as the root task of the estimator's callbacks when it supports them:
+    ``on_fit_task_begin`` before it, ``on_fit_task_end`` (with the fitted estimator) after it.
+    An estimator's ``_fit_subtasks()`` gives the number of subtasks (epochs, iterations) it
+    reports under the root task (0 when it has none)."""
+
+    def decorator(fit_method):
+        @functools.wraps(fit_method)
+        def fit_task(estimator, X, y=None, *args, **kwargs):
+            if not hasattr(estimator, "_init_callback_context"):
+                return fit_method(estimator, X, y, *args, **kwargs)
+            subtasks = getattr(estimator, "_fit_subtasks", lambda: 0)()
+            context = estimator._init_callback_context(max_subtasks=subtasks)
+            weight = kwargs.get("sample_weight")
+            metadata = None if weight is None else {"sample_weight": weight}
+            context.call_on_fit_task_begin(estimator=estimator, X=X, y=y, metadata=metadata)
+            fitted = fit_method(estimator, X, y, *args, **kwargs)
+            context.call_on_fit_task_end(
+                estimator=estimator, X=X, y=y, metadata=metadata, reconstruction_attributes={}
+            )
+            return fitted
+
+        return _sklearn_fit_context(
+            prefer_skip_nested_validation=prefer_skip_nested_validation
+        )(fit_task)
+
+    return decorator

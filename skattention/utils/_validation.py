@@ -1,7 +1,12 @@
 """Input preparation shared by the estimators (scikit-learn side)."""
 
+import warnings
+
 import numpy as np
+from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import check_classification_targets
+
+from ._threads import uses_n_jobs
 
 
 def standardisation(X):
@@ -29,9 +34,25 @@ def encode_classes(estimator, y):
     return classes, y_encoded
 
 
+def label_columns(y):
+    """Classification targets as 1-d labels or a 2-d array of outputs; a single column is
+    one output, with scikit-learn's warning (as in KNeighborsClassifier)."""
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] == 1:
+        warnings.warn(
+            "A column-vector y was passed when a 1d array was expected. Please change the shape "
+            "of y to (n_samples,), for example using ravel().",
+            DataConversionWarning,
+            stacklevel=3,
+        )
+        return y[:, 0]
+    return y
+
+
 class ProbabilisticClassifierMixin:
     """``predict_proba`` and ``predict`` of a classifier from its ``_predict_proba(X)``."""
 
+    @uses_n_jobs
     def predict_proba(self, X):
         """Class probabilities of each query.
 
@@ -42,14 +63,18 @@ class ProbabilisticClassifierMixin:
 
         Returns
         -------
-        proba : ndarray of shape (n_queries, n_classes)
-            Class probabilities, columns ordered as ``classes_``.
+        proba : ndarray of shape (n_queries, n_classes), or a list of them
+            Class probabilities, columns ordered as ``classes_``; with several outputs, one
+            array per output (as ``classes_``).
         """
         proba = self._predict_proba(X)
+        sizes = [c.size for c in self._classes_per_output()]
+        blocks = np.split(proba, np.cumsum(sizes)[:-1], axis=1)
         # Rounding can leave sums a few ulp from 1; renormalise like scikit-learn's neighbours
         # (a row of zeros, a radius query with no neighbour, stays zeros).
-        total = proba.sum(axis=1, keepdims=True)
-        return proba / np.where(total > 0, total, 1.0)
+        blocks = [b / np.where(b.sum(1, keepdims=True) > 0, b.sum(1, keepdims=True), 1.0)
+                  for b in blocks]
+        return blocks if getattr(self, "outputs_2d_", False) else blocks[0]
 
     def predict(self, X):
         """Most probable class of each query.
@@ -61,15 +86,30 @@ class ProbabilisticClassifierMixin:
 
         Returns
         -------
-        y : ndarray of shape (n_queries,)
+        y : ndarray of shape (n_queries,) or (n_queries, n_outputs)
             Predicted class labels.
         """
         proba = self.predict_proba(X)
-        pred = self.classes_[np.argmax(proba, axis=1)]
-        # No probability at all: a radius query with no neighbour whose outlier_label_ is no
-        # class (MetricAttentionClassifier); it gets that label, as in scikit-learn.
-        unlabelled = ~proba.any(axis=1)
-        if unlabelled.any():
-            pred = pred.astype(np.result_type(pred, np.asarray(self.outlier_label_)))
-            pred[unlabelled] = self.outlier_label_
-        return pred
+        multi = getattr(self, "outputs_2d_", False)
+        classes = self._classes_per_output()
+        labels = getattr(self, "outlier_label_", None)
+        labels = labels if multi and labels is not None else [labels] * len(classes)
+        preds = [
+            _most_probable(p, c, label)
+            for p, c, label in zip(proba if multi else [proba], classes, labels, strict=True)
+        ]
+        return np.column_stack(preds) if multi else preds[0]
+
+    def _classes_per_output(self):
+        return self.classes_ if getattr(self, "outputs_2d_", False) else [self.classes_]
+
+
+def _most_probable(proba, classes, outlier_label):
+    pred = classes[np.argmax(proba, axis=1)]
+    # No probability at all: a radius query with no neighbour whose outlier label is no class
+    # (MetricAttentionClassifier); it gets that label, as in scikit-learn.
+    unlabelled = ~proba.any(axis=1)
+    if unlabelled.any():
+        pred = pred.astype(np.result_type(pred, np.asarray(outlier_label)))
+        pred[unlabelled] = outlier_label
+    return pred

@@ -47,7 +47,7 @@ def test_classifier_learns_two_moons(metric):
     )
     clf.fit(X[:200], y[:200])
     assert clf.loss_curve_[-1] < 0.5 * clf.loss_curve_[0]
-    assert clf.n_iter_ == 60 and len(clf.loss_curve_) == 60
+    assert clf.n_iter_ <= 60 and len(clf.loss_curve_) == clf.n_iter_  # tol may stop it earlier
     # measured (seed 0): mlp 0.97, dot 0.92, linear 0.89; a logistic regression gets 0.87
     assert clf.score(X[200:], y[200:]) > (0.95 if metric == "mlp" else 0.85)
     proba = clf.predict_proba(X[200:])

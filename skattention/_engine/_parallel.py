@@ -1,0 +1,123 @@
+"""Query blocks shared out to single-threaded workers on the CPU (torch only).
+
+torch parallelises each CPU op over its OpenMP pool, so a blockwise loop is thousands of short
+parallel regions, each ending at a barrier where every thread waits for the slowest. On a busy
+machine one of them is often descheduled and the others spin: with one competing process the
+k-NN predict took twice the time of scikit-learn's, which runs one parallel loop over chunks
+with single-threaded BLAS. :func:`map_blocks` does the same: whole query blocks go to
+``torch.get_num_threads()`` worker threads, each running its ops on one thread (no barriers), the
+next block to whichever worker is free (a slow worker delays only its own blocks). Results come
+back in block order and each block is computed as the serial loop computes it, so the output
+does not depend on the number of workers.
+"""
+
+import copy
+import dataclasses
+import queue
+import threading
+
+import torch
+
+from ._budget import plan_blocks
+
+# Blocks handed out ahead of the one being consumed, per worker: keeps every worker busy while
+# bounding the finished results held at once.
+_AHEAD_PER_WORKER = 2
+
+
+def n_workers(spec, n_blocks):
+    """How many workers a loop of ``n_blocks`` query blocks uses: the caller's torch thread count
+    (``threadpoolctl`` / ``torch.set_num_threads``) on the CPU, without autograd; else 1."""
+    if spec.device.type != "cpu" or spec.grad or n_blocks < 2:
+        return 1
+    return max(1, min(torch.get_num_threads(), n_blocks))
+
+
+def parallel_plan(spec, n_q, n_k, bq, bk, plan):
+    """``(workers, bq, bk)``: the blocks in flight at once share the budget, so with several
+    workers the blocks are planned on a share of it (one worker when a share cannot hold one
+    block row). ``bq, bk`` are the serial plan, ``plan`` the other :func:`plan_blocks` arguments."""
+    workers = n_workers(spec, -(-n_q // bq))
+    if workers < 2:
+        return 1, bq, bk
+    try:
+        return (workers, *plan_blocks(n_q, n_k, budget=spec.budget // workers, **plan))
+    except MemoryError:
+        return 1, bq, bk
+
+
+def block_spec(spec):
+    """The spec one block is computed with: the radius keeps per-block state, so each block
+    gets its own copy (everything else is read only)."""
+    if spec.radius is None:
+        return spec
+    return dataclasses.replace(spec, radius=copy.copy(spec.radius))
+
+
+def map_blocks(fn, starts, workers):
+    """``fn(start)`` for each block start, yielded in order; computed by ``workers``
+    single-threaded worker threads (``workers == 1``: in the calling thread, lazily)."""
+    starts = list(starts)
+    if workers < 2:
+        yield from (fn(start) for start in starts)
+        return
+    pool = _Workers(fn, workers)
+    try:
+        handed = 0
+        for i in range(len(starts)):
+            while handed < min(len(starts), i + workers * _AHEAD_PER_WORKER):
+                pool.tasks.put((handed, starts[handed]))
+                handed += 1
+            yield pool.result(i)
+    finally:
+        pool.close()
+
+
+class _Workers:
+    """Threads that run ``fn`` on one torch thread each, results by task number."""
+
+    def __init__(self, fn, workers):
+        self.fn, self.tasks, self.results = fn, queue.SimpleQueue(), {}
+        self.done = threading.Condition()
+        ready = threading.Barrier(workers + 1)
+        caller_threads = torch.get_num_threads()
+        self.threads = [
+            threading.Thread(target=self._work, args=(ready,), name=f"skattention-{i}",
+                             daemon=True)
+            for i in range(workers)
+        ]
+        for thread in self.threads:
+            thread.start()
+        ready.wait()
+        # torch.set_num_threads(1) in the workers also set the count that threads started
+        # later take as their default; the workers have taken theirs, so restore it now.
+        torch.set_num_threads(caller_threads)
+
+    def _work(self, ready):
+        torch.set_num_threads(1)
+        torch.get_num_threads()  # settles this thread's count (torch sets it up lazily)
+        ready.wait()
+        while (task := self.tasks.get()) is not None:
+            number, start = task
+            try:
+                with torch.no_grad():
+                    outcome = (True, self.fn(start))
+            except BaseException as exc:  # re-raised in the caller
+                outcome = (False, exc)
+            with self.done:
+                self.results[number] = outcome
+                self.done.notify_all()
+
+    def result(self, number):
+        with self.done:
+            self.done.wait_for(lambda: number in self.results)
+            ok, value = self.results.pop(number)
+        if not ok:
+            raise value
+        return value
+
+    def close(self):
+        for _ in self.threads:
+            self.tasks.put(None)
+        for thread in self.threads:
+            thread.join()

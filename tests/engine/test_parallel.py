@@ -1,0 +1,108 @@
+"""Query blocks over single-threaded workers: the same results as the serial loop, the caller's
+thread settings untouched, errors raised in the caller."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from threadpoolctl import threadpool_limits
+
+from skattention import attention, kneighbors
+from skattention._engine import _parallel
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(0)
+    # more queries than one CPU block holds (1,024 rows), integer coordinates: ties
+    keys = rng.integers(0, 5, size=(1500, 4)).astype(np.float32)
+    queries = rng.integers(0, 5, size=(2600, 4)).astype(np.float32)
+    values = rng.normal(size=(1500, 3)).astype(np.float32)
+    return queries, keys, values
+
+
+CASES = [
+    dict(temperature=1.5, backend="stream"),
+    dict(temperature=1.5, backend="stream", radius=2.0, on_empty="zero"),
+    dict(temperature=np.inf, backend="stream", return_weights=True, n_weights=4),
+    dict(temperature=np.inf, n_neighbors=5),
+    dict(temperature=1.0, n_neighbors=9, radius=1.5, on_empty="zero", return_weights=True),
+    dict(temperature=0.0),
+    dict(temperature=1.0, n_neighbors=3, log_prior=np.log(np.arange(1, 1501, dtype=float))),
+]
+
+
+@pytest.fixture
+def pools(monkeypatch):
+    """The worker pools started, as a list of their sizes."""
+    started = []
+    original = _parallel._Workers.__init__
+
+    def counting(self, fn, workers):
+        started.append(workers)
+        original(self, fn, workers)
+
+    monkeypatch.setattr(_parallel._Workers, "__init__", counting)
+    return started
+
+
+@pytest.mark.parametrize("kwargs", CASES)
+def test_workers_give_the_serial_result(two_threads, pools, data, kwargs):
+    queries, keys, values = data
+    parallel = attention(queries, keys, values, device="cpu", **kwargs)
+    assert pools == [2]
+    with threadpool_limits(limits=1):
+        serial = attention(queries, keys, values, device="cpu", **kwargs)
+    assert pools == [2]  # one thread: the serial loop
+    if not isinstance(parallel, tuple):
+        parallel, serial = (parallel,), (serial,)
+    for a, b in zip(parallel, serial, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_kneighbors_with_workers_equals_serial(two_threads, data):
+    queries, keys, _ = data
+    parallel = kneighbors(queries, keys, 7, exclude_self=False, device="cpu")
+    with threadpool_limits(limits=1):
+        serial = kneighbors(queries, keys, 7, device="cpu")
+    for a, b in zip(parallel, serial, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_thread_settings_are_left_as_found(two_threads, data):
+    queries, keys, values = data
+    attention(queries, keys, values, n_neighbors=5, device="cpu")
+    assert torch.get_num_threads() == 2
+    seen = []
+    fresh = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    fresh.start()
+    fresh.join()
+    assert seen == [2]  # a thread started afterwards has the usual default
+
+
+def test_errors_in_workers_reach_the_caller(two_threads, data):
+    queries, keys, values = data
+    far = queries.copy()
+    far[-1] += 100.0  # only the last block has a query with no key within the radius
+    with pytest.raises(ValueError, match="no key|radius"):
+        attention(far, keys, values, radius=3.0, temperature=1.0, device="cpu")
+    with pytest.raises(ValueError, match="no key|radius"):
+        attention(far, keys, values, radius=3.0, n_neighbors=4, device="cpu")
+
+
+def test_autograd_stays_in_the_calling_thread(two_threads, data):
+    queries, keys, values = data
+    q = torch.as_tensor(queries[:1100], dtype=torch.float64).requires_grad_()
+    out = attention(q, torch.as_tensor(keys, dtype=torch.float64), values, temperature=2.0,
+                    backend="stream", device="cpu")
+    out.sum().backward()
+    assert q.grad is not None and bool(torch.isfinite(q.grad).all())

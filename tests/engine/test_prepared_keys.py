@@ -1,0 +1,90 @@
+"""Keys prepared once (``prepare_keys``) give the results of raw keys, in every backend."""
+
+import numpy as np
+import pytest
+import torch
+
+from skattention import attention, kneighbors
+from skattention._engine import prepare_keys
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(0)
+    # integer coordinates with duplicated rows: ties everywhere
+    keys = rng.integers(0, 4, size=(300, 3)).astype(np.float64)
+    keys[100:150] = keys[:50]
+    queries = rng.integers(0, 4, size=(40, 3)).astype(np.float64)
+    values = rng.normal(size=(300, 2))
+    return queries, keys, values
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(temperature=2.0),
+        dict(temperature=2.0, backend="sdpa"),
+        dict(temperature=2.0, backend="stream"),
+        dict(temperature=0.0),
+        dict(temperature=np.inf, n_neighbors=5),
+        dict(temperature=1.0, n_neighbors=7, radius=1.5, on_empty="zero"),
+        dict(temperature=1.0, metric="dot"),
+    ],
+)
+def test_prepared_keys_equal_raw_keys(data, dtype, kwargs):
+    queries, keys, values = data
+    metric = kwargs.pop("metric", "sqeuclidean")
+    prepared = prepare_keys(keys, metric=metric, device="cpu", dtype=dtype)
+    raw = attention(queries, keys, values, metric=metric, dtype=dtype, **kwargs)
+    # twice: a prepared object is reused, never modified by a call
+    for _ in range(2):
+        got = attention(queries, prepared, values, metric=metric, dtype=dtype, **kwargs)
+        np.testing.assert_array_equal(got, raw)
+
+
+def test_prepared_keys_in_kneighbors(data):
+    queries, keys, _ = data
+    prepared = prepare_keys(keys, dtype="float64")
+    for a, b in zip(kneighbors(queries, prepared, 6), kneighbors(queries, keys, 6, dtype="float64"),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_prepared_keys_dtype_follows_the_keys(data):
+    queries, keys, values = data
+    prepared = prepare_keys(torch.as_tensor(keys))
+    out = attention(torch.as_tensor(queries), prepared, values)
+    assert out.dtype == torch.float64
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(metric="dot"), "metric='dot' differs"),
+        (dict(dtype="float32"), "dtype='float32' differs"),
+        (dict(device="meta"), "not supported|differs"),
+    ],
+)
+def test_prepared_keys_mismatch_is_a_clear_error(data, kwargs, match):
+    queries, keys, values = data
+    prepared = prepare_keys(keys, dtype="float64")
+    with pytest.raises(ValueError, match=match):
+        attention(queries, prepared, values, **kwargs)
+
+
+def test_prepare_keys_validates_once(data):
+    _, keys, _ = data
+    bad = keys.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="keys contains NaN"):
+        prepare_keys(bad)
+    with pytest.raises(ValueError, match="metric='cosine' is not supported"):
+        prepare_keys(keys, metric="cosine")
+
+
+def test_prepared_keys_wrong_feature_count(data):
+    queries, keys, values = data
+    prepared = prepare_keys(keys)
+    with pytest.raises(ValueError, match="queries have 2 features but keys have 3"):
+        attention(queries[:, :2], prepared, values)

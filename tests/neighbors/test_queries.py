@@ -1,0 +1,348 @@
+"""kneighbors / radius_neighbors equal scikit-learn's NearestNeighbors; metric="precomputed"
+equals scikit-learn's neighbour estimators on precomputed distances."""
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import cdist
+from sklearn.datasets import make_classification
+from sklearn.neighbors import (
+    KNeighborsClassifier,
+    KNeighborsRegressor,
+    NearestNeighbors,
+    RadiusNeighborsClassifier,
+    RadiusNeighborsRegressor,
+)
+
+from skattention import MetricAttentionClassifier, MetricAttentionRegressor
+
+
+@pytest.fixture(scope="module")
+def continuous():
+    X, y = make_classification(n_samples=400, n_features=5, n_informative=3, random_state=0)
+    return X[:300], y[:300], X[300:]
+
+
+@pytest.fixture(scope="module")
+def integer_duplicates():
+    """Small integer coordinates: many exact ties, and duplicated rows."""
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 4, size=(120, 3)).astype(float)
+    X = np.vstack([X, X[:30]])  # duplicated rows
+    y = rng.integers(0, 3, size=len(X))
+    return X, y, rng.integers(0, 4, size=(40, 3)).astype(float)
+
+
+def reference_kneighbors(Xq, X, k, exclude_self=False):
+    """Exact k nearest in (distance, index) order, from float64 distances."""
+    d = cdist(Xq.astype(np.float64), X.astype(np.float64))
+    if exclude_self:
+        np.fill_diagonal(d, np.inf)
+    order = np.lexsort((np.broadcast_to(np.arange(X.shape[0]), d.shape), d), axis=1)[:, :k]
+    return np.take_along_axis(d, order, 1), order
+
+
+def euclidean(cls=MetricAttentionClassifier, **params):
+    return cls("euclidean", temperature=np.inf, **params)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("k", [1, 5, 17])
+def test_kneighbors_equals_nearest_neighbors(continuous, dtype, k):
+    X, y, Xq = (a.astype(dtype) if a.dtype.kind == "f" else a for a in continuous)
+    nn = NearestNeighbors(n_neighbors=k).fit(X)
+    att = euclidean(n_neighbors=k).fit(X, y)
+    for query in (Xq, None):
+        dist, ind = att.kneighbors(query)
+        ref_dist, ref_ind = nn.kneighbors(query)
+        np.testing.assert_array_equal(ind, ref_ind)
+        assert dist.dtype == np.float64 and ind.dtype == np.int64
+        rtol = 1e-12 if dtype == np.float64 else 1e-6
+        np.testing.assert_allclose(dist, ref_dist, rtol=rtol, atol=rtol)
+        np.testing.assert_array_equal(att.kneighbors(query, return_distance=False), ind)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_kneighbors_ties_and_duplicates(integer_duplicates, dtype):
+    X, y, Xq = integer_duplicates
+    X, Xq = X.astype(dtype), Xq.astype(dtype)
+    att = euclidean(n_neighbors=7).fit(X, y)
+    nn = NearestNeighbors(n_neighbors=7).fit(X)
+    for query, exclude in ((Xq, False), (None, True)):
+        dist, ind = att.kneighbors(query)
+        ref_dist, ref_ind = reference_kneighbors(X if query is None else Xq, X, 7, exclude)
+        np.testing.assert_array_equal(ind, ref_ind)  # ties: the lower index first
+        np.testing.assert_array_equal(dist, ref_dist)  # integer data: exact
+        np.testing.assert_allclose(dist, nn.kneighbors(query)[0], atol=1e-6)
+    # X=None excludes the point itself but not its duplicate (distance 0)
+    dist, ind = att.kneighbors(None, n_neighbors=1)
+    assert np.all(dist[:30] == 0) and np.all(dist[120:] == 0)
+    assert np.all(ind[:, 0] != np.arange(len(X)))
+    assert np.all(ind[120:, 0] < 120)  # the lowest index among the duplicates
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_radius_neighbors_equals_nearest_neighbors(integer_duplicates, dtype):
+    X, y, Xq = integer_duplicates
+    X, Xq = X.astype(dtype), Xq.astype(dtype)
+    nn = NearestNeighbors().fit(X)
+    att = euclidean(MetricAttentionRegressor, radius=1.5).fit(X, y.astype(float))
+    for query in (Xq, None):
+        for radius in (None, 1.0, 2.0, 10.0):  # 10: every training point
+            dist, ind = att.radius_neighbors(query, radius=radius)
+            ref_dist, ref_ind = nn.radius_neighbors(query, radius=radius or 1.5)
+            assert ind.dtype == object and len(ind) == len(ref_ind)
+            for d, i, rd, ri in zip(dist, ind, ref_dist, ref_ind, strict=True):
+                np.testing.assert_array_equal(i, np.sort(ri))  # unsorted: index order
+                np.testing.assert_allclose(d, rd[np.argsort(ri)], atol=1e-6)
+        dist, ind = att.radius_neighbors(query, radius=2.0, sort_results=True)
+        for d, i in zip(dist, ind, strict=True):
+            assert np.all(np.diff(d) >= 0)
+            ties = np.diff(d) == 0
+            assert np.all(np.diff(i)[ties] > 0)  # equal distances: the lower index first
+    # a point exactly at the radius is a neighbour (integer data: distance 1 exactly)
+    _, ind = att.radius_neighbors([[0.0, 0.0, 0.0]], radius=1.0)
+    assert np.all(np.abs(X[ind[0]]).sum(1) <= 1) and ind[0].size > 0
+    assert np.any(np.abs(X[ind[0]]).sum(1) == 1)
+
+
+def test_radius_neighbors_more_than_first_gather(continuous):
+    """Queries with many neighbours (more than the first gathered width) get all of them."""
+    X, y, Xq = continuous
+    att = euclidean(radius=50.0).fit(X, y)
+    _, ind = att.radius_neighbors(Xq[:3])
+    assert all(i.size == X.shape[0] for i in ind)
+
+
+@pytest.mark.parametrize("metric", ["linear", "mlp"])
+def test_kneighbors_in_the_learned_space(continuous, metric):
+    X, y, Xq = continuous
+    att = MetricAttentionClassifier(
+        metric, n_neighbors=4, temperature=np.inf, max_iter=3, hidden_size=8, random_state=0
+    ).fit(X, y)
+    Z = att._fit_Z
+    nn = NearestNeighbors(n_neighbors=4).fit(Z)
+    dist, ind = att.kneighbors(Xq)
+    Zq = np.concatenate([att._embed(Q) for Q in att._validate_queries(Xq)])  # encoded, mapped
+    ref_dist, ref_ind = nn.kneighbors(Zq)
+    np.testing.assert_array_equal(ind, ref_ind)
+    np.testing.assert_allclose(dist, ref_dist, rtol=1e-5)
+    # the neighbours behind the k-NN prediction
+    proba = att.predict_proba(Xq)
+    votes = np.stack([np.bincount(r, minlength=2) for r in y[ind]]) / 4
+    np.testing.assert_allclose(proba, votes, atol=1e-6)
+
+
+def test_kneighbors_errors(continuous):
+    X, y, Xq = continuous
+    att = euclidean(n_neighbors=3).fit(X, y)
+    with pytest.raises(ValueError, match="n_neighbors > 0"):
+        att.kneighbors(Xq, n_neighbors=0)
+    with pytest.raises(ValueError, match="n_neighbors <= 299"):
+        att.kneighbors(None, n_neighbors=300)
+    assert att.kneighbors(Xq, n_neighbors=300)[1].shape == (100, 300)
+    with pytest.raises(ValueError, match="needs a radius"):
+        att.radius_neighbors(Xq)
+    with pytest.raises(ValueError, match="sort_results"):
+        att.radius_neighbors(Xq, radius=1.0, return_distance=False, sort_results=True)
+    with pytest.raises(ValueError, match="features"):
+        att.kneighbors(Xq[:, :3])
+    dot = MetricAttentionClassifier("dot", max_iter=1, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="distance metric"):
+        dot.radius_neighbors(Xq, radius=1.0)
+    # zero-weight training points are removed: no one's neighbour
+    w = np.ones(len(X))
+    w[:10] = 0
+    _, ind = euclidean(n_neighbors=3).fit(X, y, sample_weight=w).kneighbors(X[:10])
+    assert np.all(ind >= 10)
+
+
+# ---------------------------------------------------------------------- metric="precomputed"
+
+
+@pytest.fixture(scope="module")
+def distances(continuous):
+    X, y, Xq = continuous  # no ties: scikit-learn's order among tied distances is arbitrary
+    return cdist(X, X), y, cdist(Xq, X)
+
+
+@pytest.fixture(scope="module")
+def tied_distances(integer_duplicates):
+    X, y, Xq = integer_duplicates
+    return cdist(X, X), y, cdist(Xq, X)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("k", [1, 6])
+def test_precomputed_knn(distances, dtype, k):
+    D, y, Dq = (a.astype(dtype) if a.dtype.kind == "f" else a for a in distances)
+    ref = KNeighborsClassifier(k, metric="precomputed").fit(D, y)
+    att = MetricAttentionClassifier("precomputed", n_neighbors=k, temperature=np.inf).fit(D, y)
+    np.testing.assert_allclose(att.predict_proba(Dq), ref.predict_proba(Dq), atol=1e-12)
+    np.testing.assert_array_equal(att.kneighbors(Dq)[1], ref.kneighbors(Dq)[1])
+    np.testing.assert_array_equal(att.kneighbors()[1], ref.kneighbors()[1])
+    nn1 = KNeighborsClassifier(1, metric="precomputed").fit(D, y)
+    att0 = MetricAttentionClassifier("precomputed", temperature=0).fit(D, y)
+    np.testing.assert_array_equal(att0.predict_proba(Dq), nn1.predict_proba(Dq))
+    reg_ref = KNeighborsRegressor(k, metric="precomputed").fit(D, y.astype(float))
+    reg = MetricAttentionRegressor("precomputed", n_neighbors=k, temperature=np.inf)
+    np.testing.assert_allclose(reg.fit(D, y.astype(float)).predict(Dq), reg_ref.predict(Dq),
+                               rtol=1e-12)
+
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_precomputed_ties(tied_distances, dtype):
+    """Tied and duplicated distances: (distance, index) order, X=None excluding only itself."""
+    D, y, Dq = (a.astype(dtype) if a.dtype.kind == "f" else a for a in tied_distances)
+    k = 6
+    att = MetricAttentionClassifier("precomputed", n_neighbors=k, temperature=np.inf).fit(D, y)
+    for queries, own in ((Dq, None), (None, np.arange(len(D)))):
+        dist, ind = att.kneighbors(queries)
+        rows = (D if queries is None else Dq).astype(np.float64)
+        if own is not None:
+            rows = rows.copy()
+            rows[own, own] = np.inf  # each training point excluded from its own neighbours
+        order = np.lexsort((np.broadcast_to(np.arange(len(D)), rows.shape), rows), axis=1)
+        np.testing.assert_array_equal(ind, order[:, :k])  # ties: the lower index first
+        np.testing.assert_array_equal(dist, np.take_along_axis(rows, ind, 1))
+
+
+
+def test_precomputed_equals_euclidean(integer_duplicates):
+    """Precomputed Euclidean distances give the euclidean estimator's neighbours and
+    predictions at every temperature."""
+    X, y, Xq = integer_duplicates
+    D, Dq = cdist(X, X), cdist(Xq, X)
+    for params in (dict(n_neighbors=5, temperature=np.inf), dict(temperature=0),
+                   dict(temperature=0.7), dict(n_neighbors=9, temperature=2.0)):
+        pre = MetricAttentionClassifier("precomputed", **params).fit(D, y)
+        euc = MetricAttentionClassifier("euclidean", **params).fit(X, y)
+        np.testing.assert_allclose(pre.predict_proba(Dq), euc.predict_proba(Xq), atol=1e-12)
+        np.testing.assert_array_equal(pre.kneighbors(n_neighbors=4)[1],
+                                      euc.kneighbors(n_neighbors=4)[1])
+        np.testing.assert_array_equal(pre.kneighbors(Dq)[1], euc.kneighbors(Xq)[1])
+
+
+def test_precomputed_radius(tied_distances):
+    D, y, Dq = tied_distances
+    radius = 1.0  # integer coordinates: many training points at exactly this distance
+    has = (Dq <= radius).any(1)
+    ref = RadiusNeighborsClassifier(radius, metric="precomputed").fit(D, y)
+    att = MetricAttentionClassifier("precomputed", radius=radius, temperature=np.inf).fit(D, y)
+    np.testing.assert_allclose(att.predict_proba(Dq[has]), ref.predict_proba(Dq[has]),
+                               atol=1e-12)
+    reg_ref = RadiusNeighborsRegressor(radius, metric="precomputed").fit(D, y.astype(float))
+    reg = MetricAttentionRegressor("precomputed", radius=radius, temperature=np.inf)
+    reg.fit(D, y.astype(float))
+    np.testing.assert_allclose(reg.predict(Dq[has]), reg_ref.predict(Dq[has]), rtol=1e-12)
+    dist, ind = att.radius_neighbors(Dq, radius=radius)
+    ref_dist, ref_ind = NearestNeighbors(metric="precomputed").fit(D).radius_neighbors(
+        Dq, radius=radius)
+    for d, i, rd, ri in zip(dist, ind, ref_dist, ref_ind, strict=True):
+        np.testing.assert_array_equal(i, np.sort(ri))
+        np.testing.assert_array_equal(d, rd[np.argsort(ri)])
+    if not has.all():
+        with pytest.raises(ValueError, match="No neighbors found"):
+            att.predict(Dq)
+
+
+def test_precomputed_errors(tied_distances):
+    D, y, Dq = tied_distances
+    att = MetricAttentionClassifier("precomputed", n_neighbors=3, temperature=np.inf)
+    with pytest.raises(ValueError, match="must be square"):
+        att.fit(D[:, :-1], y)
+    negative = D.copy()
+    negative[0, 1] = -1.0
+    with pytest.raises(ValueError, match="Negative values"):
+        att.fit(negative, y)
+    with pytest.raises(ValueError, match="temperature='auto'"):
+        MetricAttentionClassifier("precomputed").fit(D, y)
+    att.fit(D, y)
+    with pytest.raises(ValueError, match="features"):
+        att.predict(Dq[:, :-1])
+    with pytest.raises(ValueError, match="Negative values"):
+        att.predict(-Dq)
+    with pytest.raises(ValueError, match="NaN"):
+        att.fit(np.where(D == 0, np.nan, D), y)
+    with pytest.raises(TypeError, match="dense distance matrix"):
+        from scipy import sparse
+        att.fit(sparse.csr_matrix(D), y)
+    assert att.__sklearn_tags__().input_tags.pairwise
+
+
+# ---------------------------------------------------------------------- multi-output
+
+
+@pytest.fixture(scope="module")
+def multi_output(continuous):
+    X, y, Xq = continuous
+    rng = np.random.default_rng(1)
+    Y = np.column_stack([y, rng.choice(["a", "b", "c"], size=len(y)), (X[:, 0] > 0) * 2])
+    return X, Y, Xq
+
+
+@pytest.mark.parametrize("params", [dict(n_neighbors=5, temperature=np.inf),
+                                    dict(temperature=0), dict(radius=2.5, temperature=np.inf)])
+def test_multi_output_classification(multi_output, params):
+    X, Y, Xq = multi_output
+    if "radius" in params:
+        ref = RadiusNeighborsClassifier(params["radius"], outlier_label="most_frequent")
+    else:
+        ref = KNeighborsClassifier(params.get("n_neighbors", 1))
+    ref.fit(X, Y)
+    att = MetricAttentionClassifier("euclidean", outlier_label="most_frequent", **params)
+    att.fit(X, Y)
+    assert att.outputs_2d_ and len(att.classes_) == 3
+    for c, rc in zip(att.classes_, ref.classes_, strict=True):
+        np.testing.assert_array_equal(c, rc)
+    proba, ref_proba = att.predict_proba(Xq), ref.predict_proba(Xq)
+    assert isinstance(proba, list) and len(proba) == 3
+    for p, rp in zip(proba, ref_proba, strict=True):
+        np.testing.assert_allclose(p, rp, atol=1e-12)
+    untied = np.all([np.sort(p, 1)[:, -1] > np.sort(p, 1)[:, -2] for p in ref_proba], axis=0)
+    pred = att.predict(Xq)
+    assert pred.shape == (len(Xq), 3)
+    np.testing.assert_array_equal(pred[untied], ref.predict(Xq)[untied])
+
+
+def test_multi_output_learned_and_single_column(multi_output):
+    X, Y, Xq = multi_output
+    att = MetricAttentionClassifier("linear", max_iter=3, hidden_size=4, random_state=0)
+    pred = att.fit(X, Y).predict(Xq)
+    assert pred.shape == (len(Xq), 3) and set(pred[:, 1]) <= {"a", "b", "c"}
+    att.set_params(class_weight="balanced").fit(X, Y)
+    # a single column: one output, with scikit-learn's warning
+    from sklearn.exceptions import DataConversionWarning
+    with pytest.warns(DataConversionWarning):
+        one = MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=np.inf).fit(
+            X, Y[:, :1])
+    assert not one.outputs_2d_ and one.predict(Xq).shape == (len(Xq),)
+    with pytest.raises(ValueError, match="2 labels but y has 3 outputs"):
+        MetricAttentionClassifier("euclidean", radius=1.0, outlier_label=[0, 1]).fit(X, Y)
+
+
+def test_queries_do_not_depend_on_the_batching(integer_duplicates):
+    """Small working memory: many query blocks, each excluding its own training points."""
+    import skattention
+
+    X, y, Xq = integer_duplicates
+    att = euclidean(MetricAttentionRegressor, n_neighbors=4).fit(X, y.astype(float))
+    expected = att.kneighbors(), att.radius_neighbors(radius=1.5, sort_results=True)
+    with skattention.config_context(working_memory=0.01):
+        got = att.kneighbors(), att.radius_neighbors(radius=1.5, sort_results=True)
+    for e, g in zip(expected[0], got[0], strict=True):
+        np.testing.assert_array_equal(e, g)
+    for e, g in zip(expected[1], got[1], strict=True):
+        for a, b in zip(e, g, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_precomputed_pickles_without_its_identity_keys(distances):
+    import pickle
+
+    D, y, Dq = distances
+    att = MetricAttentionClassifier("precomputed", n_neighbors=3, temperature=np.inf).fit(D, y)
+    expected = att.predict_proba(Dq)
+    blob = pickle.dumps(att)
+    assert len(blob) < 1.5 * D.nbytes  # the distances, not also an identity of their size
+    np.testing.assert_array_equal(pickle.loads(blob).predict_proba(Dq), expected)
