@@ -25,6 +25,9 @@ LightGBM):
 * ``catboost`` and ``lightgbm`` defaults (optional imports: ``pip install catboost lightgbm``);
 * ``attention``: the recipe of ``tabular_lab`` (the candidate default of issue 15); with
   ``--recipe k=v ...`` and ``--tag NAME`` a variant, stored as ``attention:NAME``;
+* ``skattention``: the library's ``MetricAttentionClassifier()`` / ``MetricAttentionRegressor()``
+  with their defaults on the raw frame (the tabular recipe, phase 2b); ``skattention:NAME``
+  with ``--recipe k=v ...`` as estimator parameters (``--tag`` names ``attention`` only);
 * ``skattention_v0``: today's ``MetricAttention*()`` defaults behind the same ColumnTransformer.
 """
 
@@ -202,6 +205,11 @@ def make_model(name, task, seed, X_train, threads, recipe):
 
         est = (MetricAttentionClassifier if clf else MetricAttentionRegressor)(random_state=seed)
         return make_pipeline(column_transformer(X_train), est)
+    if name == "skattention" or name.startswith("skattention:"):
+        from skattention import MetricAttentionClassifier, MetricAttentionRegressor
+
+        cls = MetricAttentionClassifier if clf else MetricAttentionRegressor
+        return cls(random_state=seed, **(recipe if ":" in name else {}))
     if name.startswith("attention"):
         from tabular_lab import TabularAttentionClassifier, TabularAttentionRegressor
 
@@ -248,6 +256,9 @@ def evaluate(name, dataset, seed, threads, recipe):
     else:
         out["r2"] = float(r2_score(yte, pred))
     info = getattr(model, "fit_info_", None)
+    if hasattr(model, "map_") and model.map_ is not None:  # the library's estimators
+        info = {"epochs": model.n_iter_, "temperature": model.temperature_,
+                "numeric_embedding": getattr(model.map_, "numeric_embedding", None)}
     if info:
         out["info"] = info
     return out
@@ -483,7 +494,7 @@ def main():
                         except ImportError as exc:
                             print(f"skip {model}: {exc}", flush=True)
                             break
-                        if recipe and model.startswith("attention"):
+                        if recipe and (model.startswith("attention") or ":" in model):
                             row["recipe"] = recipe
                         results = _store(out_path, dataset, model, seed, row)
                         main_metric = next(k for k in ("accuracy", "r2") if k in row)

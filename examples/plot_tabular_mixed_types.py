@@ -4,9 +4,10 @@ A mixed-type table: numbers, categories, strings and missing values
 
 :class:`~skattention.MetricAttentionClassifier` takes a pandas DataFrame as it comes: numeric,
 boolean, ``category`` and string columns, with missing values (``NaN``, ``None``, ``pd.NA``), no
-preprocessing (see :doc:`/tabular`). Learned metrics see the numbers robust-scaled, categories
-one-hot, and a missing-value indicator for each numeric column that has gaps; levels first seen
-at prediction time are handled, not errors.
+preprocessing (see :doc:`/tabular`). Its default metric sees the numbers robust-scaled (with
+periodic embeddings from 1,500 training rows), categories as learned embeddings, and a
+missing-value indicator for each numeric column that has gaps; levels first seen at prediction
+time are handled, not errors.
 
 The table is a generated customer file (1,000 rows): whether a customer renews depends on the
 plan, on tenure and monthly charge together, and on the region, with a tenth of the ages and

@@ -112,8 +112,8 @@ def test_auto_batch_size_is_sized_from_the_budget(data, monkeypatch):
         MetricAttentionClassifier(
             metric="linear", max_iter=1, random_state=0, early_stopping=False
         ).fit(X, y)
-    assert batches[0] == 64  # n / 16 raised to the minimum of the "auto" rule
-    assert batches[1] == seen[1] < 64
+    assert batches[0] == min(len(X), 1024)  # the "auto" rule: 1,024, or all points when fewer
+    assert batches[1] == seen[1] < batches[0]
 
 
 def test_training_that_cannot_fit_one_row_is_clear(data):

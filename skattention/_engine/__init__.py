@@ -31,7 +31,13 @@ from ._shards import (
     shard_attention,
     shard_lightest_weights,
 )
-from ._training import ProgressReport, batch_rows, train_metric, train_network
+from ._training import (
+    ProgressReport,
+    batch_rows,
+    calibrate_temperature,
+    train_metric,
+    train_network,
+)
 
 __all__ = [
     # attention and its selection step
@@ -64,6 +70,7 @@ __all__ = [
     "ResidualBlock",
     "batch_rows",
     "build_map",
+    "calibrate_temperature",
     "train_metric",
     "train_network",
     # the nn layer's SDPA on augmented coordinates

@@ -60,9 +60,11 @@ def attention(
     queries : array-like or Tensor of shape (n_queries, n_features)
     keys : array-like or Tensor of shape (n_keys, n_features)
     values : array-like or Tensor of shape (n_keys,) or (n_keys, n_values)
-    metric : {"sqeuclidean", "dot"} or callable, default="sqeuclidean"
-        ``"sqeuclidean"``: s = -||q - k||^2. ``"dot"``: s = q.k. A callable ``phi`` mapping a
-        ``(n, n_features)`` tensor to ``(n, d)`` gives s = -||phi(q) - phi(k)||^2.
+    metric : {"sqeuclidean", "euclidean", "dot"} or callable, default="sqeuclidean"
+        ``"sqeuclidean"``: s = -||q - k||^2. ``"euclidean"``: s = -||q - k|| (the non-squared
+        distance; keys are selected on squared distances, which order them the same way).
+        ``"dot"``: s = q.k. A callable ``phi`` mapping a ``(n, n_features)`` tensor to
+        ``(n, d)`` gives s = -||phi(q) - phi(k)||^2.
     temperature : float >= 0 or 0-d Tensor, default=1.0
         ``0`` is the nearest-neighbour limit: all weight on the nearest unmasked key, the
         lowest index among keys at exactly the same distance (1-NN); ``inf`` the uniform limit
@@ -75,7 +77,7 @@ def attention(
         in that order until their weights add up to ``n_neighbors``, the last contributing the
         remainder (an integer weight acts as that many copies of the key).
     radius : float or (array-like, array-like), default=None
-        Radius prior (distance metrics only): only keys with ``f(q, k) <= radius**2`` get weight
+        Radius prior (distance metrics only): only keys with ``||q - k||^2 <= radius**2`` get weight
         (decided on exact distances: a key at distance exactly ``radius`` is kept).
         A pair ``(query_radius, key_radius)`` of arrays of shape ``(n_queries,)`` and
         ``(n_keys,)`` keeps key ``j`` for query ``i`` when
@@ -150,7 +152,8 @@ def attention(
         or (spec.prior_vec is not None and spec.prior_vec.requires_grad)
     )
     sdpa_ok = (
-        spec.n_neighbors is None
+        spec.scorer.squared  # SDPA's augmented coordinates give squared distances only
+        and spec.n_neighbors is None
         and spec.radius is None
         and spec.self_index is None
         and spec.prior_fn is None
@@ -219,7 +222,8 @@ def kneighbors(
     -------
     distances : ndarray or Tensor of shape (n_queries, n_neighbors)
         Pseudo-metric values f(q, k), ascending (squared Euclidean distances for
-        ``"sqeuclidean"``, ``-q.k`` for ``"dot"``), computed exactly; among equal values the
+        ``"sqeuclidean"``, Euclidean ones for ``"euclidean"``, ``-q.k`` for ``"dot"``),
+        computed exactly; among equal values the
         lower key index comes first. ``inf`` where fewer keys are unmasked.
     indices : ndarray or Tensor of int64, shape (n_queries, n_neighbors)
         Key indices; ``-1`` for padding.

@@ -204,7 +204,7 @@ def knn_attention(spec):
     for qs, _, q, q_index, f, idx in nearest_blocks(spec, n_select, gather_bytes, what):
         safe_idx = idx.clamp(min=0)
         # Scores recomputed with the graph when differentiating, else the exact ones.
-        s = scorer.exact(q, idx) if spec.grad else (-f).to(q.dtype)
+        s = scorer.exact(q, idx) if spec.grad else scorer.scores_of_f(f).to(q.dtype)
         log_weight = None if spec.prior_vec is None else spec.prior_vec[safe_idx]
         bias = None
         if spec.prior_fn is not None:
@@ -263,11 +263,13 @@ def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_ro
 
 def nearest_keys(spec):
     """``(distances, indices)`` of each query's ``spec.n_neighbors`` nearest keys, in exact
-    (distance, index) order; ``inf`` and ``-1`` where fewer keys are unmasked."""
+    (distance, index) order; ``inf`` and ``-1`` where fewer keys are unmasked. Distances are
+    the values of ``f``: squared for ``"sqeuclidean"``, not for ``"euclidean"``."""
     k = spec.n_neighbors
     dists, indices = [], []
     with torch.no_grad():
         for _, _, _, _, f, idx in nearest_blocks(spec, k, 0, "kneighbors"):
+            f = f if spec.scorer.squared else f.sqrt()
             dists.append(f.to(spec.queries.dtype))
             indices.append(idx)
     return (

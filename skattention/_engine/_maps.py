@@ -5,12 +5,18 @@ Each map turns inputs into the space where the attention scores are computed:
 * ``LinearMap``: f(x, y) = ||W x - W y||^2 ("L2 self-attention");
 * ``ResidualMLPMap``: f(x, y) = ||phi(x) - phi(y)||^2 with phi a residual MLP (the seed paper's
   metric-attention: phi(x) = z + W2 act(W1 z + b1) + b2 per block, z = W_in x);
-* ``DotProductMaps``: s(x, y) = (W_Q x).(W_K y), standard asymmetric dot-product attention.
+* ``DotProductMaps``: s(x, y) = (W_Q x).(W_K y), standard asymmetric dot-product attention;
+* ``TabularMap``: f(x, y) = ||phi(x) - phi(y)|| (not squared) with phi ModernNCA's map of a
+  mixed-type row: periodic ("PLR-lite") embeddings of the numbers, learned embeddings of the
+  category codes, one linear layer.
 
-All start at a known metric: the projection is initialised to the given matrix (identity or a PCA
-basis) and each residual block's output layer to zero, so training starts from Euclidean attention
-on the (projected) inputs.
+The first three start at a known metric: the projection is initialised to the given matrix
+(identity or a PCA basis) and each residual block's output layer to zero, so training starts
+from Euclidean attention on the (projected) inputs.
 """
+
+import itertools
+import math
 
 import torch
 from torch import nn
@@ -37,6 +43,10 @@ class MetricMap(nn.Module):
 
     def key(self, x):
         return self(x)
+
+    def activation_width(self):
+        """Floats per row held while mapping it (input, output and their temporaries)."""
+        return 3 * (self.n_components + self.n_features)
 
 
 class LinearMap(MetricMap):
@@ -89,6 +99,10 @@ class ResidualMLPMap(MetricMap):
     def forward(self, x):
         return self.blocks(self.proj(x))
 
+    def activation_width(self):
+        hidden = self.blocks[0].inner.out_features if len(self.blocks) else 0
+        return 2 * hidden + super().activation_width()
+
 
 _ResidualBlock = ResidualBlock  # the name in pickles of earlier versions
 
@@ -116,11 +130,90 @@ class DotProductMaps(MetricMap):
         return self.w_key(x)
 
 
-def build_map(kind, init, *, hidden_size=256, n_blocks=1, activation="relu", dropout=0.0):
-    """Build the map of a learned metric ``kind`` in {"linear", "mlp", "dot"}.
+class TabularMap(MetricMap):
+    """ModernNCA's map of a mixed-type row ``x = [numbers, category codes]`` (torch only).
 
-    ``init`` is the (n_components, n_features) initial projection.
+    ``phi(x) = W [e(x_1), ..., e(x_m)] + b + sum_j E_j[c_j]``: each of the ``n_numeric`` numbers
+    (scaled; missing indicators count as numbers) either enters ``W`` as it is
+    (``numeric_embedding="none"``) or through a periodic embedding
+    ``e(x) = relu(L [cos(2 pi w x), sin(2 pi w x)])`` with ``n_frequencies`` frequencies ``w``
+    per number (drawn from N(0, ``frequency_scale``^2) and learned) and one linear layer ``L``
+    to ``d_embedding`` shared by all numbers ("PLR-lite", Gorishniy et al. 2022); each
+    categorical column ``j`` adds a learned vector ``E_j[c_j]`` for its integer code ``c_j``
+    (the codes travel as floats in the trailing columns of ``x``), which is one-hot times a
+    linear layer. The vectors of codes 0 (missing) and 1 (unseen or rare) start at zero, so a
+    level that training never saw adds nothing. The output has ``n_components`` dimensions;
+    the metric is the non-squared Euclidean distance (``kind = "euclidean"``).
     """
+
+    kind = LEARNED_METRICS["tabular"]
+
+    def __init__(self, n_components, n_numeric, cardinalities, *, numeric_embedding="plr",
+                 n_frequencies=24, frequency_scale=0.04, d_embedding=12):
+        nn.Module.__init__(self)
+        cardinalities = [int(c) for c in cardinalities]
+        self.n_numeric, self.n_categorical = int(n_numeric), len(cardinalities)
+        self.n_components = int(n_components)
+        self.n_features = self.n_numeric + self.n_categorical
+        self.numeric_embedding = numeric_embedding
+        self.plr = numeric_embedding == "plr" and self.n_numeric > 0
+        d_in = self.n_numeric
+        if self.plr:
+            self.frequencies = nn.Parameter(
+                torch.randn(self.n_numeric, n_frequencies) * frequency_scale
+            )
+            self.periodic = nn.Linear(2 * n_frequencies, d_embedding)
+            d_in = self.n_numeric * d_embedding
+        self.linear = nn.Linear(max(d_in, 1), self.n_components)
+        if d_in == 0:  # no numbers: the output is the bias plus the category vectors
+            with torch.no_grad():
+                self.linear.weight.zero_()
+        n_codes = sum(cardinalities)
+        self.embedding = None
+        if n_codes:
+            offsets = [0, *itertools.accumulate(cardinalities)][:-1]
+            self.register_buffer("offsets", torch.as_tensor(offsets, dtype=torch.long))
+            self.embedding = nn.Embedding(n_codes, self.n_components)
+            # as nn.Linear's initialisation over the numbers and the one-hot codes together
+            bound = 1.0 / math.sqrt(max(d_in + n_codes, 1))
+            nn.init.uniform_(self.embedding.weight, -bound, bound)
+            with torch.no_grad():  # codes 0 (missing) and 1 (unseen) start neutral: a level
+                # never seen in training adds nothing to the row's image
+                self.embedding.weight[self.offsets] = 0.0
+                self.embedding.weight[self.offsets + 1] = 0.0
+
+    def forward(self, x):
+        numbers = x[:, : self.n_numeric]
+        if self.plr:
+            z = 2 * math.pi * self.frequencies * numbers[..., None]
+            z = torch.relu(self.periodic(torch.cat([torch.cos(z), torch.sin(z)], -1)))
+            numbers = z.flatten(1)
+        if numbers.shape[1]:
+            out = self.linear(numbers)
+        else:
+            out = self.linear.bias.expand(x.shape[0], -1)
+        if self.embedding is not None:
+            codes = x[:, self.n_numeric :].long() + self.offsets
+            out = out + self.embedding(codes).sum(1)
+        return out
+
+    def activation_width(self):
+        """Floats per row held while mapping it (input, periodic features, output)."""
+        periodic = self.n_numeric * 3 * (self.periodic.in_features if self.plr else 1)
+        return self.n_features + periodic + (self.n_categorical + 3) * self.n_components
+
+
+def build_map(kind, init=None, *, hidden_size=256, n_blocks=1, activation="relu", dropout=0.0,
+              n_components=None, n_numeric=0, cardinalities=(), numeric_embedding="plr"):
+    """Build the map of a learned metric ``kind`` in {"linear", "mlp", "dot", "tabular"}.
+
+    ``init`` is the (n_components, n_features) initial projection of the first three.
+    ``"tabular"`` maps rows of ``n_numeric`` numbers followed by one code per categorical
+    column (``cardinalities``: the number of codes of each) to ``n_components`` dimensions.
+    """
+    if kind == "tabular":
+        return TabularMap(n_components, n_numeric, cardinalities,
+                          numeric_embedding=numeric_embedding)
     init = torch.as_tensor(init, dtype=torch.float32)
     if kind == "linear":
         return LinearMap(init)

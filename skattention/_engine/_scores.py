@@ -5,6 +5,11 @@ per-query term ||q||^2 is constant along a softmax row, so blocks hold the *part
 2 q.k - ||k||^2 computed by one ``addmm``. Keys are centred first (squared distances are
 translation invariant) to limit cancellation.
 
+Euclidean scores (``"euclidean"``, -||q - k||, the non-squared distance of ModernNCA) need the
+whole distance, so their blocks add the per-query term back and take a square root
+(:meth:`Scorer.to_scores`); everything that selects keys (k-NN, radius, ``T = 0``) works on
+the squared distances as for ``"sqeuclidean"``, which order keys the same way.
+
 These fast scores are rounded (the centring, the matmul); selections are never decided on them
 alone. :meth:`Scorer.margin` bounds their rounding error and :meth:`Scorer.exact_f` /
 :meth:`Scorer.exact_pairs` give the exact values (float64 differences of the uncentred
@@ -16,10 +21,13 @@ import torch
 from ._budget import CPU_BLOCK_ENTRIES, plan_rows
 
 # The one table of metric names. Scores the engine computes (``attention(metric=...)``):
-ENGINE_METRICS = ("sqeuclidean", "dot")
+ENGINE_METRICS = ("sqeuclidean", "euclidean", "dot")
+# Engine metrics whose keys are selected on squared Euclidean distances (k-NN, radius, T = 0).
+_DISTANCES = ("sqeuclidean", "euclidean")
 # Pseudo-metrics learned end to end (``_maps.py``; the estimators and ``skattention.nn``) ->
 # the engine score between the mapped inputs:
-LEARNED_METRICS = {"mlp": "sqeuclidean", "linear": "sqeuclidean", "dot": "dot"}
+LEARNED_METRICS = {"mlp": "sqeuclidean", "linear": "sqeuclidean", "dot": "dot",
+                   "tabular": "euclidean"}
 # The metric estimators' ``metric``: the fixed Euclidean one and the learned ones.
 METRICS = {"euclidean": "sqeuclidean", **LEARNED_METRICS}
 
@@ -44,7 +52,7 @@ class Scorer:
     ----------
     keys : Tensor of shape (n_keys, d)
         Keys on the compute device and dtype.
-    metric : {"sqeuclidean", "dot"} or callable
+    metric : {"sqeuclidean", "euclidean", "dot"} or callable
         A callable ``phi`` maps a ``(n, d)`` tensor to ``(n, d')``; scores are then
         ``-||phi(q) - phi(k)||^2``.
     """
@@ -58,7 +66,7 @@ class Scorer:
             keys = _apply_phi(self.phi, keys, "keys")
         # The keys as given (mapped by phi): exact distances are differences of these.
         self.raw = keys
-        if self.kind == "sqeuclidean":
+        if self.is_distance:
             self.shift = keys.mean(0)
             keys = keys - self.shift
             # -||k||^2, the per-key offset of the partial score.
@@ -84,7 +92,12 @@ class Scorer:
 
     @property
     def is_distance(self):
-        return self.kind == "sqeuclidean"
+        return self.kind in _DISTANCES
+
+    @property
+    def squared(self):
+        """Whether scores are the partial scores themselves (no square root)."""
+        return self.kind != "euclidean"
 
     def prepare_queries(self, queries):
         """Map a block of raw queries into the space the (centred) keys live in."""
@@ -142,14 +155,15 @@ class Scorer:
     def _exact_rows(self, q_raw, index):
         keys = self.raw.detach()[index].double()
         q = q_raw.detach().double()
-        if self.kind == "sqeuclidean":
+        if self.is_distance:
             diff = q - keys
             return (diff * diff).sum(-1)
         return -(q * keys).sum(-1)
 
     def query_offset(self, q):
-        """Per-query constant c such that the exact score is ``partial - c``."""
-        if self.kind == "sqeuclidean":
+        """Per-query constant c such that the exact value of ``-f`` is ``partial - c`` (``f``
+        the squared distance for both distance kinds)."""
+        if self.is_distance:
             return (q * q).sum(1)
         return torch.zeros(q.shape[0], dtype=q.dtype, device=q.device)
 
@@ -179,13 +193,42 @@ class Scorer:
             return s if self.coef * scale == 1.0 else s.mul_(self.coef * scale)
         return torch.addmm(bias, q, kt, alpha=self.coef * scale)[:rows]
 
+    def logits(self, q, start, stop, scale, log_prior=None):
+        """``scale * score(q, keys[start:stop]) + log_prior[start:stop]``: the softmax logits
+        of a block without masks (:meth:`block` for the squared kinds)."""
+        if self.squared:
+            return self.block(q, start, stop, scale, log_prior)
+        s = self.to_scores(self.block(q, start, stop), q) * scale
+        return s if log_prior is None else s + log_prior[start:stop]
+
+    def to_scores(self, partial, q):
+        """Scores whose softmax is the attention, from a block of partial scores of the centred
+        queries ``q`` (masked entries ``-inf`` stay ``-inf``): the partial scores themselves,
+        except for ``"euclidean"``: ``-sqrt(max(||q||^2 - partial, 0))``."""
+        if self.squared:
+            return partial
+        return -_sqrt_zero_grad(self.query_offset(q)[:, None] - partial)
+
+    def scores_of_f(self, f):
+        """Scores from exact values of ``f`` (the squared distance for both distance kinds)."""
+        return -f if self.squared else -torch.sqrt(f.clamp(min=0))
+
     def exact(self, q, index):
         """Exact scores of queries ``q`` (b, d) against ``keys[index]`` (b, k); differentiable."""
         gathered = self.keys[index.clamp(min=0)]
-        if self.kind == "sqeuclidean":
+        if self.is_distance:
             diff = q[:, None, :] - gathered
-            return -(diff * diff).sum(-1)
+            f = (diff * diff).sum(-1)
+            return -f if self.squared else -_sqrt_zero_grad(f)
         return torch.einsum("bd,bkd->bk", q, gathered)
+
+
+def _sqrt_zero_grad(f):
+    """``sqrt(max(f, 0))`` whose gradient at 0 is 0, not infinite: duplicated rows (common in
+    business data) sit at distance 0 from each other, and one infinite gradient would make
+    every parameter NaN. ``f = inf`` (a masked entry) gives ``inf`` with gradient 0."""
+    positive = f > 0
+    return torch.where(positive, torch.sqrt(torch.where(positive, f, 1.0)), 0.0)
 
 
 def _exact_entries(budget):

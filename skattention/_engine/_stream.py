@@ -80,10 +80,10 @@ def stream_attention(spec, state_only=False):
                     z = aux = torch.where(s > NEG_INF, prior.expand_as(s), NEG_INF)
                     rank = s
                 else:
-                    z = scaled(s, T) + prior
+                    z = scaled(scorer.to_scores(s, q), T) + prior
                     rank, aux = z, None
             else:
-                z = scorer.block(q, ks, ke, scale=1.0 / T, log_prior=spec.prior_vec)
+                z = scorer.logits(q, ks, ke, scale=1.0 / T, log_prior=spec.prior_vec)
                 if spec.self_index is not None:
                     z = mask_self(z, spec.self_index, rows, ks, ke, inplace=True)
                 rank, aux = z, None
@@ -96,8 +96,10 @@ def stream_attention(spec, state_only=False):
                 state.update(z, V[ks:ke], inplace)
         if state_only:
             # Partial scores are ||q||^2 - f in the keys' centred coordinates; states of other
-            # key sets (shards, centred elsewhere) compare on -f / T: remove the query term.
-            max_z = state.m if uniform else state.m - scaled(scorer.query_offset(q), T)
+            # key sets (shards, centred elsewhere) compare on -f / T: remove the query term
+            # ("euclidean" logits are whole scores already).
+            whole = uniform or not scorer.squared
+            max_z = state.m if whole else state.m - scaled(scorer.query_offset(q), T)
             return (max_z, state.l, state.o), None, None
         empty = empty_rows(state.l, qs, spec.on_empty, spec.radius)
         if top is None:

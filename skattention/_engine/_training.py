@@ -7,7 +7,8 @@ reports, early stopping with validation) is a :class:`Callback`. On it:
   of NCA and ModernNCA in the notation of THEORY.md): each minibatch of training points attends,
   through :func:`attention`, to a random sample of candidate training points with itself
   excluded, and the propagated labels are scored against the true ones (log-loss for classes,
-  squared error for targets). The map and a log-temperature are optimised with AdamW.
+  squared error for targets). The map and a log-temperature are optimised with AdamW;
+  :func:`calibrate_temperature` then re-fits the temperature alone on the validation points.
 * :func:`train_network`: a network of class logits (``skattention.nn.IPN``) by minibatch
   cross-entropy with Adam.
 
@@ -164,6 +165,7 @@ def train_metric(
     n_iter_no_change,
     tol,
     generator,
+    max_validation_keys=None,
     history=None,
     optimizer_state=None,
     callbacks=(),
@@ -188,6 +190,10 @@ def train_metric(
         held-out points, smoother than accuracy on small sets) has not improved by ``tol`` for
         ``n_iter_no_change`` epochs, and the state of the best epoch is restored; its score
         (accuracy or R^2) is recorded too. Without one, the rule applies to the training loss.
+    max_validation_keys : int or None
+        The validation points of each epoch attend to a fixed random sample of at most this
+        many training points (``None``: all of them): the stopping rule needs a comparable loss
+        from epoch to epoch, not the final one, and this pass costs as much as an epoch.
     n_candidates : int
         Candidate keys sampled for each minibatch (all points when >= n).
     generator : torch.Generator
@@ -261,9 +267,14 @@ def train_metric(
 
     validate = None
     if validation is not None:
+        keys = torch.arange(n)
+        if max_validation_keys is not None and max_validation_keys < n:
+            keys = torch.randperm(n, generator=generator)[:max_validation_keys].sort().values
+        keys = keys.to(device)
+
         def validate():
-            return validation_score(metric_map, log_temperature, X, values, log_prior,
-                                    validation, loss)
+            return validation_score(metric_map, log_temperature, X[keys], values[keys],
+                                    log_prior[keys], validation, loss)
 
     stopping = EarlyStopping(n_iter_no_change, tol, history, validate, snapshot, restore)
     run_training(
@@ -334,6 +345,58 @@ def validation_score(metric_map, log_temperature, X, values, log_prior, validati
     mean = (weight_val[:, None] * values_val).sum(0) / total
     sst = float((weight_val * ((values_val - mean) ** 2).sum(1)).sum() / total)
     return (1.0 - val_loss / sst if sst > 0 else -val_loss), val_loss
+
+
+# Temperature calibration: a grid over log T around the trained value, then a golden-section
+# search around the grid's best point (as the tabular benchmark's recipe).
+_CALIBRATION_GRID = (2.5, 21)  # half-width in log T and number of points
+_CALIBRATION_STEPS = 12
+_GOLDEN = (math.sqrt(5) - 1) / 2
+
+
+@torch.no_grad()
+def calibrate_temperature(metric_map, log_temperature, X, values, weight, validation, loss):
+    """Set ``log_temperature`` (in place) to the value with the lowest validation loss of the
+    trained map: the validation points of ``validation = (X_val, values_val, weight_val)``
+    attend to all training points ``X``. A grid of ``log T`` over +-2.5 around the current value
+    (step 0.25), then a golden-section search in the grid step around its best point.
+    Returns the validation loss at the chosen temperature."""
+    X_val, values_val, weight_val = validation
+    metric_map.eval()
+    keys, queries = metric_map.key(X), metric_map.query(X_val)
+    log_prior, total = torch.log(weight), weight_val.sum()
+
+    def val_loss(log_t):
+        pred = attention(
+            queries, keys, values, metric=metric_map.kind, temperature=math.exp(log_t),
+            log_prior=log_prior, on_empty="zero", device=X.device, dtype=X.dtype,
+        )
+        return float((weight_val * _loss(pred, values_val, loss)).sum() / total)
+
+    centre = float(log_temperature)
+    half, n_points = _CALIBRATION_GRID
+    step = 2 * half / (n_points - 1)
+    grid = [centre - half + i * step for i in range(n_points)]
+    losses = [val_loss(t) for t in grid]
+    best = min(range(n_points), key=losses.__getitem__)
+    lo, hi = grid[best] - step, grid[best] + step
+    a, b = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
+    fa, fb = val_loss(a), val_loss(b)
+    for _ in range(_CALIBRATION_STEPS):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - _GOLDEN * (hi - lo)
+            fa = val_loss(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + _GOLDEN * (hi - lo)
+            fb = val_loss(b)
+    chosen, chosen_loss = min([(a, fa), (b, fb), (grid[best], losses[best])],
+                              key=lambda pair: pair[1])
+    info = torch.finfo(log_temperature.dtype)
+    chosen = min(max(chosen, 0.5 * math.log(info.tiny)), 0.5 * math.log(info.max))
+    log_temperature.fill_(chosen)
+    return chosen_loss
 
 
 def _exp_in_range(log_t):

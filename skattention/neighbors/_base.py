@@ -21,6 +21,7 @@ from .._engine import (
     batch_rows,
     budget_bytes,
     build_map,
+    calibrate_temperature,
     kneighbors,
     plan_rows,
     prepare_keys,
@@ -37,7 +38,7 @@ from ..utils._sklearn_compat import _check_sample_weight
 from ..utils._threads import uses_n_jobs
 from ..utils._validation import encode_classes, label_columns
 from . import _dask
-from ._tabular import _DenseLayout, _TabularEncoder, pd
+from ._tabular import _CodesLayout, _DenseLayout, _TabularEncoder, pd
 
 # temperature="auto" with the fixed metric: leave-one-out choice on a geometric grid around the
 # nearest-neighbour scale (weighted median squared distance from a point to its nearest distinct
@@ -49,10 +50,20 @@ _AUTO_TEMPERATURE_CANDIDATES = 8
 _TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # n_components=None: keep the inputs' dimension up to this many components (PCA beyond it)
 _DEFAULT_MAX_COMPONENTS = 128
-# sample_rate="auto": candidates per minibatch
-_AUTO_CANDIDATES = 2048
-# batch_size="auto": n_train / 16 within these bounds
-_AUTO_BATCH = (64, 512)
+# n_components=None with metric="tabular" (the benchmark's DEV sets: no loss against 128, and
+# a fifth less training time)
+_TABULAR_COMPONENTS = 64
+# numeric_embedding="auto": periodic embeddings of the numbers from this many training samples
+# (smaller DEV sets of the tabular benchmark were better without)
+_PLR_MIN_SAMPLES = 1500
+# batch_size="auto": minibatch size (fewer points when working_memory is smaller)
+_AUTO_BATCH = 1024
+# sample_rate="auto": besides the minibatch, this share of the other training points, at most
+# _AUTO_CANDIDATES of them, are each minibatch's candidate keys
+_AUTO_CANDIDATE_SHARE = 0.5
+_AUTO_CANDIDATES = 1024
+# the validation pass of each epoch attends to at most this many training points
+_VALIDATION_KEYS = 2048
 # Rows mapped at once by the learned map (fewer when working_memory is smaller).
 _EMBED_CHUNK = 65536
 # Queries whose candidate distances are gathered at once by the neighbour scale.
@@ -75,6 +86,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
     _parameter_constraints: dict = {
         "metric": [StrOptions(set(METRICS) | {"precomputed"})],
         "categorical_features": ["array-like", StrOptions({"from_dtype"}), None],
+        "numeric_embedding": [StrOptions({"auto", "plr", "none"})],
         "temperature": [Interval(Real, 0, None, closed="both"), StrOptions({"auto"})],
         "n_neighbors": [Count(Integral, 1, None, closed="left"), None],
         "radius": [Interval(Real, 0, None, closed="neither"), None],
@@ -100,17 +112,19 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         "n_jobs": [Integral, None],
     }
 
-    def __init__(self, metric="mlp", *, temperature="auto", n_neighbors=None, radius=None,
-                 n_components=None, hidden_size=256, n_blocks=1, activation="relu", dropout=0.0,
-                 max_iter=100, batch_size="auto", learning_rate=3e-3, weight_decay=1e-4,
-                 sample_rate="auto", early_stopping=True, validation_fraction=0.1,
-                 n_iter_no_change=10, tol=1e-4, warm_start=False, random_state=None, verbose=0,
-                 device="auto", dtype=None, n_jobs=None, categorical_features="from_dtype"):
+    def __init__(self, metric="tabular", *, temperature="auto", n_neighbors=None, radius=None,
+                 n_components=None, numeric_embedding="auto", hidden_size=256, n_blocks=1,
+                 activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
+                 learning_rate=1e-2, weight_decay=2e-4, sample_rate="auto", early_stopping=True,
+                 validation_fraction=0.15, n_iter_no_change=8, tol=1e-4, warm_start=False,
+                 random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
+                 categorical_features="from_dtype"):
         self.metric = metric
         self.temperature = temperature
         self.n_neighbors = n_neighbors
         self.radius = radius
         self.n_components = n_components
+        self.numeric_embedding = numeric_embedding
         self.hidden_size = hidden_size
         self.n_blocks = n_blocks
         self.activation = activation
@@ -153,7 +167,9 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
                 numeric_scaling="robust" if self.metric in LEARNED_METRICS else None,
                 dtype=np.float64,
             ).fit(X_checked)
-            self._layout = _DenseLayout(self._encoder)
+            # the tabular map looks category codes up; the other metrics take them one-hot
+            layout = _CodesLayout if self.metric == "tabular" else _DenseLayout
+            self._layout = layout(self._encoder)
         if sparse.issparse(X_checked):  # the dense training matrix must fit the budget
             plan_rows(None, row_bytes=0, budget=budget_bytes(), per="",
                       fixed_bytes=X_checked.shape[0] * self._layout.width * 8,
@@ -301,11 +317,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         with seeded_torch_rng(seed, device) as release_rng:
             generator = torch.Generator().manual_seed(seed)
             if not warm:
-                init = _initial_projection(X, self.n_components, rng)
-                self.map_ = build_map(
-                    self.metric, init, hidden_size=self.hidden_size, n_blocks=self.n_blocks,
-                    activation=self.activation, dropout=self.dropout,
-                )
+                self.map_ = self._build_map(X, rng)
             metric_map = self.map_.to(device=device, dtype=dtype)
             release_rng(metric_map)  # training draws only from `generator` (unless dropout)
             Xt = torch.as_tensor(X, dtype=dtype, device=device)
@@ -321,26 +333,8 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
                     raise ValueError(
                         "All training sample weights are zero after the validation split."
                     )
-            n_train = Xt.shape[0]
-            n_candidates = (
-                min(n_train, _AUTO_CANDIDATES) if self.sample_rate == "auto"
-                else max(1, int(math.ceil(self.sample_rate * n_train)))
-            )
-            # "auto" is also capped by working_memory; a larger explicit batch is split into
-            # gradient-accumulated chunks by train_metric.
-            batch_size = (
-                min(
-                    _AUTO_BATCH[1],
-                    max(_AUTO_BATCH[0], math.ceil(n_train / 16)),
-                    batch_rows(
-                        min(n_candidates, n_train),
-                        Vt.shape[1],
-                        self.map_.n_components,
-                        Xt.element_size(),
-                    ),
-                )
-                if self.batch_size == "auto"
-                else self.batch_size
+            batch_size, n_candidates = self._batch_and_candidates(
+                Xt.shape[0], Vt.shape[1], Xt.element_size()
             )
             previous = getattr(self, "_history", None) if warm else None
             name = type(self).__name__
@@ -356,10 +350,12 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
                     max_iter=self.max_iter, batch_size=batch_size, n_candidates=n_candidates,
                     learning_rate=self.learning_rate, weight_decay=self.weight_decay,
                     n_iter_no_change=self.n_iter_no_change, tol=self.tol, generator=generator,
-                    history=previous,
+                    max_validation_keys=_VALIDATION_KEYS, history=previous,
                     optimizer_state=getattr(self, "_optimizer_state", None) if warm else None,
                     callbacks=[report, EpochTasks(self)],
                 )
+            if validation is not None and self.temperature == "auto":
+                calibrate_temperature(metric_map, log_t, Xt, Vt, Wt, validation, loss)
         self.map_ = metric_map.to(device="cpu", dtype=torch.float32)
         self._optimizer_state = _to_cpu(state)
         self._history = history
@@ -379,9 +375,49 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         self.n_iter_ = history.n_iter
         self._fit_Z = self._embed(X, side="key")
 
+    def _build_map(self, X, rng):
+        """The untrained map of a learned metric for the encoded training inputs ``X``."""
+        if self.metric == "tabular":
+            numeric_embedding = self.numeric_embedding
+            if numeric_embedding == "auto":
+                numeric_embedding = "plr" if X.shape[0] >= _PLR_MIN_SAMPLES else "none"
+            return build_map(
+                "tabular", n_components=self.n_components or _TABULAR_COMPONENTS,
+                n_numeric=self._layout.n_numeric, cardinalities=self._layout.cardinalities,
+                numeric_embedding=numeric_embedding,
+            )
+        init = _initial_projection(X, self.n_components, rng)
+        return build_map(
+            self.metric, init, hidden_size=self.hidden_size, n_blocks=self.n_blocks,
+            activation=self.activation, dropout=self.dropout,
+        )
+
+    def _batch_and_candidates(self, n_train, n_values, itemsize):
+        """Minibatch size and candidate keys per minibatch (the minibatch included).
+
+        ``"auto"``: minibatches of 1,024 points (capped by ``working_memory``; a larger explicit
+        batch is split into gradient-accumulated chunks by ``train_metric``), each attending to
+        itself and to half of the other points, at most 1,024 of them (ModernNCA's sampling).
+        """
+        batch = min(n_train, _AUTO_BATCH if self.batch_size == "auto" else self.batch_size)
+        if self.sample_rate == "auto":
+            others = min(math.ceil(_AUTO_CANDIDATE_SHARE * (n_train - batch)), _AUTO_CANDIDATES)
+            n_candidates = min(n_train, batch + others)
+        else:
+            n_candidates = max(1, int(math.ceil(self.sample_rate * n_train)))
+        if self.batch_size == "auto":
+            batch = min(batch, batch_rows(n_candidates, n_values, self.map_.n_components,
+                                          itemsize))
+        return batch, n_candidates
+
     def _initial_log_temperature(self, metric_map, Xt, weight, warm, dtype, device):
         if not isinstance(self.temperature, str) and 0 < self.temperature < math.inf:
             return torch.tensor(math.log(self.temperature), dtype=dtype, device=device)
+        if metric_map.kind == "euclidean":
+            # ModernNCA: the map learns the scale at a fixed temperature (1, or the calibrated
+            # one on a warm start), which is calibrated on the validation points afterwards
+            start = self.temperature_ if warm and 0 < self.temperature_ < math.inf else 1.0
+            return torch.tensor(math.log(start), dtype=dtype, device=device)
         if warm and 0 < self.temperature_ < math.inf:
             start = self.temperature_
         elif metric_map.kind == "dot":
@@ -508,11 +544,9 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
             (X.shape[0], self.map_.n_components),
             dtype=np.float32 if dtype == torch.float32 else np.float64,
         )
-        # per row: its tensor and the map's activations (input, hidden and output widths, with
-        # their temporaries)
+        # per row: its tensor and the map's activations
         item = torch.finfo(dtype).bits // 8
-        width = self.map_.n_components + self.map_.n_features
-        row_bytes = item * (X.shape[1] + 2 * self.hidden_size + 3 * width)
+        row_bytes = item * (X.shape[1] + self.map_.activation_width())
         rows = plan_rows(
             X.shape[0], row_bytes=row_bytes, budget=budget_bytes(), max_rows=_EMBED_CHUNK
         )

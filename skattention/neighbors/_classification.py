@@ -99,16 +99,18 @@ class MetricAttentionClassifier(
         "outlier_label": [Real, str, list, None],
     }
 
-    def __init__(self, metric="mlp", *, temperature="auto", n_neighbors=None, radius=None,
-                 class_weight=None, outlier_label=None, n_components=None, hidden_size=256,
-                 n_blocks=1, activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
-                 learning_rate=3e-3, weight_decay=1e-4, sample_rate="auto", early_stopping=True,
-                 validation_fraction=0.1, n_iter_no_change=10, tol=1e-4, warm_start=False,
+    def __init__(self, metric="tabular", *, temperature="auto", n_neighbors=None, radius=None,
+                 class_weight=None, outlier_label=None, n_components=None,
+                 numeric_embedding="auto", hidden_size=256, n_blocks=1, activation="relu",
+                 dropout=0.0, max_iter=100, batch_size="auto", learning_rate=1e-2,
+                 weight_decay=2e-4, sample_rate="auto", early_stopping=True,
+                 validation_fraction=0.15, n_iter_no_change=8, tol=1e-4, warm_start=False,
                  random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
                  categorical_features="from_dtype"):
         super().__init__(
             metric, temperature=temperature, n_neighbors=n_neighbors, radius=radius,
-            n_components=n_components, hidden_size=hidden_size, n_blocks=n_blocks,
+            n_components=n_components, numeric_embedding=numeric_embedding,
+            hidden_size=hidden_size, n_blocks=n_blocks,
             activation=activation, dropout=dropout, max_iter=max_iter, batch_size=batch_size,
             learning_rate=learning_rate, weight_decay=weight_decay, sample_rate=sample_rate,
             early_stopping=early_stopping, validation_fraction=validation_fraction,

@@ -1,8 +1,11 @@
 """Docstring fragments shared by the metric-attention estimators (one text per parameter)."""
 
-METRIC = """metric : {"mlp", "linear", "dot", "euclidean"}, default="mlp"
+METRIC = """metric : {"tabular", "mlp", "linear", "dot", "euclidean"}, default="tabular"
         Pseudo-metric ``f``, learned end to end from the labels except for ``"euclidean"``:
 
+        - ``"tabular"``: ``||phi(x) - phi(y)||`` (not squared; ModernNCA's metric) with ``phi``
+          a linear layer over periodic embeddings of the numbers (``numeric_embedding``) and
+          learned embeddings of the categories (see :doc:`/tabular`);
         - ``"mlp"``: ``||phi(x) - phi(y)||^2`` with ``phi`` a residual MLP (the seed paper's
           metric-attention);
         - ``"linear"``: ``||W x - W y||^2`` ("L2 self-attention");
@@ -16,18 +19,22 @@ METRIC = """metric : {"mlp", "linear", "dot", "euclidean"}, default="mlp"
 
         Learned metrics see the numeric columns robust-scaled (median and interquartile range,
         smoothly clipped); ``"euclidean"`` sees them as given, so that its distances are those
-        of the input. Either way categorical columns enter one-hot and missing numbers sit at the
-        training median with a missing indicator (see :doc:`/tabular`)."""
+        of the input. Categorical columns enter ``"tabular"`` as codes of learned embeddings, the
+        other metrics one-hot; missing numbers sit at the training median with a missing
+        indicator (see :doc:`/tabular`)."""
 
 TEMPERATURE = """temperature : float >= 0 or "auto", default="auto"
         Softmax temperature ``T`` in units of ``f``. ``0`` is the arg-max (nearest neighbour)
         limit and ``np.inf`` the uniform limit; with a learned metric these limits apply at
         prediction, the metric being trained with a learned temperature (so ``n_neighbors=k,
-        temperature=np.inf`` is k-NN in the learned metric). ``"auto"``: learned jointly with
-        a learned metric (starting from the median squared distance between a training point and
-        its nearest neighbour in the initial map); with ``"euclidean"``, the value among 8 from 1/8
-        to 16 times that median with the lowest leave-one-out loss (on at most 2000 training
-        points). The value used is ``temperature_``."""
+        temperature=np.inf`` is k-NN in the learned metric). ``"auto"`` with a learned metric:
+        ``"tabular"`` trains at ``T = 1`` (the map learns the scale), the others learn ``T``
+        jointly (starting from the median squared distance between a training point and its
+        nearest neighbour in the initial map); after training, with ``early_stopping``, ``T`` is
+        re-fitted alone to minimise the loss of the validation points attending to the training
+        points (a grid over ``log T`` and a golden-section search). With ``"euclidean"``: the
+        value among 8 from 1/8 to 16 times that median with the lowest leave-one-out loss (on at
+        most 2000 training points). The value used is ``temperature_``."""
 
 NEIGHBORS = """n_neighbors : int, default=None
         k-NN prior at prediction: each query attends only to its ``n_neighbors`` nearest training
@@ -40,8 +47,15 @@ NEIGHBORS = """n_neighbors : int, default=None
         regressor, as in scikit-learn's radius-neighbour estimators."""
 
 LEARNING = """n_components : int, default=None
-        Dimension of the learned space. ``None``: the number of features, at most 128 (then
-        initialised by PCA).
+        Dimension of the learned space. ``None``: 64 for ``"tabular"``; otherwise the number of
+        features, at most 128 (then initialised by PCA).
+    numeric_embedding : {"auto", "plr", "none"}, default="auto"
+        How ``metric="tabular"`` embeds each number (and missing indicator): ``"plr"``, a
+        periodic embedding (24 learned frequencies, cosines and sines through a linear layer
+        to 12 values shared by all numbers, and a ReLU); ``"none"``, the number as it is;
+        ``"auto"``: ``"plr"`` from 1,500 training samples, ``"none"`` below (on the tabular
+        benchmark's development sets, small data did better without). Not used by the other
+        metrics.
     hidden_size : int, default=256
         Width of the hidden layer of each residual block (``metric="mlp"``).
     n_blocks : int, default=1
@@ -53,23 +67,27 @@ LEARNING = """n_components : int, default=None
     max_iter : int, default=100
         Maximum number of epochs.
     batch_size : int or "auto", default="auto"
-        Training points per minibatch. ``"auto"``: 1/16 of the training points, within
-        [64, 512] (small sets get at least 16 optimizer steps per epoch, large ones stay fast).
-    learning_rate : float, default=3e-3
+        Training points per minibatch. ``"auto"``: 1,024 (all of them when fewer; fewer when a
+        step would not fit ``working_memory``).
+    learning_rate : float, default=1e-2
         AdamW learning rate.
-    weight_decay : float, default=1e-4
+    weight_decay : float, default=2e-4
         AdamW weight decay of the map (not of the temperature).
     sample_rate : float in (0, 1] or "auto", default="auto"
         Fraction of the training points used as candidate keys for each minibatch: the batch
         itself plus a random sample of the others (each point excluded from its own
-        candidates). ``"auto"``: 2048 candidates, or all points when fewer.
+        candidates). ``"auto"``: the batch and half of the other points, at most 1,024 of them
+        (ModernNCA's sampling).
     early_stopping : bool, default=True
         Hold out ``validation_fraction`` of the training data (stratified for classes) and stop
         when the loss on it has not improved by ``tol`` for ``n_iter_no_change`` epochs,
-        restoring the best epoch. Without it, the same rule applies to the training loss.
-    validation_fraction : float in (0, 1), default=0.1
+        restoring the best epoch; each epoch's validation points attend to a fixed sample of at
+        most 2,048 training points. Without it, the same rule applies to the training loss. The
+        validation points also calibrate ``temperature="auto"`` after training. Prediction
+        attends to all the points given to ``fit``, the validation points included.
+    validation_fraction : float in (0, 1), default=0.15
         Held-out fraction for early stopping.
-    n_iter_no_change : int, default=10
+    n_iter_no_change : int, default=8
         Epochs without improvement before stopping.
     tol : float, default=1e-4
         Minimum improvement of the validation score (or training loss).

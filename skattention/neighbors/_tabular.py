@@ -351,6 +351,22 @@ class _DenseLayout:
         return out
 
 
+class _CodesLayout:
+    """The encoder's blocks as one float matrix for the tabular map (``metric="tabular"``):
+    the numeric block, then each categorical column's integer code (0 missing, 1 unseen or
+    rare, 2.. the training levels) as a float, which the map looks up in its embeddings."""
+
+    def __init__(self, encoder):
+        self.n_numeric = encoder.n_numeric_out_
+        self.cardinalities = encoder.cardinalities_
+        self.width = self.n_numeric + encoder.cardinalities_.size
+
+    def dense(self, block, dtype):
+        """``(len(block), width)`` array of ``dtype``."""
+        return np.hstack([block.numeric.astype(dtype, copy=False),
+                          block.categories.astype(dtype)])
+
+
 def _isna(values):
     return np.isnan(values) if values.dtype.kind == "f" else pd.isna(values)
 

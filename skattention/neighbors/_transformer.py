@@ -19,20 +19,26 @@ class MetricAttentionTransformer(
 
     The metric is trained exactly as in :class:`MetricAttentionClassifier`: leave-one-out
     soft-neighbour likelihood of the labels, each training point attending to sampled candidates
-    with ``f(x, y) = ||phi(x) - phi(y)||^2``. ``transform`` returns ``phi(x)``, so Euclidean
+    with ``f(x, y) = ||phi(x) - phi(y)||`` (squared for ``"mlp"`` and ``"linear"``).
+    ``transform`` returns ``phi(x)``, so Euclidean
     methods applied afterwards (k-NN, k-means, a diffusion embedding) work in the learned metric,
     like :class:`~sklearn.neighbors.NeighborhoodComponentsAnalysis` with a non-linear map.
 
     Parameters
     ----------
     n_components : int, default=None
-        Dimension of the output. ``None``: the number of features, at most 128 (then
-        initialised by PCA).
-    metric : {"mlp", "linear"}, default="mlp"
+        Dimension of the output. ``None``: 64 for ``"tabular"``; otherwise the number of
+        features, at most 128 (then initialised by PCA).
+    metric : {"tabular", "mlp", "linear"}, default="tabular"
+        ``"tabular"``: ``phi`` embeds numbers and categories and is trained with the
+        non-squared distance (see :class:`MetricAttentionClassifier` and :doc:`/tabular`);
         ``"mlp"``: ``phi`` is a residual MLP; ``"linear"``: ``phi(x) = W x`` (as in NCA).
     {TEMPERATURE}
     class_weight : dict or "balanced", default=None
         Weight of each class in the training loss and as a prior on the candidates.
+    numeric_embedding : {"auto", "plr", "none"}, default="auto"
+        Periodic embeddings of the numbers for ``metric="tabular"`` (``"auto"``: from 1,500
+        training samples); see :class:`MetricAttentionClassifier`.
     hidden_size : int, default=256
         Width of the hidden layer of each residual block (``metric="mlp"``).
     n_blocks : int, default=1
@@ -44,18 +50,19 @@ class MetricAttentionTransformer(
     max_iter : int, default=100
         Maximum number of epochs.
     batch_size : int or "auto", default="auto"
-        Training points per minibatch; ``"auto"``: 1/16 of the training points, within [64, 512].
-    learning_rate : float, default=3e-3
+        Training points per minibatch; ``"auto"``: 1,024 (all of them when fewer).
+    learning_rate : float, default=1e-2
         AdamW learning rate.
-    weight_decay : float, default=1e-4
+    weight_decay : float, default=2e-4
         AdamW weight decay of the map.
     sample_rate : float in (0, 1] or "auto", default="auto"
-        Fraction of training points sampled as candidates per minibatch; ``"auto"``: 2048.
+        Fraction of training points sampled as candidates per minibatch; ``"auto"``: the batch
+        and half of the other points, at most 1,024 of them.
     early_stopping : bool, default=True
         Stop on the loss of a held-out validation set (see :class:`MetricAttentionClassifier`).
-    validation_fraction : float in (0, 1), default=0.1
+    validation_fraction : float in (0, 1), default=0.15
         Held-out fraction for early stopping.
-    n_iter_no_change : int, default=10
+    n_iter_no_change : int, default=8
         Epochs without improvement before stopping.
     tol : float, default=1e-4
         Minimum improvement.
@@ -113,23 +120,26 @@ class MetricAttentionTransformer(
 
     _parameter_constraints: dict = {
         **_BaseMetricAttention._parameter_constraints,
-        "metric": [StrOptions({"mlp", "linear"})],
+        "metric": [StrOptions({"mlp", "linear", "tabular"})],
         "class_weight": [dict, StrOptions({"balanced"}), None],
     }
     for _name in ("n_neighbors", "radius"):
         _parameter_constraints.pop(_name)
     del _name
 
-    def __init__(self, n_components=None, *, metric="mlp", temperature="auto", class_weight=None,
-                 hidden_size=256, n_blocks=1, activation="relu", dropout=0.0, max_iter=100,
-                 batch_size="auto", learning_rate=3e-3, weight_decay=1e-4, sample_rate="auto",
-                 early_stopping=True, validation_fraction=0.1, n_iter_no_change=10, tol=1e-4,
-                 warm_start=False, random_state=None, verbose=0, device="auto", dtype=None,
-                 n_jobs=None, categorical_features="from_dtype"):
+    def __init__(self, n_components=None, *, metric="tabular", temperature="auto",
+                 class_weight=None,
+                 numeric_embedding="auto", hidden_size=256, n_blocks=1, activation="relu",
+                 dropout=0.0, max_iter=100, batch_size="auto", learning_rate=1e-2,
+                 weight_decay=2e-4, sample_rate="auto", early_stopping=True,
+                 validation_fraction=0.15, n_iter_no_change=8, tol=1e-4, warm_start=False,
+                 random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
+                 categorical_features="from_dtype"):
         # n_neighbors and radius, the base's prediction-time priors, keep their default None: a
         # transformer does not predict.
         super().__init__(
-            metric, temperature=temperature, n_components=n_components, hidden_size=hidden_size,
+            metric, temperature=temperature, n_components=n_components,
+            numeric_embedding=numeric_embedding, hidden_size=hidden_size,
             n_blocks=n_blocks, activation=activation, dropout=dropout, max_iter=max_iter,
             batch_size=batch_size, learning_rate=learning_rate, weight_decay=weight_decay,
             sample_rate=sample_rate, early_stopping=early_stopping,

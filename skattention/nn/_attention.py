@@ -27,7 +27,8 @@ from torch import nn
 from .._engine import LEARNED_METRICS, ResidualBlock, augmented_coordinates, scaled_dot_product
 from ._priors import AttentionPrior
 
-METRICS = tuple(LEARNED_METRICS)
+# the tabular map takes category codes, not token vectors: not a layer metric
+METRICS = tuple(m for m in LEARNED_METRICS if m != "tabular")
 
 
 class MetricAttention(nn.Module):

@@ -15,10 +15,12 @@ def reference_attention(
     else:
         if callable(metric):
             Q, K = metric(Q), metric(K)
-        s = -torch.cdist(Q, K) ** 2
+        s = -((Q[:, None, :] - K[None, :, :]) ** 2).sum(-1)  # differences: exact at distance 0
     mask = torch.zeros_like(s, dtype=torch.bool)
     if radius is not None:
         mask |= -s > radius**2
+    if metric == "euclidean":
+        s = -torch.sqrt(-s)
     if exclude is not None:
         rows = torch.arange(len(Q))[exclude >= 0]
         mask[rows, exclude[exclude >= 0]] = True

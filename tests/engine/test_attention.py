@@ -28,10 +28,10 @@ def data():
 CASES = [
     (backend, metric, temperature, n_neighbors, radius, with_prior, working_memory)
     for backend in ["stream", "auto"]
-    for metric in ["sqeuclidean", "dot"]
+    for metric in ["sqeuclidean", "euclidean", "dot"]
     for temperature in [0.5, 3.0, 0.0, math.inf]
     for n_neighbors in [None, 1, 7]
-    for radius in ([None, 2.5] if metric == "sqeuclidean" else [None])  # radius needs a distance
+    for radius in ([None] if metric == "dot" else [None, 2.5])  # radius needs a distance
     for with_prior in [False, True]
     for working_memory in [None, 0.01]
 ]
@@ -329,3 +329,67 @@ def test_sdpa_path_is_differentiable(with_prior):
     for a, b in zip(grads["sdpa"], grads["stream"]):
         if a is not None:
             torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+# ---------------------------------------------------------------------- non-squared distance
+
+
+def test_euclidean_gradients_match_reference_and_learned_temperature(data):
+    Q, K, V, prior = data
+    for kwargs in [dict(n_neighbors=5), dict(log_prior=prior, working_memory=0.01), {}]:
+        q1 = Q.clone().requires_grad_()
+        t1 = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+        attention(q1, K, V, metric="euclidean", temperature=t1, **kwargs).sum().backward()
+        q2 = Q.clone().requires_grad_()
+        t2 = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+        ref_kwargs = dict(k=kwargs.get("n_neighbors"), log_prior=kwargs.get("log_prior"))
+        reference_attention(q2, K, V, "euclidean", T=t2, **ref_kwargs)[0].sum().backward()
+        torch.testing.assert_close(q1.grad, q2.grad)
+        if not kwargs:  # the reference's temperature gradient is NaN where keys are masked
+            torch.testing.assert_close(t1.grad, t2.grad)
+
+
+def test_euclidean_gradient_is_zero_at_distance_zero():
+    # Duplicated rows: d(q, k) = 0 has an infinite derivative; the engine's is 0, so training
+    # on data with duplicates stays finite (and equals the gradient without the duplicate's
+    # distance term).
+    g = torch.Generator().manual_seed(4)
+    K = torch.randn(30, 3, dtype=torch.float64, generator=g)
+    K[1] = K[0]
+    V = torch.randn(30, 2, dtype=torch.float64, generator=g)
+    for kwargs in [dict(exclude_self=True), dict(n_neighbors=4), {}]:
+        keys = K.clone().requires_grad_()
+        out = attention(keys, keys, V, metric="euclidean", temperature=0.5, **kwargs)
+        out.sum().backward()
+        assert bool(torch.isfinite(keys.grad).all())
+    # a query on key 0 and away from key 2: only the distance to key 2 moves the output
+    q = K[:1].clone().requires_grad_()
+    attention(q, K[[0, 2]], V[[0, 2]], metric="euclidean", temperature=0.5).sum().backward()
+    q_ref = K[:1].clone().requires_grad_()
+    scores = torch.stack([torch.zeros((), dtype=torch.float64), -(q_ref - K[2]).norm()]) / 0.5
+    (torch.softmax(scores, 0) @ V[[0, 2]]).sum().backward()
+    torch.testing.assert_close(q.grad, q_ref.grad)
+
+
+def test_euclidean_selects_like_sqeuclidean_and_kneighbors_gives_distances(data):
+    Q, K, V, _ = data
+    d2, i2 = kneighbors(Q, K, 6, metric="sqeuclidean")
+    d1, i1 = kneighbors(Q, K, 6, metric="euclidean")
+    assert torch.equal(i1, i2)
+    torch.testing.assert_close(d1, d2.sqrt())
+    for kwargs in [dict(temperature=0.0), dict(temperature=math.inf, n_neighbors=5),
+                   dict(temperature=math.inf, radius=2.0)]:
+        torch.testing.assert_close(
+            attention(Q, K, V, metric="euclidean", on_empty="zero", **kwargs),
+            attention(Q, K, V, metric="sqeuclidean", on_empty="zero", **kwargs),
+        )
+
+
+def test_euclidean_float32_close_to_float64_and_no_sdpa(data):
+    Q, K, V, prior = data
+    kw = dict(metric="euclidean", temperature=0.5, log_prior=prior)
+    exact = attention(Q, K, V, **kw)
+    fast = attention(Q.float(), K.float(), V.float(), **kw)
+    torch.testing.assert_close(fast.double(), exact, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="backend='sdpa'"):
+        attention(Q, K, V, backend="sdpa", **kw)

@@ -35,7 +35,7 @@ def _frame(n=120, seed=0):
     return X, y
 
 
-@pytest.mark.parametrize("metric", ["mlp", "euclidean"])
+@pytest.mark.parametrize("metric", ["tabular", "mlp", "euclidean"])
 def test_mixed_frame_fits_and_predicts_without_preprocessing(metric):
     X, y = _frame()
     clf = MetricAttentionClassifier(metric, **FAST).fit(X, y)

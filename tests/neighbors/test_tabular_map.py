@@ -1,0 +1,145 @@
+"""The tabular recipe (issue 15): the tabular map, its numeric embedding rule, the training
+defaults and the temperature calibrated on the validation split."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from skattention import MetricAttentionClassifier, MetricAttentionRegressor
+from skattention._engine import build_map, calibrate_temperature
+from skattention.neighbors import _base
+
+pd = pytest.importorskip("pandas")
+
+
+def _frame(n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = pd.DataFrame({
+        "x1": rng.normal(size=n),
+        "x2": rng.normal(size=n),
+        "plan": rng.choice(["a", "b", "c"], n).astype(object),
+    })
+    y = np.where(np.sin(3 * X["x1"]) + (X["plan"] == "a") > 0.5, "yes", "no")
+    return X, y
+
+
+@pytest.mark.parametrize("numeric_embedding", ["plr", "none"])
+def test_tabular_map_is_the_documented_formula(numeric_embedding):
+    torch.manual_seed(0)
+    phi = build_map("tabular", n_components=5, n_numeric=2, cardinalities=[4, 3],
+                    numeric_embedding=numeric_embedding)
+    with torch.no_grad():
+        phi.embedding.weight.normal_()
+    assert (phi.n_features, phi.n_components, phi.kind) == (4, 5, "euclidean")
+    x = torch.tensor([[0.3, -1.2, 2.0, 1.0], [1.5, 0.0, 3.0, 2.0]])
+    numbers = x[:, :2]
+    if numeric_embedding == "plr":
+        z = 2 * math.pi * phi.frequencies * numbers[..., None]
+        numbers = torch.relu(phi.periodic(torch.cat([z.cos(), z.sin()], -1))).flatten(1)
+        assert phi.frequencies.shape == (2, 24) and phi.periodic.out_features == 12
+    codes = x[:, 2:].long()
+    expected = (phi.linear(numbers) + phi.embedding.weight[codes[:, 0]]
+                + phi.embedding.weight[4 + codes[:, 1]])
+    torch.testing.assert_close(phi(x), expected)
+
+
+def test_unseen_and_missing_codes_start_neutral():
+    torch.manual_seed(0)
+    phi = build_map("tabular", n_components=3, n_numeric=1, cardinalities=[5])
+    x = torch.tensor([[0.5, 0.0], [0.5, 1.0]])  # missing, unseen
+    torch.testing.assert_close(phi(x), phi(torch.tensor([[0.5, 0.0]])).expand(2, -1))
+    none = build_map("tabular", n_components=3, n_numeric=0, cardinalities=[4])
+    assert none(torch.tensor([[2.0]])).shape == (1, 3)
+
+
+@pytest.mark.parametrize("n, expected", [(1499, "none"), (1500, "plr")])
+def test_numeric_embedding_auto_follows_the_training_size(n, expected):
+    X, y = _frame(n)
+    clf = MetricAttentionClassifier(max_iter=1, random_state=0).fit(X, y)
+    assert clf.map_.numeric_embedding == expected
+    forced = {"none": "plr", "plr": "none"}[expected]
+    clf = MetricAttentionClassifier(max_iter=1, numeric_embedding=forced, random_state=0)
+    assert clf.fit(X, y).map_.numeric_embedding == forced
+
+
+def test_tabular_map_embeds_category_codes_not_one_hot():
+    X, y = _frame(200)
+    clf = MetricAttentionClassifier(max_iter=2, random_state=0).fit(X, y)
+    assert clf.map_.n_features == 3 and clf.map_.n_components == 64
+    assert clf.map_.embedding.num_embeddings == 5  # levels a, b, c + missing + unseen
+    queries = X.iloc[:3].assign(plan=["a", "zzz", None])  # a level, unseen, missing
+    assert np.isfinite(clf.predict_proba(queries)).all()
+
+
+# n samples -> 15% validation (rounded up) -> n_train = 300, 2000, 10000 training points
+@pytest.mark.parametrize("n, batch, candidates", [
+    (353, 300, 300),            # one minibatch of everything
+    (2353, 1024, 1024 + 488),   # the minibatch and half of the 976 others
+    (11765, 1024, 2048),        # the minibatch and 1,024 others
+])
+def test_training_defaults(monkeypatch, n, batch, candidates):
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(*args, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(_base, "train_metric", capture)
+    X, y = _frame(n)
+    with pytest.raises(Stop):
+        MetricAttentionClassifier(random_state=0).fit(X, y)
+    assert (seen["batch_size"], seen["n_candidates"]) == (batch, candidates)
+    assert seen["learning_rate"] == 1e-2 and seen["weight_decay"] == 2e-4
+    assert seen["n_iter_no_change"] == 8 and seen["max_validation_keys"] == 2048
+    assert len(seen["validation"][0]) == math.ceil(0.15 * n)
+
+
+def test_calibrated_temperature_minimises_the_validation_loss():
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(300, 4, generator=g)
+    labels = (X[:, 0] + 0.5 * torch.randn(300, generator=g) > 0).long()
+    values = torch.nn.functional.one_hot(labels, 2).float()
+    phi = build_map("tabular", n_components=4, n_numeric=4, cardinalities=[],
+                    numeric_embedding="none")
+    train, val = slice(0, 200), slice(200, 300)
+    weight = torch.ones(300)
+    log_t = torch.tensor(0.0)
+    validation = (X[val], values[val], weight[val])
+    best = calibrate_temperature(phi, log_t, X[train], values[train], weight[train],
+                                 validation, "log_loss")
+
+    @torch.no_grad()
+    def loss_at(t):
+        pred = torch.softmax(-torch.cdist(phi(X[val]), phi(X[train])) / t, 1) @ values[train]
+        return float(-torch.log((pred * values[val]).sum(1)).mean())
+
+    t = float(torch.exp(log_t))
+    assert t != 1.0
+    assert best == pytest.approx(loss_at(t), rel=1e-4)
+    for factor in [0.5, 0.8, 1.25, 2.0]:
+        assert best <= loss_at(t * factor) + 1e-6
+
+
+def test_duplicated_rows_train_finite():
+    # business tables repeat rows: distance 0 between them must not poison training
+    X, y = _frame(150)
+    X, y = pd.concat([X] * 4, ignore_index=True), np.tile(y, 4)
+    clf = MetricAttentionClassifier(max_iter=5, random_state=0).fit(X, y)
+    assert np.isfinite(clf.loss_curve_).all() and np.isfinite(clf.predict_proba(X)).all()
+    reg = MetricAttentionRegressor(max_iter=5, random_state=0).fit(X, X["x1"] * 2)
+    assert np.isfinite(reg.predict(X)).all()
+
+
+def test_temperature_is_calibrated_only_when_auto():
+    X, y = _frame(300)
+    fixed = MetricAttentionClassifier(max_iter=3, temperature=0.7, random_state=0).fit(X, y)
+    assert fixed.temperature_ == pytest.approx(0.7)
+    auto = MetricAttentionClassifier(max_iter=3, random_state=0).fit(X, y)
+    assert auto.temperature_ != 1.0
+    no_validation = MetricAttentionClassifier(max_iter=3, early_stopping=False, random_state=0)
+    assert no_validation.fit(X, y).temperature_ == 1.0  # trained at T = 1, nothing to calibrate
