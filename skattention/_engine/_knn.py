@@ -7,6 +7,7 @@ softmax over the k selected keys uses their exact scores, recomputed with autogr
 differentiating. The selection alone is :func:`skattention.kneighbors`.
 """
 
+import contextlib
 import math
 
 import torch
@@ -24,7 +25,7 @@ from ._blocks import (
     scaled,
     score_pair_bytes,
 )
-from ._budget import cpu_block_rows, plan_blocks, plan_rows
+from ._budget import CPU_BLOCK_ENTRIES, cpu_block_rows, plan_blocks, plan_rows
 from ._exact import merge_exact, sort_exact
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
@@ -55,6 +56,12 @@ def nearest_blocks(spec, k, query_bytes, what):
     )
     bq, bk = plan_blocks(n_q, n_k, budget=spec.budget, **plan)
     workers, bq, bk = parallel_plan(spec, n_q, n_k, bq, bk, plan)
+    if n_q * n_k <= CPU_BLOCK_ENTRIES and bk < n_k:
+        # A few queries (a single row): all keys in one cache-sized block, one top-k instead of
+        # one per 1,024 keys. Selections are exact whatever the blocks, so this changes no
+        # result; the budget still decides.
+        with contextlib.suppress(MemoryError):
+            bq, bk = plan_blocks(n_q, n_k, budget=spec.budget, whole_rows=True, **plan)
 
     def select(qs):
         qe = min(n_q, qs + bq)
@@ -164,6 +171,10 @@ def lightest_weights(log_prior, k):
     to add up to ``k`` (all when they never do): all :func:`keys_to_select` needs, also from
     several shards of the keys at once."""
     weight = torch.exp(log_prior.detach().double())
+    low, high = weight.aminmax()
+    if low == high:  # equal weights (no sample weights): a prefix, without sorting them all
+        count = 0 if low <= 0 else min(weight.numel(), math.ceil(k / float(low)) + 2)
+        return weight[:count]
     lightest = torch.sort(weight[weight > 0]).values
     reach = int(torch.searchsorted(torch.cumsum(lightest, 0), float(k)))
     return lightest[: reach + 1]
