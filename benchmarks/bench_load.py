@@ -58,6 +58,10 @@ def main(argv=None):
     parser.add_argument("--d", type=int, default=32)
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--busy", type=int, nargs="+", default=[0, 1, 3])
+    parser.add_argument(
+        "--kind", default="knn", choices=["knn", "dense"],
+        help="the k-NN configuration, or dense attention (bench_engine.py's models)",
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--out", default=str(RESULTS))
@@ -69,13 +73,14 @@ def main(argv=None):
     import torch
 
     Xtr, ytr, Xte, _ = _make_data(args.n_train, args.n_test, args.d, np.dtype(args.dtype))
-    att, ref = _models("knn", _temperature(Xtr))
+    att, ref = _models(args.kind, _temperature(Xtr))
     att.fit(Xtr, ytr)
     ref.fit(Xtr, ytr)
     att.predict(Xte[:100])  # warm-up: lazy imports, thread pools
     ref.predict(Xte[:100])
     header = (
-        f"n_train={args.n_train} n_test={args.n_test} d={args.d} dtype={args.dtype} "
+        f"kind={args.kind} n_train={args.n_train} n_test={args.n_test} d={args.d} "
+        f"dtype={args.dtype} "
         f"repeats={args.repeats} torch={torch.__version__} threads={torch.get_num_threads()} "
         f"sklearn={sklearn.__version__} cpu={platform.processor() or platform.machine()} "
         f"blas={blas_kernel()}"
