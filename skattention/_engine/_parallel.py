@@ -40,6 +40,8 @@ def small_calls_single_threaded(spec):
     if spec.device.type != "cpu" or threads < 2 or not small:
         yield
         return
+    # torch.set_num_threads also sets the default of threads started later: restoring the
+    # caller's count makes that default the caller's (different only inside threadpool_limits).
     torch.set_num_threads(1)
     try:
         yield
