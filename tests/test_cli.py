@@ -376,4 +376,4 @@ def test_version(capsys):
 def test_compare_help_names_the_models():
     out = subprocess.run([sys.executable, "-m", "skattention", "compare", "--help"],
                          capture_output=True, text=True).stdout
-    assert "knn,knn-attention,kernel,mlp" in out and "2 CPU cores" in out
+    assert "knn,knn-attention,kernel,tabular" in out and "2 CPU cores" in out
