@@ -14,6 +14,7 @@ does not depend on the number of workers.
 import contextlib
 import copy
 import dataclasses
+import functools
 import queue
 import threading
 
@@ -40,13 +41,35 @@ def small_calls_single_threaded(spec):
     if spec.device.type != "cpu" or threads < 2 or not small:
         yield
         return
-    # torch.set_num_threads also sets the default of threads started later: restoring the
-    # caller's count makes that default the caller's (different only inside threadpool_limits).
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         yield
-    finally:
-        torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch's CPU kernels on one thread in the calling thread only.
+
+    Not ``torch.set_num_threads``: it also sets the count that threads started later take,
+    which other threads fitting at the same moment (joblib's threading backend) would pick up.
+    The OpenMP setting of this thread alone is changed through threadpoolctl (a dependency of
+    scikit-learn); without it, nothing is changed.
+    """
+    controller = _openmp_controller()
+    if controller is None:
+        yield
+        return
+    with controller.limit(limits=1):
+        yield
+
+
+@functools.cache
+def _openmp_controller():
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    torch.get_num_threads()  # torch's OpenMP runtime loaded and this thread's count set up
+    return ThreadpoolController().select(user_api="openmp")
 
 
 def n_workers(spec, n_blocks):
@@ -103,34 +126,26 @@ class _Workers:
     def __init__(self, fn, workers):
         self.fn, self.tasks, self.results = fn, queue.SimpleQueue(), {}
         self.done = threading.Condition()
-        ready = threading.Barrier(workers + 1)
-        caller_threads = torch.get_num_threads()
         self.threads = [
-            threading.Thread(target=self._work, args=(ready,), name=f"skattention-{i}",
-                             daemon=True)
+            threading.Thread(target=self._work, name=f"skattention-{i}", daemon=True)
             for i in range(workers)
         ]
         for thread in self.threads:
             thread.start()
-        ready.wait()
-        # torch.set_num_threads(1) in the workers also set the count that threads started
-        # later take as their default; the workers have taken theirs, so restore it now.
-        torch.set_num_threads(caller_threads)
 
-    def _work(self, ready):
-        torch.set_num_threads(1)
-        torch.get_num_threads()  # settles this thread's count (torch sets it up lazily)
-        ready.wait()
-        while (task := self.tasks.get()) is not None:
-            number, start = task
-            try:
-                with torch.no_grad():
-                    outcome = (True, self.fn(start))
-            except BaseException as exc:  # re-raised in the caller
-                outcome = (False, exc)
-            with self.done:
-                self.results[number] = outcome
-                self.done.notify_all()
+    def _work(self):
+        torch.get_num_threads()  # torch sets up a thread's count lazily: before the limit
+        with one_thread():
+            while (task := self.tasks.get()) is not None:
+                number, start = task
+                try:
+                    with torch.no_grad():
+                        outcome = (True, self.fn(start))
+                except BaseException as exc:  # re-raised in the caller
+                    outcome = (False, exc)
+                with self.done:
+                    self.results[number] = outcome
+                    self.done.notify_all()
 
     def result(self, number):
         with self.done:
