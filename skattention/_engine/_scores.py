@@ -39,9 +39,10 @@ METRICS = {"euclidean": "sqeuclidean", **LEARNED_METRICS}
 _ROW_MULTIPLE = 4
 
 
-def padded_rows(x):
-    """``x`` with zero rows appended up to a multiple of 4 rows (slice the product back)."""
-    pad = -x.shape[0] % _ROW_MULTIPLE
+def padded_rows(x, multiple=_ROW_MULTIPLE):
+    """``x`` with zero rows appended up to a multiple of ``multiple`` rows (slice the product
+    back)."""
+    pad = -x.shape[0] % multiple
     return x if pad == 0 else torch.nn.functional.pad(x, (0, 0, 0, pad))
 
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from ._blocks import empty_rows
 from ._budget import memory_error, plan_rows
 from ._progress import track
+from ._scores import padded_rows
 
 # Queries per scaled_dot_product_attention call (its fused kernels need O(n) memory only).
 _SDPA_QUERY_BLOCK = 8192
@@ -183,7 +184,7 @@ def sdpa_attention(spec, strict):
             rows = q.shape[0]
             # The CPU kernel rounds a last partial group of rows differently from full ones:
             # full groups keep a query's output independent of the batch it comes in.
-            q = F.pad(q, (0, 0, 0, -rows % _SDPA_ROW_GROUP))
+            q = padded_rows(q, _SDPA_ROW_GROUP)
             o = scaled_dot_product(
                 q[None, None], k_aug[None, None], v_pad[None, None], scale=1.0 / T,
                 linear_memory=True,
