@@ -182,8 +182,7 @@ def lightest_weights(log_prior, k):
 
 def keys_to_select(lightest, k):
     """How many keys the k units need when the lightest weights are ``lightest`` (ascending,
-    float64; from one or several :func:`lightest_weights`)."""
-    lightest = torch.sort(lightest).values
+    float64: a :func:`lightest_weights`, or several of them merged in order)."""
     reach = torch.searchsorted(torch.cumsum(lightest, 0), float(k))
     return max(1, min(int(reach) + 1, lightest.numel()))
 

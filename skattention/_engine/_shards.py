@@ -80,8 +80,8 @@ def selection_size(n_neighbors, lightest=None):
         return 1
     if lightest is None:
         return int(n_neighbors)
-    weights = torch.as_tensor(np.concatenate([np.asarray(w, np.float64) for w in lightest]))
-    return keys_to_select(weights, n_neighbors)
+    weights = np.sort(np.concatenate([np.asarray(w, np.float64) for w in lightest]))
+    return keys_to_select(torch.as_tensor(weights), n_neighbors)
 
 
 def shard_attention(
