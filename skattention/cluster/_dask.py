@@ -9,11 +9,9 @@ from ``"k-means++"``, ``"random"`` or a callable are drawn from a sample of the 
 ``temperature="auto"`` (annealing) needs all points at once and is not run on Dask arrays.
 """
 
-import warnings
 
 import numpy as np
 import torch
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, validate_data
 
@@ -75,13 +73,9 @@ def fit(estimator, X, sample_weight):
         if best is None or run[2] < best[2]:
             best = run
     centers, labels, inertia, n_iter, counts = best
-    distinct = int(np.count_nonzero(counts))
-    if distinct < estimator.n_clusters:
-        warnings.warn(
-            f"Number of distinct clusters ({distinct}) found smaller than n_clusters "
-            f"({estimator.n_clusters}). Possibly due to duplicate points in X.",
-            ConvergenceWarning, stacklevel=3,
-        )
+    from ._kmeans import warn_if_fewer_clusters  # here: _kmeans imports this module
+
+    warn_if_fewer_clusters(int(np.count_nonzero(counts)), estimator.n_clusters, stacklevel=3)
     estimator.cluster_centers_ = np.ascontiguousarray(centers + mean)
     estimator.labels_ = labels
     estimator.inertia_ = float(inertia)

@@ -289,13 +289,7 @@ class AttentionKMeans(
             order = np.lexsort(centers.T[::-1])
             centers = centers[order]
             labels = np.argsort(order)[labels]
-        distinct = len(np.unique(labels))
-        if distinct < self.n_clusters:
-            warnings.warn(
-                f"Number of distinct clusters ({distinct}) found smaller than n_clusters "
-                f"({self.n_clusters}). Possibly due to duplicate points in X.",
-                ConvergenceWarning, stacklevel=2,
-            )
+        warn_if_fewer_clusters(len(np.unique(labels)), self.n_clusters, stacklevel=2)
         self.cluster_centers_ = np.ascontiguousarray(centers)
         self.labels_ = labels
         self.inertia_ = float(inertia)
@@ -504,6 +498,17 @@ class AttentionKMeans(
         # The centroid update sums with index_add_, float atomics on CUDA.
         tags.non_deterministic = _cuda_nondeterministic(self.device)
         return tags
+
+
+def warn_if_fewer_clusters(distinct, n_clusters, stacklevel):
+    """KMeans's ConvergenceWarning when fewer than ``n_clusters`` clusters hold points
+    (``stacklevel`` as the caller would give it to ``warnings.warn``)."""
+    if distinct < n_clusters:
+        warnings.warn(
+            f"Number of distinct clusters ({distinct}) found smaller than n_clusters "
+            f"({n_clusters}). Possibly due to duplicate points in X.",
+            ConvergenceWarning, stacklevel=stacklevel + 1,
+        )
 
 
 def _check_distance_range(X):
