@@ -8,8 +8,9 @@ import math
 
 import torch
 
+from ._budget import cache_row_slices
 from ._exact import settle
-from ._scores import padded_rows
+from ._scores import distances_from_partial, padded_rows, partial_grad_of_distance_logits
 
 NEG_INF = float("-inf")
 
@@ -40,12 +41,111 @@ class OnlineSoftmax:
         differentiate than the streaming update)."""
         self.m = z.amax(1)
         empty = torch.isneginf(self.m)
+        self.l = (~empty).to(z.dtype)
+        if not bool(empty.any()):  # the common case: two fewer passes over the block
+            self.o = _rows_times(torch.softmax(z, 1), v)
+            return
         p = torch.softmax(torch.where(empty[:, None], 0.0, z), 1)  # no NaN rows to differentiate
         self.o = torch.where(empty[:, None], 0.0, _rows_times(p, v))
-        self.l = (~empty).to(z.dtype)
 
     def result(self):
         return self.o / torch.where(self.l > 0, self.l, 1.0)[:, None]
+
+
+def single_block_attention(scorer, q, v, scale, log_prior, mask=None):
+    """``softmax(logits) @ v`` of queries ``q`` against every key in one block, under autograd,
+    or ``None`` where a row could have no unmasked key (the caller's general path handles it).
+
+    A training step is this call plus its backward, and its time goes to passes over the
+    (rows x keys) block, which is too large for the caches: :class:`_SingleBlockSoftmax`
+    makes each pass over cache-sized row chunks, about a third of the memory traffic of
+    autograd's chain of the same operations. ``mask(z, rows)`` masks the logits of the block's
+    rows ``rows`` (a slice) in place (self-exclusion).
+    """
+    if log_prior is not None and bool(torch.isneginf(log_prior).any()):
+        return None  # a zero-weight key: a row of such keys alone would have no softmax
+    if mask is not None and scorer.n_keys < 2:
+        return None
+    if scorer.squared:
+        z = scorer.logits(q, 0, scorer.n_keys, scale=scale, log_prior=log_prior)
+        return _SingleBlockSoftmax.apply(z, None, None, None, v, mask)
+    partial = scorer.block(q, 0, scorer.n_keys)
+    return _SingleBlockSoftmax.apply(partial, scorer.query_offset(q), scale, log_prior, v, mask)
+
+
+def _outer_rows(a, b, out):
+    """``a @ b`` into ``out`` for ``a`` with few columns: one broadcast pass per column
+    (4 times faster than BLAS's rank-2 product over 2,048 columns, measured)."""
+    if a.shape[1] > 8:
+        return torch.mm(a, b, out=out)
+    torch.mul(a[:, :1], b[0], out=out)
+    for c in range(1, a.shape[1]):
+        out.addcmul_(a[:, c : c + 1], b[c])
+    return out
+
+
+class _SingleBlockSoftmax(torch.autograd.Function):
+    """``softmax(z) @ v`` with ``z`` the given logits (``offset`` None) or, for the
+    ``"euclidean"`` kind, ``-scale * sqrt(max(offset - partial, 0)) + prior``; the backward
+    written out: ``dz = p * (dO v^T - rowsum(dO * out))``, then the distance's chain rule.
+    Both run chunk by chunk of rows; the probabilities ``p`` and distances are kept."""
+
+    @staticmethod
+    def forward(ctx, partial, offset, scale, prior, v, mask):
+        ctx.scale = None if offset is None else float(scale)
+        p = torch.empty_like(partial)
+        d = None if offset is None else torch.empty_like(partial)
+        v_t = v.T.contiguous()
+        out = partial.new_empty((partial.shape[0], v.shape[1]))
+        for rows in cache_row_slices(*partial.shape, partial.device):
+            z = p[rows]
+            if offset is None:
+                z.copy_(partial[rows])
+            else:
+                dist = distances_from_partial(partial[rows], offset[rows], out=d[rows])
+                torch.mul(dist, -ctx.scale, out=z)
+                if prior is not None:
+                    z.add_(prior)
+            if mask is not None:
+                mask(z, rows)
+            z.sub_(z.amax(1, keepdim=True)).exp_()
+            z.div_(z.sum(1, keepdim=True))
+            # z @ v as v^T's rows against z's: BLAS's (rows x keys) @ (keys x few) is about
+            # 8 times slower than this form for a few values (measured, float32).
+            torch.nn.functional.linear(z, v_t, out=out[rows])
+        ctx.save_for_backward(p, d, v_t, out, scale if isinstance(scale, torch.Tensor) else None)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        p, d, v_t, out, scale = ctx.saved_tensors
+        need_partial, need_offset, need_scale, need_prior, need_v, _ = ctx.needs_input_grad
+        d_v = (d_out.T @ p).T if need_v else None
+        # sum_j p_ij (d_out_i . v_j) = d_out_i . out_i: the softmax backward's row term
+        row_term = (d_out * out).sum(1, keepdim=True)
+        g = torch.empty_like(p)
+        d_scale = d_prior = d_offset = None
+        if d is not None:
+            d_scale = p.new_zeros(()) if need_scale else None
+            d_prior = p.new_zeros(p.shape[1]) if need_prior else None
+            d_offset = p.new_empty(p.shape[0]) if need_offset else None
+        for rows in cache_row_slices(*p.shape, p.device):
+            dz = _outer_rows(d_out[rows], v_t, g[rows]).sub_(row_term[rows]).mul_(p[rows])
+            if d is None:
+                continue
+            if need_scale:
+                d_scale -= torch.dot(dz.reshape(-1), d[rows].reshape(-1))
+            if need_prior:
+                d_prior += dz.sum(0)
+            partial_grad_of_distance_logits(dz, d[rows], ctx.scale)
+            if need_offset:
+                d_offset[rows] = -dz.sum(1)
+        if d is None:
+            return g, None, None, None, d_v, None
+        if d_scale is not None:
+            d_scale = d_scale.reshape(scale.shape)
+        return (g if need_partial else None), d_offset, d_scale, d_prior, d_v, None
 
 
 # Entries per vector of the widest exp kernel (AVX-512, float32); a multiple of the others.

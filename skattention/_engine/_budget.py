@@ -99,3 +99,11 @@ def plan_rows(n_rows, *, row_bytes, budget, what=None, hint=None, fixed_bytes=0,
 def cpu_block_rows(row_entries):
     """Rows of a CPU block holding ``row_entries`` score entries per row (cache-sized)."""
     return max(1, CPU_BLOCK_ENTRIES // max(1, row_entries))
+
+
+def cache_row_slices(n_rows, n_cols, device):
+    """Row slices of a (n_rows x n_cols) matrix pass that keep a chunk and two temporaries of
+    its size in a CPU core's cache (measured: a softmax with its logits over 8,500 columns is
+    2.5 times faster in chunks of 16-32 rows than whole); one slice on accelerators."""
+    rows = n_rows if device.type != "cpu" else max(1, cpu_block_rows(n_cols) // 4)
+    return [slice(s, min(n_rows, s + rows)) for s in range(0, n_rows, rows)]

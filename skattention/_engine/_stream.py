@@ -22,6 +22,7 @@ from ._blocks import (
     raw_scores,
     scaled,
     score_pair_bytes,
+    single_block_attention,
 )
 from ._budget import plan_blocks
 from ._parallel import block_spec, map_blocks, parallel_plan
@@ -71,6 +72,13 @@ def stream_attention(spec, state_only=False):
             block.radius.start_block(scorer, q, q_raw, rows, spec.budget)
         state = OnlineSoftmax(qe - qs, dv, q)
         top = TopK(qe - qs, n_weights, q, with_aux=uniform) if n_weights else None
+        if single_block and spec.grad and not need_raw:
+            mask = None if spec.self_index is None else (
+                lambda z, part: mask_self(z, spec.self_index[qs:qe][part], slice(None), 0,
+                                          n_k, inplace=True))
+            out = single_block_attention(scorer, q, V, 1.0 / T, spec.prior_vec, mask)
+            if out is not None:
+                return out, None, None
         for ks in range(0, n_k, bk):
             ke = min(n_k, ks + bk)
             if need_raw:

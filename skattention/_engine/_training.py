@@ -22,7 +22,8 @@ import math
 import torch
 
 from ._attention import attention
-from ._budget import budget_bytes, plan_rows
+from ._budget import budget_bytes, cache_row_slices, plan_rows
+from ._scores import Scorer
 
 _LOG_EPS = 1e-7  # floor of a propagated class probability inside the log-loss
 
@@ -365,12 +366,26 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     metric_map.eval()
     keys, queries = metric_map.key(X), metric_map.query(X_val)
     log_prior, total = torch.log(weight), weight_val.sum()
+    # Every candidate temperature scales the same scores: computed once when they, the logits
+    # and their softmax fit the working memory (35 attention passes otherwise).
+    n_pairs = queries.shape[0] * keys.shape[0]
+    scores = None
+    if 3 * n_pairs * X.element_size() <= budget_bytes(None):
+        scorer = Scorer(keys, metric_map.kind)
+        scores = scorer.logits(scorer.prepare_queries(queries), 0, scorer.n_keys, scale=1.0)
 
     def val_loss(log_t):
-        pred = attention(
-            queries, keys, values, metric=metric_map.kind, temperature=math.exp(log_t),
-            log_prior=log_prior, on_empty="zero", device=X.device, dtype=X.dtype,
-        )
+        if scores is None:
+            pred = attention(
+                queries, keys, values, metric=metric_map.kind, temperature=math.exp(log_t),
+                log_prior=log_prior, on_empty="zero", device=X.device, dtype=X.dtype,
+            )
+        else:
+            pred = torch.cat([
+                torch.softmax(torch.add(log_prior, scores[rows], alpha=math.exp(-log_t)), 1)
+                @ values
+                for rows in cache_row_slices(*scores.shape, scores.device)
+            ])
         return float((weight_val * _loss(pred, values_val, loss)).sum() / total)
 
     centre = float(log_temperature)

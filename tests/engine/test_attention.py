@@ -393,3 +393,46 @@ def test_euclidean_float32_close_to_float64_and_no_sdpa(data):
     torch.testing.assert_close(fast.double(), exact, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="backend='sdpa'"):
         attention(Q, K, V, backend="sdpa", **kw)
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "sqeuclidean", "dot"])
+@pytest.mark.parametrize("exclude", [False, True])
+@pytest.mark.parametrize("row_chunk", [None, 3])
+def test_single_block_training_path_gradcheck(metric, exclude, row_chunk, monkeypatch):
+    # Under autograd one key block holding every key takes the hand-written single-block
+    # softmax (_blocks._SingleBlockSoftmax), row chunk by row chunk; its forward must equal the
+    # no-grad result and its backward the finite differences, for every input that gets one.
+    import skattention._engine._blocks as blocks
+
+    if row_chunk is not None:
+        monkeypatch.setattr(blocks, "cache_row_slices", lambda n, m, device: [
+            slice(s, min(n, s + row_chunk)) for s in range(0, n, row_chunk)])
+    g = torch.Generator().manual_seed(4)
+    Q, K = (torch.randn(9, 3, dtype=torch.float64, generator=g) for _ in range(2))
+    K[4] = K[3]  # a duplicated key
+    V = torch.randn(9, 3, dtype=torch.float64, generator=g)
+    prior = torch.randn(9, dtype=torch.float64, generator=g)
+    T = torch.tensor(0.7, dtype=torch.float64)
+    self_index = torch.arange(9) if exclude else None
+
+    def f(q, k, v, p, t):
+        return attention(q, k, v, metric=metric, temperature=t, log_prior=p,
+                         exclude_self=self_index)
+
+    inputs = [x.clone().requires_grad_() for x in (Q, K, V, prior, T)]
+    assert torch.autograd.gradcheck(f, inputs)
+    with torch.no_grad():
+        expected = f(Q, K, V, prior, float(T))
+    torch.testing.assert_close(f(*inputs).detach(), expected)
+
+
+def test_single_block_training_path_zero_gradient_at_distance_zero():
+    # Keys attending to themselves and to their duplicates (distance 0, non-squared distance):
+    # the gradient there is 0, not inf or NaN.
+    g = torch.Generator().manual_seed(5)
+    K = torch.randn(6, 2, dtype=torch.float64, generator=g)
+    K = torch.cat([K, K[:2]]).requires_grad_()
+    V = torch.randn(8, 2, dtype=torch.float64, generator=g)
+    T = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    attention(K, K, V, metric="euclidean", temperature=T).sum().backward()
+    assert torch.isfinite(K.grad).all() and torch.isfinite(T.grad)

@@ -143,3 +143,27 @@ def test_temperature_is_calibrated_only_when_auto():
     assert auto.temperature_ != 1.0
     no_validation = MetricAttentionClassifier(max_iter=3, early_stopping=False, random_state=0)
     assert no_validation.fit(X, y).temperature_ == 1.0  # trained at T = 1, nothing to calibrate
+
+
+def test_calibration_without_room_for_the_scores_gives_the_same_temperature():
+    # Calibration keeps the validation x training scores when they fit the working memory and
+    # re-runs attention for each candidate temperature otherwise: the same choice either way.
+    import skattention
+
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(300, 4, dtype=torch.float64, generator=g)
+    labels = (X[:, 0] + 0.5 * torch.randn(300, generator=g, dtype=torch.float64) > 0).long()
+    values = torch.nn.functional.one_hot(labels, 2).double()
+    phi = build_map("tabular", n_components=4, n_numeric=4, cardinalities=[],
+                    numeric_embedding="none").double()
+    weight = torch.ones(300, dtype=torch.float64)
+    validation = (X[200:], values[200:], weight[200:])
+    chosen = []
+    for working_memory in [256, 0.05]:
+        log_t = torch.tensor(0.0, dtype=torch.float64)
+        with skattention.config_context(working_memory=working_memory):
+            loss = calibrate_temperature(phi, log_t, X[:200], values[:200], weight[:200],
+                                         validation, "log_loss")
+        chosen.append((float(log_t), loss))
+    assert chosen[0][0] == pytest.approx(chosen[1][0], abs=1e-9)
+    assert chosen[0][1] == pytest.approx(chosen[1][1], rel=1e-9)
