@@ -24,7 +24,7 @@ from ._blocks import (
     score_pair_bytes,
     single_block_attention,
 )
-from ._budget import plan_blocks
+from ._budget import CPU_WHOLE_ROW_KEYS, plan_blocks
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
 
@@ -53,6 +53,7 @@ def stream_attention(spec, state_only=False):
     plan = dict(
         pair_bytes=score_pair_bytes(spec), row_bytes=query_bytes, device=Q.device,
         what="dense attention", hint="use a smaller n_neighbors", cache_sized=inplace,
+        whole_rows_up_to=CPU_WHOLE_ROW_KEYS,
     )
     bq, bk = plan_blocks(n_q, n_k, budget=spec.budget, **plan)
     workers, bq, bk = parallel_plan(spec, n_q, n_k, bq, bk, plan)

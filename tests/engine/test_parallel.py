@@ -113,6 +113,7 @@ def test_autograd_stays_in_the_calling_thread(two_threads, data):
     [
         dict(temperature=1.5),  # the SDPA path
         dict(temperature=1.5, backend="stream"),
+        dict(temperature=1.5, metric="euclidean"),  # whole-row key blocks, non-squared
         dict(temperature=1.0, n_neighbors=5),
         dict(temperature=2.0, radius=2.5, on_empty="zero"),
     ],
