@@ -64,11 +64,16 @@ def _fit_context(*, prefer_skip_nested_validation):
             weight = kwargs.get("sample_weight")
             metadata = None if weight is None else {"sample_weight": weight}
             context.call_on_fit_task_begin(estimator=estimator, X=X, y=y, metadata=metadata)
+            # a fit may run inside another (the Dask fits fit a sample in memory)
+            outer = estimator.__dict__.get("_callback_fit_data")
             estimator._callback_fit_data = {"X": X, "y": y, "metadata": metadata}
             try:
                 fitted = fit_method(estimator, X, y, *args, **kwargs)
             finally:
-                del estimator._callback_fit_data  # no reference to the data after the fit
+                if outer is None:
+                    del estimator._callback_fit_data  # no reference to the data after the fit
+                else:
+                    estimator._callback_fit_data = outer
             context.call_on_fit_task_end(
                 estimator=estimator, X=X, y=y, metadata=metadata, reconstruction_attributes={}
             )
