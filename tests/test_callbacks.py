@@ -10,7 +10,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from skattention import AttentionDiffusionEmbedding, AttentionKMeans
+from skattention import AttentionDiffusionEmbedding, AttentionKMeans, AttentionMeanShift
 from tests.conftest import CHEAP, cheap
 
 callback = pytest.importorskip("sklearn.callback", reason="scikit-learn < 1.9: no callbacks")
@@ -285,3 +285,16 @@ def test_progress_bar_inside_pipeline_and_grid_search(data, name):
     assert sum(e[:3] == ("begin", name, "fit") for e in recorder.events) == 5
     assert sum(e[:3] == ("end", name, NESTED[name]) for e in recorder.events) >= 5
     assert not hasattr(search.best_estimator_[-1], "_callback_fit_ctx")
+
+
+@pytest.mark.parametrize("blurring", [False, True])
+def test_a_callback_stops_mean_shift_after_a_step(blobs, blurring):
+    tree = TaskTree(stop_at="step", stop_after=2)
+    ms = AttentionMeanShift(bandwidth=2.0, blurring=blurring, max_iter=50)
+    ms.set_callbacks(tree).fit(blobs)
+    assert ms.stopped_by_callback_ and ms.n_iter_ == 2 and tree.count("step", 1) == 2
+    converged = AttentionMeanShift(bandwidth=2.0, blurring=blurring, max_iter=50).fit(blobs)
+    assert not converged.stopped_by_callback_ and converged.n_iter_ > 2
+    # usable: the modes merged from where the moving seeds (points) stopped
+    assert ms.predict(blobs).shape == (blobs.shape[0],)
+    assert np.isfinite(ms.cluster_centers_).all()
