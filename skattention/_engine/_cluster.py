@@ -311,7 +311,7 @@ def _merge(C, log_p, V, threshold):
     return C[alive], torch.log(p[alive]), V[alive]
 
 
-def lloyd(X, w, centers, max_iter, tol, verbose):
+def lloyd(X, w, centers, max_iter, tol, verbose, on_iteration=None):
     """Lloyd's iterations exactly as scikit-learn's ``_kmeans_single_lloyd``.
 
     Each iteration assigns every point to its nearest centre (ties to the lowest index), then
@@ -320,6 +320,10 @@ def lloyd(X, w, centers, max_iter, tol, verbose):
     heaviest cluster's centre). Stops when the labels stop changing (strict
     convergence) or the summed squared centre shift is ``<= tol``; without strict convergence a
     last assignment makes labels and centres consistent.
+
+    ``on_iteration(centers)``, when given, is called after each iteration with the new centres
+    (a tensor the loop does not modify afterwards); it returning ``True`` stops the iterations
+    there, as convergence would (the estimators' callbacks, which the engine does not import).
     """
     labels_old = None
     n_iter = 0
@@ -333,6 +337,8 @@ def lloyd(X, w, centers, max_iter, tol, verbose):
         n_iter = i + 1
         bar.set_postfix(shift=f"{shift:.3g}", refresh=False)
         bar.update()
+        if on_iteration is not None and on_iteration(centers):
+            break
         if labels_old is not None and torch.equal(labels, labels_old):
             break  # strict convergence
         if shift <= tol:
@@ -378,8 +384,9 @@ def weighted_means(sums, mass, centers_old):
     return torch.where(keep[:, None], sums / torch.where(keep, mass, 1.0)[:, None], centers_old)
 
 
-def soft_kmeans(X, w, centers, T, max_iter, tol, verbose):
-    """Soft k-means at a fixed temperature (equal priors) to a fixed point."""
+def soft_kmeans(X, w, centers, T, max_iter, tol, verbose, on_iteration=None):
+    """Soft k-means at a fixed temperature (equal priors) to a fixed point; ``on_iteration`` as
+    in :func:`lloyd`."""
     n_iter = 0
     bar = _inner_bar(verbose, total=max_iter, desc="soft k-means")
     for i in range(max_iter):
@@ -390,6 +397,8 @@ def soft_kmeans(X, w, centers, T, max_iter, tol, verbose):
         n_iter = i + 1
         bar.set_postfix(shift=f"{shift:.3g}", refresh=False)
         bar.update()
+        if on_iteration is not None and on_iteration(centers):
+            break
         if shift <= tol:
             break
     bar.close()

@@ -16,6 +16,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, validate_data
 
 from .._engine import kmeans_step
+from ..utils._callbacks import begin_subtask, end_subtask, report_subtask
 from ..utils._dask import aligned_blocks, row_blocks
 
 # Rows drawn from the partitions for the initial centroids.
@@ -61,6 +62,7 @@ def fit(estimator, X, sample_weight):
     rng = check_random_state(estimator.random_state)
     sample = None
     best = None
+    stopped = False
     for _ in range(estimator._resolve_n_init(T)):
         if isinstance(init, np.ndarray):
             centers = init
@@ -68,10 +70,24 @@ def fit(estimator, X, sample_weight):
             if sample is None:
                 sample = _sample(parts, lengths, rng, mean)
             centers = estimator._init_centroids(sample[0], init, rng, sample[1])
+        # scikit-learn's callbacks, as in the in-memory fit: runs, and their iterations
+        run_task = begin_subtask(estimator, "run", max_subtasks=estimator.max_iter)
+
+        def on_iteration(centers, run_task=run_task):
+            nonlocal stopped
+            stopped = report_subtask(
+                estimator, "iteration", parent=run_task,
+                reconstruction_attributes=lambda: {"cluster_centers_": centers + mean},
+            ) or stopped
+            return stopped
+
         run = _iterate(parts, np.ascontiguousarray(centers, dtype=dtype), mean, T,
-                       estimator.max_iter, tol)
+                       estimator.max_iter, tol, None if run_task is None else on_iteration)
         if best is None or run[2] < best[2]:
             best = run
+        stopped = end_subtask(estimator, run_task) or stopped
+        if stopped:
+            break
     centers, labels, inertia, n_iter, counts = best
     from ._kmeans import warn_if_fewer_clusters  # here: _kmeans imports this module
 
@@ -80,6 +96,7 @@ def fit(estimator, X, sample_weight):
     estimator.labels_ = labels
     estimator.inertia_ = float(inertia)
     estimator.n_iter_ = int(n_iter)
+    estimator.stopped_by_callback_ = stopped
     estimator.temperature_ = T
     return estimator
 
@@ -126,9 +143,10 @@ def _rows(part, local):
     return part[0][local], part[1][local]
 
 
-def _iterate(parts, centers, mean, T, max_iter, tol):
+def _iterate(parts, centers, mean, T, max_iter, tol, on_iteration=None):
     """Lloyd's (T = 0) or soft k-means (T > 0) iterations over the partitions, as the engine's
-    ``lloyd`` / ``soft_kmeans`` run them over all points; then the final labels and inertia."""
+    ``lloyd`` / ``soft_kmeans`` run them over all points (``on_iteration`` too); then the final
+    labels and inertia."""
     import dask
     import dask.array as da
 
@@ -146,6 +164,8 @@ def _iterate(parts, centers, mean, T, max_iter, tol):
         shift = float(((new - centers) ** 2).sum())
         centers = new
         n_iter = i + 1
+        if on_iteration is not None and on_iteration(centers):
+            break
         if T == 0 and i > 0 and changed == 0:
             break  # strict convergence
         if shift <= tol:

@@ -27,7 +27,7 @@ from .._engine import (
     soft_kmeans,
     sqdist_to_centers,
 )
-from ..utils._callbacks import report_subtask
+from ..utils._callbacks import begin_subtask, end_subtask, report_subtask
 from ..utils._dask import is_dask_collection
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._estimator import EstimatorMixin
@@ -127,6 +127,11 @@ class AttentionKMeans(
         training points to their nearest centroid (comparable to ``KMeans.inertia_``).
     n_iter_ : int
         Iterations of the kept run (annealing EM steps plus Lloyd steps).
+    stopped_by_callback_ : bool
+        Whether one of scikit-learn's callbacks (``set_callbacks``, scikit-learn >= 1.9) stopped
+        the fit early, by returning ``True`` at the end of an iteration or of a run: that run's
+        iterations ended there and no further run was made. The model is then the best of the
+        runs made (the last one as far as it went), fitted and usable as any other.
     temperature_ : float
         Temperature of :meth:`predict_proba`: ``temperature`` when a number; with ``"auto"``,
         ``2 inertia_ / (sum(sample_weight) n_features)``, i.e. the responsibilities of the
@@ -251,8 +256,25 @@ class AttentionKMeans(
         Xt = torch.from_numpy(Xc).to(device)
         wt = torch.from_numpy(np.ascontiguousarray(sample_weight)).to(device)
         best = None
+        stopped = False
         runs = progress_bar(self.verbose, total=n_init, desc="AttentionKMeans fit", unit="run")
         for run in range(n_init):
+            # scikit-learn's callbacks: the run a subtask of the fit, each Lloyd (or soft)
+            # iteration a subtask of the run (the annealing EM steps are not reported)
+            run_task = begin_subtask(self, "run", max_subtasks=self.max_iter)
+
+            def on_iteration(centers, run_task=run_task):
+                # a stop asked at an iteration ends its run there, and the fit after that run
+                nonlocal stopped
+                stopped = report_subtask(
+                    self, "iteration", parent=run_task,
+                    reconstruction_attributes=lambda: {
+                        "cluster_centers_": centers.cpu().numpy().astype(X.dtype) + X_mean
+                    },
+                ) or stopped
+                return stopped
+
+            iteration_hook = None if run_task is None else on_iteration
             def initial_centers():
                 centers0 = self._init_centroids(Xc, init, rng, sample_weight)
                 return torch.from_numpy(np.ascontiguousarray(centers0, dtype=X.dtype)).to(device)
@@ -263,10 +285,12 @@ class AttentionKMeans(
             else:
                 ct = initial_centers()
             if T is None or T == 0:
-                ct, labels, inertia, n_iter = lloyd(Xt, wt, ct, self.max_iter, tol, self.verbose)
+                ct, labels, inertia, n_iter = lloyd(
+                    Xt, wt, ct, self.max_iter, tol, self.verbose, on_iteration=iteration_hook
+                )
             else:
                 ct, labels, inertia, n_iter = soft_kmeans(
-                    Xt, wt, ct, T, self.max_iter, tol, self.verbose
+                    Xt, wt, ct, T, self.max_iter, tol, self.verbose, on_iteration=iteration_hook
                 )
             if self.verbose >= 2:
                 runs.write(
@@ -277,7 +301,9 @@ class AttentionKMeans(
                 best = (ct, labels, inertia, n_anneal + n_iter)
             runs.set_postfix(inertia=f"{inertia:.6g}", best=f"{best[2]:.6g}", refresh=False)
             runs.update()
-            report_subtask(self, "run")
+            stopped = end_subtask(self, run_task) or stopped
+            if stopped:
+                break
         runs.close()
 
         ct, labels, inertia, n_iter = best
@@ -294,6 +320,7 @@ class AttentionKMeans(
         self.labels_ = labels
         self.inertia_ = float(inertia)
         self.n_iter_ = int(n_iter)
+        self.stopped_by_callback_ = stopped
         if annealing:
             total = float(sample_weight.sum())
             self.temperature_ = (
@@ -304,7 +331,8 @@ class AttentionKMeans(
         return self
 
     def _fit_subtasks(self):
-        """Subtasks of the fit for scikit-learn's callbacks: the runs (unknown for "auto")."""
+        """Subtasks of the fit for scikit-learn's callbacks: the runs (unknown for "auto"),
+        each with its iterations as subtasks."""
         return None if self.n_init == "auto" else self.n_init
 
     def _resolve_n_init(self, T):

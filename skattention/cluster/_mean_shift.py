@@ -94,6 +94,11 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
     n_iter_ : int
         As MeanShift's: the most iterations a seed completed before the step that stopped it
         (with ``blurring``: the steps of the flow).
+    stopped_by_callback_ : bool
+        Whether one of scikit-learn's callbacks (``set_callbacks``, scikit-learn >= 1.9) stopped
+        the fit by returning ``True`` at the end of a step (each step is a subtask of the fit):
+        the seeds (or, with ``blurring``, the points) still moving stopped where they were, and
+        the modes are merged from there as at convergence.
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
@@ -211,7 +216,7 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
         stop = self.tol * h
 
         if self.blurring:
-            Y, n_iter = Xt.clone(), 0
+            Y, n_iter, stopped = Xt.clone(), 0, False
             with self._progress() as bar:
                 for _ in range(self.max_iter):
                     Y_new, _ = kernel.step(Y, Y)
@@ -219,16 +224,17 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
                     Y, n_iter = Y_new, n_iter + 1
                     bar.set_postfix(shift=f"{shift:.3g}", refresh=False)
                     bar.update()
-                    report_subtask(self, "step")
-                    if shift <= stop:
+                    stopped = report_subtask(self, "step") and shift > stop
+                    if shift <= stop or stopped:
                         break
             modes, point_positions = Y, Y
             intensity = kernel.intensity(modes, None)
         else:
-            modes, counts, n_iter = self._shift_seeds(X, kernel, h, stop, device)
+            modes, counts, n_iter, stopped = self._shift_seeds(X, kernel, h, stop, device)
             point_positions = Xt
             intensity = kernel.intensity(modes, counts)
         self.n_iter_ = n_iter
+        self.stopped_by_callback_ = stopped
         centers = _merge_modes(
             modes.cpu().numpy(),
             intensity.cpu().numpy(),
@@ -246,7 +252,8 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
         ``stop`` or after ``max_iter`` completed iterations (so at most ``max_iter + 1`` means),
         and is dropped when no point is within reach. Returns the kept modes, the number of
         points behind each one's last mean (the flat kernel's intensity) and ``n_iter_``, the
-        most iterations a seed completed.
+        most iterations a seed completed, and whether a callback stopped them (the seeds
+        still moving then stop where they are, having completed every step so far).
         """
         if self.seeds is not None:
             try:
@@ -266,6 +273,7 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
         active = torch.ones(modes.shape[0], dtype=torch.bool, device=device)
         found = torch.ones_like(active)
         n_iter = completed = 0
+        stopped = False
         with self._progress() as bar:
             while True:
                 idx = active.nonzero().squeeze(1)
@@ -273,7 +281,6 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
                     break
                 bar.set_postfix(moving=idx.numel(), refresh=False)
                 bar.update()
-                report_subtask(self, "step")
                 old = modes[idx]
                 new, within = kernel.step(old, kernel.points)
                 if within is not None:
@@ -291,12 +298,17 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
                 if bool(done.any()):
                     n_iter = completed
                 completed += 1
+                # scikit-learn's callbacks: each step a subtask of the fit; a stop request ends
+                # the seeds still moving where they are
+                if report_subtask(self, "step") and bool(active.any()):
+                    n_iter, stopped = completed, True
+                    break
         if not bool(found.any()):
             raise ValueError(
                 f"No point was within bandwidth={h:.6g} of any seed. Try a different seeding "
                 "strategy or increase the bandwidth."
             )
-        return modes[found], counts[found], n_iter
+        return modes[found], counts[found], n_iter, stopped
 
     def _fit_subtasks(self):
         """Subtasks of the fit for scikit-learn's callbacks: the mean-shift steps."""

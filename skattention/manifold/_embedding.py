@@ -10,6 +10,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import attention, kneighbors, progress_bar, resolve_device
+from ..utils._callbacks import begin_subtask, end_subtask, report_subtask
 from ..utils._device import DevicePortableMixin
 from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, HasMethods, Interval, StrOptions
@@ -21,6 +22,7 @@ from ._operator import (
     diffusion_operator,
     knn_graph,
     laplacian_eigenvalues,
+    resolve_eigen_solver,
     signed_power,
     top_eigenpairs,
 )
@@ -215,45 +217,56 @@ class AttentionDiffusionEmbedding(
         self.metric_ = self._fit_metric(X, y)
         Z = self._to_metric_space(X)
 
-        n_steps = 2 + (self.n_neighbors is not None) + (self.epsilon == "auto")
+        n_steps = self._fit_subtasks()
         with progress_bar(
             self.verbose, total=n_steps, desc=f"{type(self).__name__} fit", unit="step"
         ) as bar:
 
-            def step(name, compute):
+            def step(name, compute, max_subtasks=0):
+                # each step a subtask of the fit for scikit-learn's callbacks; a stop request is
+                # ignored: no embedding exists before the eigen-solve has run
                 bar.set_postfix_str(name)
-                result = compute()
+                task = begin_subtask(self, name, max_subtasks=max_subtasks)
+                result = compute(task)
                 bar.update()
+                end_subtask(self, task)
                 return result
 
             # Fail before any work when the dense n x n arrays cannot fit in memory.
             check_dense_memory(n, self.n_neighbors, self.eigen_solver, self.n_components + 1)
             knn = None
             if self.n_neighbors is not None:
-                knn = step("k-NN graph", lambda: knn_graph(Z, self.n_neighbors, device))
+                knn = step("k-NN graph", lambda _: knn_graph(Z, self.n_neighbors, device))
             if self.epsilon == "auto":
                 self.epsilon_, self.intrinsic_dimension_ = step(
                     "bandwidth",
-                    lambda: auto_epsilon(Z, None if knn is None else knn[0], rng, device),
+                    lambda _: auto_epsilon(Z, None if knn is None else knn[0], rng, device),
                 )
             else:
                 self.epsilon_, self.intrinsic_dimension_ = float(self.epsilon), None
             op = step(
                 "operator",
-                lambda: diffusion_operator(
+                lambda _: diffusion_operator(
                     Z, self.epsilon_, self.alpha, knn, device, include_self=self.include_self
                 ),
             )
+            # the Lanczos solves of the eigen-solve are its subtasks (their number is not
+            # known in advance); the dense eigh is one LAPACK call, a subtask without any
+            lanczos = resolve_eigen_solver(self.eigen_solver, n, self.n_components + 1) == "arpack"
             mu, v = step(
                 "eigenpairs",
-                lambda: top_eigenpairs(
+                lambda task: top_eigenpairs(
                     op.A,
                     self.n_components + 1,
                     self.eigen_solver,
                     device,
                     rng,
                     progress=self.verbose,
+                    on_solve=None if task is None else (
+                        lambda: report_subtask(self, "Lanczos solve", parent=task)
+                    ),
                 ),
+                max_subtasks=None if lanczos else 0,
             )
             bar.set_postfix_str("done")
         psi = diffusion_coordinates(op, v)[:, 1:]
@@ -271,6 +284,11 @@ class AttentionDiffusionEmbedding(
         self._log_prior = op.log_prior
         self._radius = op.radius
         return self
+
+    def _fit_subtasks(self):
+        """Subtasks of the fit for scikit-learn's callbacks: its steps (k-NN graph, bandwidth,
+        operator, eigenpairs), the Lanczos solves being those of the eigen-solve."""
+        return 2 + (self.n_neighbors is not None) + (self.epsilon == "auto")
 
     def fit_transform(self, X, y=None):
         """Fit and return ``embedding_``.

@@ -201,9 +201,7 @@ def check_dense_memory(n, n_neighbors, eigen_solver, k):
     blocks that fill them. Raises ``MemoryError`` suggesting ``n_neighbors`` (a sparse operator)
     or ``eigen_solver='arpack'`` when they cannot fit.
     """
-    full_eigh = (
-        eigen_solver == "dense" or (eigen_solver == "auto" and n <= _DENSE_EIGEN_MAX) or k >= n - 1
-    )
+    full_eigh = resolve_eigen_solver(eigen_solver, n, k) == "dense"
     if n_neighbors is not None and not full_eigh:
         return
     need = 8 * n * n * ((0 if n_neighbors is not None else 1) + (3 if full_eigh else 0))
@@ -301,17 +299,29 @@ def knn_graph(Z, n_neighbors, device):
     return d2, idx
 
 
-def top_eigenpairs(A, k, eigen_solver, device, random_state, progress=False):
+def resolve_eigen_solver(eigen_solver, n, k):
+    """The solver that finds ``k`` eigenpairs of ``n`` points: ``"dense"`` (a full ``eigh``:
+    asked for, ``"auto"`` up to ``_DENSE_EIGEN_MAX`` points, or ``k >= n - 1``, more than
+    Lanczos can give) or ``"arpack"``."""
+    if eigen_solver == "dense" or k >= n - 1:
+        return "dense"
+    if eigen_solver == "auto" and n <= _DENSE_EIGEN_MAX:
+        return "dense"
+    return "arpack"
+
+
+def top_eigenpairs(A, k, eigen_solver, device, random_state, progress=False, on_solve=None):
     """The ``k`` largest eigenvalues of the symmetric ``A`` (descending) and their eigenvectors.
 
     ``A`` is consumed: the dense shift-invert path factorises ``sigma I - A`` in its memory.
     ``progress``: verbosity; a counter of the Lanczos solves on standard error when they last
-    more than a couple of seconds.
+    more than a couple of seconds. ``on_solve()``, when given, is called after each Lanczos
+    solve (each application of the shift-inverted operator, ARPACK's iteration); its result is
+    ignored: ARPACK cannot be stopped and still return eigenpairs. The dense ``eigh`` is one
+    LAPACK call, with no iteration to report.
     """
     n = A.shape[0]
-    if eigen_solver == "auto":
-        eigen_solver = "dense" if n <= _DENSE_EIGEN_MAX else "arpack"
-    if eigen_solver == "dense" or k >= n - 1:
+    if resolve_eigen_solver(eigen_solver, n, k) == "dense":
         dense = A.toarray() if sp.issparse(A) else A
         w, v = torch.linalg.eigh(
             torch.from_numpy(np.ascontiguousarray(dense)).to(resolve_device(device))
@@ -345,7 +355,10 @@ def top_eigenpairs(A, k, eigen_solver, device, random_state, progress=False):
 
             def counted_solve(x):
                 bar.update()
-                return solve(x)
+                x = solve(x)
+                if on_solve is not None:
+                    on_solve()
+                return x
 
             inverse = LinearOperator((n, n), matvec=counted_solve, dtype=A.dtype)
             # In shift-invert mode ARPACK only applies OPinv = (A - sigma I)^-1; A is never used.

@@ -352,7 +352,8 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
                     n_iter_no_change=self.n_iter_no_change, tol=self.tol, generator=generator,
                     max_validation_keys=_VALIDATION_KEYS, history=previous,
                     optimizer_state=getattr(self, "_optimizer_state", None) if warm else None,
-                    callbacks=[report, EpochTasks(self)],
+                    callbacks=[report, EpochTasks(self, lambda: self._epoch_attributes(
+                        X, metric_map, log_t))],
                 )
             if validation is not None and self.temperature == "auto":
                 calibrate_temperature(metric_map, log_t, Xt, Vt, Wt, validation, loss)
@@ -374,6 +375,22 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         )
         self.n_iter_ = history.n_iter
         self._fit_Z = self._embed(X, side="key")
+
+    def _epoch_attributes(self, X, metric_map, log_temperature):
+        """The fitted attributes of the model as it stands after a training epoch, for
+        scikit-learn's callbacks (``ScoringMonitor`` scores it): copies of the map and
+        temperature being trained, and the training keys embedded by that map (``X`` the
+        encoded training inputs). The attributes that training does not change are already set.
+        """
+        fitted = {"map_": copy.deepcopy(metric_map).to(device="cpu", dtype=torch.float32).eval()}
+        fitted["temperature_"] = (
+            float(self.temperature) if self.temperature in (0, math.inf)
+            else float(torch.exp(log_temperature.detach()).cpu())
+        )
+        probe = copy.copy(self)  # embeds with the copied map, as _fit_learned does at its end
+        probe.__dict__.update(fitted)
+        fitted["_fit_Z"] = probe._embed(X, side="key")
+        return fitted
 
     def _build_map(self, X, rng):
         """The untrained map of a learned metric for the encoded training inputs ``X``."""

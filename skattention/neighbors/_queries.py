@@ -7,7 +7,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from .._engine import budget_bytes, kneighbors, plan_rows
+from .._engine import METRICS, budget_bytes, kneighbors, plan_rows
 from ..utils._threads import uses_n_jobs
 from . import _dask
 
@@ -35,7 +35,8 @@ class NeighborsQueryMixin:
         Distances are measured in the estimator's metric space: the Euclidean distance of the
         encoded inputs for ``metric="euclidean"``, the given distances for
         ``metric="precomputed"``, the Euclidean distance between the mapped query and the mapped
-        training point for the learned ``"mlp"`` and ``"linear"`` metrics (``transform``'s space),
+        training point for the learned ``"mlp"``, ``"linear"`` and ``"tabular"`` metrics (the
+        space of :meth:`MetricAttentionTransformer.transform`),
         and the pseudo-metric's value ``-(W_Q x).(W_K y)`` itself for ``"dot"``, which is not a
         distance. Among training points at exactly the same distance the lower index comes first.
 
@@ -225,11 +226,14 @@ class NeighborsQueryMixin:
         return dict(radius=radius)
 
     def _distances(self, f):
-        """Distances from the engine's values of ``f`` (squared distances, or ``-q.k``)."""
+        """Distances from the engine's values of ``f``: squared distances (``"sqeuclidean"``),
+        distances already (``"euclidean"``: ``metric="tabular"``), or ``-q.k`` (``"dot"``)."""
         f = np.asarray(f, dtype=np.float64)
         if self.metric == "dot":
             return f
-        return np.sqrt(np.maximum(f, 0.0)) + 0.0  # + 0.0: no -0.0
+        if METRICS.get(self.metric) == "euclidean":  # ("precomputed" squares them, as "dot")
+            return np.maximum(f, 0.0) + 0.0  # + 0.0: no -0.0
+        return np.sqrt(np.maximum(f, 0.0)) + 0.0
 
     def _n_keys_available(self, exclude_self):
         """Training points that can be a neighbour (positive weight), less the query itself."""

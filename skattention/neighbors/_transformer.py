@@ -10,10 +10,12 @@ from ..utils._threads import uses_n_jobs
 from . import _docs
 from ._base import _BaseMetricAttention
 from ._convergence import ConvergenceCheckMixin
+from ._queries import NeighborsQueryMixin
 
 
 class MetricAttentionTransformer(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, ConvergenceCheckMixin, _BaseMetricAttention
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, NeighborsQueryMixin,
+    ConvergenceCheckMixin, _BaseMetricAttention,
 ):
     """Map inputs into the space of a pseudo-metric learned by attention from class labels.
 
@@ -23,6 +25,9 @@ class MetricAttentionTransformer(
     ``transform`` returns ``phi(x)``, so Euclidean
     methods applied afterwards (k-NN, k-means, a diffusion embedding) work in the learned metric,
     like :class:`~sklearn.neighbors.NeighborhoodComponentsAnalysis` with a non-linear map.
+    :meth:`kneighbors` and :meth:`radius_neighbors` find the training points nearest to a query
+    in that space (those of :class:`~sklearn.neighbors.NearestNeighbors` fitted on
+    ``transform(X)``, queried with ``transform`` of the queries), as the classifier's do.
 
     Parameters
     ----------

@@ -50,7 +50,9 @@ def _fit_context(*, prefer_skip_nested_validation):
     with the fit as the root task of the estimator's callbacks when it supports them:
     ``on_fit_task_begin`` before it, ``on_fit_task_end`` (with the fitted estimator) after it.
     An estimator's ``_fit_subtasks()`` gives the number of subtasks (epochs, iterations) it
-    reports under the root task (0 when it has none)."""
+    reports under the root task (0 when it has none). The fit's ``X``, ``y`` and metadata are
+    held in ``_callback_fit_data`` during the fit, for the subtasks' hooks
+    (``utils/_callbacks.py``: ``ScoringMonitor`` scores a subtask's model on them)."""
 
     def decorator(fit_method):
         @functools.wraps(fit_method)
@@ -62,7 +64,16 @@ def _fit_context(*, prefer_skip_nested_validation):
             weight = kwargs.get("sample_weight")
             metadata = None if weight is None else {"sample_weight": weight}
             context.call_on_fit_task_begin(estimator=estimator, X=X, y=y, metadata=metadata)
-            fitted = fit_method(estimator, X, y, *args, **kwargs)
+            # a fit may run inside another (the Dask fits fit a sample in memory)
+            outer = estimator.__dict__.get("_callback_fit_data")
+            estimator._callback_fit_data = {"X": X, "y": y, "metadata": metadata}
+            try:
+                fitted = fit_method(estimator, X, y, *args, **kwargs)
+            finally:
+                if outer is None:
+                    del estimator._callback_fit_data  # no reference to the data after the fit
+                else:
+                    estimator._callback_fit_data = outer
             context.call_on_fit_task_end(
                 estimator=estimator, X=X, y=y, metadata=metadata, reconstruction_attributes={}
             )

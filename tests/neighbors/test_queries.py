@@ -13,7 +13,11 @@ from sklearn.neighbors import (
     RadiusNeighborsRegressor,
 )
 
-from skattention import MetricAttentionClassifier, MetricAttentionRegressor
+from skattention import (
+    MetricAttentionClassifier,
+    MetricAttentionRegressor,
+    MetricAttentionTransformer,
+)
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +117,7 @@ def test_radius_neighbors_more_than_first_gather(continuous):
     assert all(i.size == X.shape[0] for i in ind)
 
 
-@pytest.mark.parametrize("metric", ["linear", "mlp"])
+@pytest.mark.parametrize("metric", ["linear", "mlp", "tabular"])  # tabular: not squared
 def test_kneighbors_in_the_learned_space(continuous, metric):
     X, y, Xq = continuous
     att = MetricAttentionClassifier(
@@ -130,6 +134,39 @@ def test_kneighbors_in_the_learned_space(continuous, metric):
     proba = att.predict_proba(Xq)
     votes = np.stack([np.bincount(r, minlength=2) for r in y[ind]]) / 4
     np.testing.assert_allclose(proba, votes, atol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("metric", ["linear", "tabular"])
+def test_transformer_queries_equal_nearest_neighbors_on_its_output(continuous, metric):
+    """The transformer's kneighbors / radius_neighbors: NearestNeighbors (Euclidean) fitted on
+    ``transform(X)`` and queried with ``transform`` of the queries."""
+    X, y, Xq = continuous
+    weight = np.ones(len(X))
+    weight[5] = 0.0  # a point of zero weight is no one's neighbour, as in prediction
+    tr = MetricAttentionTransformer(n_components=3, metric=metric, max_iter=3, hidden_size=8,
+                                    random_state=0).fit(X, y, sample_weight=weight)
+    Z, Zq = tr.transform(X), tr.transform(Xq)
+    kept = np.flatnonzero(weight > 0)
+    nn = NearestNeighbors(n_neighbors=6).fit(Z[kept])
+    dist, ind = tr.kneighbors(Xq, n_neighbors=6)
+    ref_dist, ref_ind = nn.kneighbors(Zq)
+    np.testing.assert_array_equal(ind, kept[ref_ind])
+    np.testing.assert_allclose(dist, ref_dist, rtol=1e-5, atol=1e-6)
+    assert tr.kneighbors(Xq[:4], n_neighbors=2, return_distance=False).shape == (4, 2)
+    # X=None: each training point's neighbours but itself
+    ind_self = tr.kneighbors(n_neighbors=3, return_distance=False)
+    assert ind_self.shape == (len(X), 3)
+    assert not np.any(ind_self == np.arange(len(X))[:, None]) and not np.any(ind_self == 5)
+    radius = float(np.median(ref_dist[:, 2]))
+    r_dist, r_ind = tr.radius_neighbors(Xq, radius=radius, sort_results=True)
+    ref_r_dist, ref_r_ind = nn.radius_neighbors(Zq, radius=radius, sort_results=True)
+    assert sum(i.size for i in r_ind) > 0
+    for d, i, ref_d, ref_i in zip(r_dist, r_ind, ref_r_dist, ref_r_ind, strict=True):
+        np.testing.assert_array_equal(i, kept[ref_i])
+        np.testing.assert_allclose(d, ref_d, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="needs a radius"):
+        tr.radius_neighbors(Xq)  # the transformer has no radius of its own
 
 
 def test_kneighbors_errors(continuous):
