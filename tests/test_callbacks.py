@@ -10,7 +10,12 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from skattention import AttentionDiffusionEmbedding, AttentionKMeans, AttentionMeanShift
+from skattention import (
+    AttentionDiffusionEmbedding,
+    AttentionKMeans,
+    AttentionMeanShift,
+    AttentionNetworkClassifier,
+)
 from tests.conftest import CHEAP, cheap
 
 callback = pytest.importorskip("sklearn.callback", reason="scikit-learn < 1.9: no callbacks")
@@ -298,3 +303,17 @@ def test_a_callback_stops_mean_shift_after_a_step(blobs, blurring):
     # usable: the modes merged from where the moving seeds (points) stopped
     assert ms.predict(blobs).shape == (blobs.shape[0],)
     assert np.isfinite(ms.cluster_centers_).all()
+
+
+def test_scoring_monitor_scores_each_epoch_of_the_network(data):
+    X, y = data
+    monitor = callback.ScoringMonitor(scoring="accuracy")
+    est = AttentionNetworkClassifier(max_iter=3, n_iter_no_change=100, random_state=0,
+                                     width=8).set_callbacks(monitor)
+    with pytest.warns(ConvergenceWarning):
+        est.fit(X, y)
+    rows = monitor.get_logs().data
+    epochs = [row["accuracy"] for row in rows if row["task_name"] == "epoch"]
+    fit = [row["accuracy"] for row in rows if row["task_name"] == "fit"]
+    assert len(epochs) == est.n_iter_ == 3
+    assert epochs[-1] == pytest.approx(fit[0]) == pytest.approx(est.score(X, y))

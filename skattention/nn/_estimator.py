@@ -186,7 +186,7 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
                     order=lambda: torch.as_tensor(rng.permutation(n), device=device),
                     callbacks=[ProgressReport(bar, name, self.max_iter, self.verbose),
                                _LossPlateau(self.tol, self.n_iter_no_change),
-                               EpochTasks(self)],
+                               EpochTasks(self, lambda: self._epoch_attributes(net, X))],
                 )
         warn_if_max_iter_reached(
             self, history.n_iter,
@@ -198,6 +198,12 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
         self.n_iter_ = history.n_iter
         self._fit_X = self._standardise(X).astype(np.float64)
         return self
+
+    def _epoch_attributes(self, net, X):
+        """The fitted attributes of the model after a training epoch, for scikit-learn's
+        callbacks (``ScoringMonitor`` scores it): a copy of the network being trained."""
+        return {"network_": copy.deepcopy(net).to("cpu").eval(),
+                "_fit_X": self._standardise(X).astype(np.float64)}
 
     def _fit_subtasks(self):
         """Subtasks of the fit for scikit-learn's callbacks: the training epochs."""
