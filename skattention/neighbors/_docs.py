@@ -87,7 +87,7 @@ LEARNING = """n_components : int, default=None
         attends to all the points given to ``fit``, the validation points included.
     validation_fraction : float in (0, 1), default=0.15
         Held-out fraction for early stopping.
-    n_iter_no_change : int, default=8
+    n_iter_no_change : int, default=5
         Epochs without improvement before stopping.
     tol : float, default=1e-4
         Minimum improvement of the validation score (or training loss).
