@@ -120,6 +120,13 @@ def test_scoring_monitor_scores_the_fit(data):
     assert np.isfinite(scores).all()
 
 
+def _epoch_and_fit_accuracies(monitor):
+    """A ScoringMonitor's accuracies of the epochs' models and of the fitted model."""
+    rows = monitor.get_logs().data
+    return ([row["accuracy"] for row in rows if row["task_name"] == task]
+            for task in ("epoch", "fit"))
+
+
 def test_scoring_monitor_scores_each_epoch(data):
     # the model after each epoch is scored; after the last one it is the fitted model (no
     # validation split, a fixed temperature: nothing changes after the training loop)
@@ -129,9 +136,7 @@ def test_scoring_monitor_scores_each_epoch(data):
                 temperature=1.0, learning_rate=0.05).set_callbacks(monitor)
     with pytest.warns(ConvergenceWarning):
         est.fit(X, y)
-    rows = monitor.get_logs().data
-    epochs = [row["accuracy"] for row in rows if row["task_name"] == "epoch"]
-    fit = [row["accuracy"] for row in rows if row["task_name"] == "fit"]
+    epochs, fit = _epoch_and_fit_accuracies(monitor)
     assert len(epochs) == est.n_iter_ == 4
     assert fit == [pytest.approx(est.score(X, y))]
     assert epochs[-1] == pytest.approx(fit[0])
@@ -312,8 +317,6 @@ def test_scoring_monitor_scores_each_epoch_of_the_network(data):
                                      width=8).set_callbacks(monitor)
     with pytest.warns(ConvergenceWarning):
         est.fit(X, y)
-    rows = monitor.get_logs().data
-    epochs = [row["accuracy"] for row in rows if row["task_name"] == "epoch"]
-    fit = [row["accuracy"] for row in rows if row["task_name"] == "fit"]
+    epochs, fit = _epoch_and_fit_accuracies(monitor)
     assert len(epochs) == est.n_iter_ == 3
     assert epochs[-1] == pytest.approx(fit[0]) == pytest.approx(est.score(X, y))

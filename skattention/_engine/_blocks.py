@@ -10,7 +10,7 @@ import torch
 
 from ._budget import cache_row_slices
 from ._exact import settle
-from ._scores import distances_from_partial, padded_rows, partial_grad_of_distance_logits
+from ._scores import distance_logits, distance_logits_grads, padded_rows
 
 NEG_INF = float("-inf")
 
@@ -102,10 +102,8 @@ class _SingleBlockSoftmax(torch.autograd.Function):
             if offset is None:
                 z.copy_(partial[rows])
             else:
-                dist = distances_from_partial(partial[rows], offset[rows], out=d[rows])
-                torch.mul(dist, -ctx.scale, out=z)
-                if prior is not None:
-                    z.add_(prior)
+                distance_logits(partial[rows], offset[rows], ctx.scale, prior, d_out=d[rows],
+                                z_out=z)
             if mask is not None:
                 mask(z, rows)
             z.sub_(z.amax(1, keepdim=True)).exp_()
@@ -134,13 +132,15 @@ class _SingleBlockSoftmax(torch.autograd.Function):
             dz = _outer_rows(d_out[rows], v_t, g[rows]).sub_(row_term[rows]).mul_(p[rows])
             if d is None:
                 continue
+            # dz becomes the partial scores' gradient in place (g's rows)
+            _, offset_rows, scale_part, prior_part = distance_logits_grads(
+                dz, d[rows], ctx.scale, (True, need_offset, need_scale, need_prior))
             if need_scale:
-                d_scale -= torch.dot(dz.reshape(-1), d[rows].reshape(-1))
+                d_scale += scale_part
             if need_prior:
-                d_prior += dz.sum(0)
-            partial_grad_of_distance_logits(dz, d[rows], ctx.scale)
+                d_prior += prior_part
             if need_offset:
-                d_offset[rows] = -dz.sum(1)
+                d_offset[rows] = offset_rows
         if d is None:
             return g, None, None, None, d_v, None
         if d_scale is not None:

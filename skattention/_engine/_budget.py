@@ -21,6 +21,9 @@ from .._config import check_working_memory, get_config
 # On the CPU a score block of about 2**20 entries (4 MiB in float32) stays in cache; larger
 # blocks are slower, not faster. Accelerators want blocks as large as the budget allows.
 CPU_BLOCK_ENTRIES = 1 << 20
+# A block that whole rows of scores pass through with two temporaries of its size (a softmax
+# and its logits): a quarter of the above stays in cache.
+_CPU_ROW_PASS_ENTRIES = CPU_BLOCK_ENTRIES // 4
 _CPU_KEY_BLOCK = 1024
 # Dense attention over at most this many keys: one key block on the CPU (``plan_blocks``).
 # Measured on 2 cores, float32, 32 dims: as fast as 1024-key blocks for large batches at
@@ -77,7 +80,7 @@ def plan_blocks(n_rows, n_cols, *, pair_bytes, row_bytes=0, budget, device, what
     if device.type == "cpu" and cache_sized:
         cols, target = min(n_cols, _CPU_KEY_BLOCK), CPU_BLOCK_ENTRIES
         if n_cols <= whole_rows_up_to:
-            cols, target = n_cols, CPU_BLOCK_ENTRIES // 4
+            cols, target = n_cols, _CPU_ROW_PASS_ENTRIES
     else:
         cols, target = min(n_cols, _ACCEL_KEY_BLOCK), max(1, budget // pair_bytes)
     while cols > 1 and cols * pair_bytes + row_bytes > budget:
@@ -115,5 +118,5 @@ def cache_row_slices(n_rows, n_cols, device):
     """Row slices of a (n_rows x n_cols) matrix pass that keep a chunk and two temporaries of
     its size in a CPU core's cache (measured: a softmax with its logits over 8,500 columns is
     2.5 times faster in chunks of 16-32 rows than whole); one slice on accelerators."""
-    rows = n_rows if device.type != "cpu" else max(1, cpu_block_rows(n_cols) // 4)
+    rows = n_rows if device.type != "cpu" else max(1, _CPU_ROW_PASS_ENTRIES // max(1, n_cols))
     return [slice(s, min(n_rows, s + rows)) for s in range(0, n_rows, rows)]

@@ -36,10 +36,10 @@ METRICS = {"euclidean": "sqeuclidean", **LEARNED_METRICS}
 # when the row count is a multiple of 4 (one or two rows take a matrix-vector path, a ragged tail
 # another kernel; measured with torch's MKL on AVX-512, float32 and float64, 1 and 2 threads):
 # blocks of queries are padded to one, so that a query's output does not depend on its batch.
-_ROW_MULTIPLE = 4
+ROW_MULTIPLE = 4
 
 
-def padded_rows(x, multiple=_ROW_MULTIPLE):
+def padded_rows(x, multiple=ROW_MULTIPLE):
     """``x`` with zero rows appended up to a multiple of ``multiple`` rows (slice the product
     back)."""
     pad = -x.shape[0] % multiple
@@ -204,8 +204,8 @@ class Scorer:
         if torch.is_grad_enabled() and (partial.requires_grad or _requires_grad(scale)):
             return _EuclideanLogits.apply(partial, self.query_offset(q), scale, prior)
         # No graph: the same values in place, one pass per operation.
-        d = distances_from_partial(partial, self.query_offset(q), out=partial).mul_(-scale)
-        return d if prior is None else d.add_(prior)
+        offset = self.query_offset(q)
+        return distance_logits(partial, offset, scale, prior, d_out=partial, z_out=partial)[1]
 
     def to_scores(self, partial, q):
         """Scores whose softmax is the attention, from a block of partial scores of the centred
@@ -239,43 +239,54 @@ def distances_from_partial(partial, offset, out=None):
     return torch.sub(offset[:, None], partial, out=out).clamp_(min=0).sqrt_()
 
 
-def partial_grad_of_distance_logits(dz, d, scale):
-    """Gradient w.r.t. the partial scores of logits ``-scale * d`` (``d`` from
-    :func:`distances_from_partial`), given their gradient ``dz`` (overwritten):
+def distance_logits(partial, offset, scale, prior=None, d_out=None, z_out=None):
+    """``(d, z)``: the distances :func:`distances_from_partial` (into ``d_out``) and the logits
+    ``z = -scale * d + prior`` of the ``"euclidean"`` kind (into ``z_out``; both may be
+    ``partial``), ``scale`` a float."""
+    d = distances_from_partial(partial, offset, out=d_out)
+    z = torch.mul(d, -scale, out=z_out)
+    return d, (z if prior is None else z.add_(prior))
+
+
+def distance_logits_grads(dz, d, scale, needs):
+    """Gradients of the logits of :func:`distance_logits` w.r.t. ``(partial, offset, scale,
+    prior)``, given their gradient ``dz`` (overwritten by the partial scores' gradient) and
+    ``needs`` (four bools); ``None`` where not needed. The partial scores' gradient is
     ``scale / (2 d) * dz``, and 0 where ``d = 0`` (``dz / 0`` is inf or NaN there, and
     ``nan_to_num_`` is one vectorised pass where ``where`` is three)."""
-    return dz.div_(d).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(0.5 * scale)
+    need_partial, need_offset, need_scale, need_prior = needs
+    d_scale = -torch.dot(dz.reshape(-1), d.reshape(-1)) if need_scale else None
+    d_prior = dz.sum(0) if need_prior else None
+    g = d_offset = None
+    if need_partial or need_offset:
+        g = dz.div_(d).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(0.5 * scale)
+        d_offset = -g.sum(1) if need_offset else None
+    return (g if need_partial else None), d_offset, d_scale, d_prior
 
 
 class _EuclideanLogits(torch.autograd.Function):
-    """``-scale * sqrt(max(offset - partial, 0)) + prior`` (the logits of the ``"euclidean"``
-    kind) with a hand-written backward: a training step spends most of its time in the
+    """The logits of :func:`distance_logits` with a hand-written backward
+    (:func:`distance_logits_grads`): a training step spends most of its time in the
     elementwise passes over its score block, and autograd's chain (sub, mask, sqrt, where,
     neg, mul, add and their backwards) takes about three times as many passes as this does.
     The gradient at distance 0 is 0, as in :func:`_sqrt_zero_grad`."""
 
     @staticmethod
     def forward(ctx, partial, offset, scale, prior):
-        d = distances_from_partial(partial, offset)
-        ctx.save_for_backward(d, scale if isinstance(scale, torch.Tensor) else None)
         ctx.scale = float(scale)
-        z = d * (-ctx.scale)
-        return z if prior is None else z.add_(prior)
+        d, z = distance_logits(partial, offset, ctx.scale, prior)
+        ctx.save_for_backward(d, scale if isinstance(scale, torch.Tensor) else None)
+        return z
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dz):
         d, scale = ctx.saved_tensors
-        need_partial, need_offset, need_scale, need_prior = ctx.needs_input_grad
-        d_scale = d_prior = d_partial = d_offset = None
-        if need_scale:
-            d_scale = -torch.dot(dz.reshape(-1), d.reshape(-1)).reshape(scale.shape)
-        if need_prior:
-            d_prior = dz.sum(0)
-        if need_partial or need_offset:
-            g = partial_grad_of_distance_logits(dz.clone(), d, ctx.scale)
-            d_offset = -g.sum(1) if need_offset else None
-            d_partial = g if need_partial else None
+        needs = ctx.needs_input_grad
+        d_partial, d_offset, d_scale, d_prior = distance_logits_grads(
+            dz.clone() if needs[0] or needs[1] else dz, d, ctx.scale, needs)
+        if d_scale is not None:
+            d_scale = d_scale.reshape(scale.shape)
         return d_partial, d_offset, d_scale, d_prior
 
 
