@@ -18,6 +18,7 @@ from ._kernels import (
     sqdist_log_histogram,
 )
 from ._maps import ResidualBlock, build_map
+from ._parallel import cpu_threads
 from ._progress import progress_bar, track, write
 from ._scores import LEARNED_METRICS, METRICS
 from ._sdpa import augmented_coordinates, scaled_dot_product
@@ -76,11 +77,12 @@ __all__ = [
     # the nn layer's SDPA on augmented coordinates
     "augmented_coordinates",
     "scaled_dot_product",
-    # names, checks, devices, memory and progress
+    # names, checks, devices, threads, memory and progress
     "LEARNED_METRICS",
     "METRICS",
     "budget_bytes",
     "check_temperature",
+    "cpu_threads",
     "plan_rows",
     "progress_bar",
     "resolve_device",

@@ -13,14 +13,17 @@ does not depend on the number of workers.
 
 import contextlib
 import copy
+import ctypes
 import dataclasses
 import functools
+import pathlib
 import queue
 import threading
 
 import torch
 
 from ._budget import plan_blocks
+from ._scores import ROW_MULTIPLE
 
 # Multiply-adds below which a call runs on one thread (about a millisecond of one core).
 _SMALL_CALL_WORK = 1 << 22
@@ -47,19 +50,48 @@ def small_calls_single_threaded(spec):
 
 @contextlib.contextmanager
 def one_thread():
-    """torch's CPU kernels on one thread in the calling thread only.
+    """torch's CPU kernels on one thread in the calling thread only (:func:`cpu_threads`)."""
+    with cpu_threads(1):
+        yield
+
+
+@contextlib.contextmanager
+def cpu_threads(n):
+    """torch's CPU kernels on ``n`` threads in the calling thread only.
 
     Not ``torch.set_num_threads``: it also sets the count that threads started later take,
     which other threads fitting at the same moment (joblib's threading backend) would pick up.
     The OpenMP setting of this thread alone is changed through threadpoolctl (a dependency of
-    scikit-learn); without it, nothing is changed.
+    scikit-learn), and MKL's thread-local count, which outranks OpenMP's and which a thread
+    torch did not set up starts without (MKL then takes every core): on CPUs where MKL splits a
+    product's inner dimension over threads (measured on a Xeon with AMX: 48 to 256 rows by 1,500
+    keys, two threads), a block computed on two threads rounds differently from the same rows
+    on one. Without either library, nothing is changed there.
     """
     controller = _openmp_controller()
-    if controller is None:
+    set_mkl_local = _mkl_set_num_threads_local()
+    with contextlib.ExitStack() as stack:
+        if controller is not None:
+            stack.enter_context(controller.limit(limits=n))
+        if set_mkl_local is not None:
+            stack.callback(set_mkl_local, set_mkl_local(n))
+        yield
+
+
+@contextlib.contextmanager
+def _mkl_like_openmp():
+    """MKL on this thread's OpenMP thread count (``threadpoolctl`` limits OpenMP only; MKL's
+    own count, from ``torch.set_num_threads`` or MKL's default, would otherwise outrank it and
+    round a block computed in the calling thread differently from a worker's)."""
+    set_mkl_local = _mkl_set_num_threads_local()
+    if set_mkl_local is None:
         yield
         return
-    with controller.limit(limits=1):
+    before = set_mkl_local(torch.get_num_threads())
+    try:
         yield
+    finally:
+        set_mkl_local(before)
 
 
 @functools.cache
@@ -72,25 +104,52 @@ def _openmp_controller():
     return ThreadpoolController().select(user_api="openmp")
 
 
-def n_workers(spec, n_blocks):
-    """How many workers a loop of ``n_blocks`` query blocks uses: the caller's torch thread count
+@functools.cache
+def _mkl_set_num_threads_local():
+    """MKL's ``mkl_set_num_threads_local`` from the library torch links it into, or None (no
+    MKL, or not exported). Its C entry is ``MKL_Set_Num_Threads_Local`` (an int by value; the
+    lower-case names are the Fortran one, by pointer); it returns the thread's previous setting,
+    0 for none (MKL's process-wide count)."""
+    if not torch.backends.mkl.is_available():
+        return None
+    lib_dir = pathlib.Path(torch.__file__).parent / "lib"
+    for path in sorted(lib_dir.glob("*torch_cpu.*")):
+        try:
+            fn = ctypes.CDLL(str(path)).MKL_Set_Num_Threads_Local
+        except (OSError, AttributeError):
+            continue
+        fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+        return fn
+    return None
+
+
+def n_workers(spec):
+    """How many workers a loop of query blocks may use: the caller's torch thread count
     (``threadpoolctl`` / ``torch.set_num_threads``) on the CPU, without autograd; else 1."""
-    if spec.device.type != "cpu" or spec.grad or n_blocks < 2:
+    if spec.device.type != "cpu" or spec.grad:
         return 1
-    return max(1, min(torch.get_num_threads(), n_blocks))
+    return max(1, torch.get_num_threads())
 
 
 def parallel_plan(spec, n_q, n_k, bq, bk, plan):
     """``(workers, bq, bk)``: the blocks in flight at once share the budget, so with several
     workers the blocks are planned on a share of it (one worker when a share cannot hold one
-    block row). ``bq, bk`` are the serial plan, ``plan`` the other :func:`plan_blocks` arguments."""
-    workers = n_workers(spec, -(-n_q // bq))
-    if workers < 2:
+    block row). ``bq, bk`` are the serial plan, ``plan`` the other :func:`plan_blocks` arguments.
+
+    Fewer query blocks than workers are cut into one block per worker (rows a multiple of the
+    padding's, ``padded_rows``), not computed as one block on several threads: a product's
+    rounding can depend on its thread count (MKL splits a long inner dimension over threads),
+    and a query's output must not depend on the batch it came in."""
+    workers = n_workers(spec)
+    if workers < 2 or n_q <= ROW_MULTIPLE:
         return 1, bq, bk
     try:
-        return (workers, *plan_blocks(n_q, n_k, budget=spec.budget // workers, **plan))
+        bq_share, bk_share = plan_blocks(n_q, n_k, budget=spec.budget // workers, **plan)
     except MemoryError:
         return 1, bq, bk
+    per_worker = -(-n_q // workers)
+    bq_share = min(bq_share, per_worker + -per_worker % ROW_MULTIPLE)
+    return min(workers, -(-n_q // bq_share)), bq_share, bk_share
 
 
 def block_spec(spec):
@@ -106,7 +165,10 @@ def map_blocks(fn, starts, workers):
     single-threaded worker threads (``workers == 1``: in the calling thread, lazily)."""
     starts = list(starts)
     if workers < 2:
-        yield from (fn(start) for start in starts)
+        for start in starts:
+            with _mkl_like_openmp():
+                result = fn(start)
+            yield result
         return
     pool = _Workers(fn, workers)
     try:

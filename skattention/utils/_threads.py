@@ -4,7 +4,8 @@ import functools
 from contextlib import nullcontext
 
 import joblib
-from threadpoolctl import threadpool_limits
+
+from .._engine import cpu_threads
 
 
 def n_jobs_threads(n_jobs):
@@ -12,7 +13,7 @@ def n_jobs_threads(n_jobs):
     ``None`` changes nothing."""
     if n_jobs is None:
         return nullcontext()
-    return threadpool_limits(limits=joblib.effective_n_jobs(n_jobs), user_api="openmp")
+    return cpu_threads(joblib.effective_n_jobs(n_jobs))
 
 
 def uses_n_jobs(method):

@@ -129,3 +129,23 @@ def test_outputs_do_not_depend_on_the_batch(two_threads, data, kwargs, dtype):
         np.testing.assert_array_equal(alone[0], whole[i])
     few = attention(queries[1020:1030], keys, values, device="cpu", dtype=dtype, **kwargs)
     np.testing.assert_array_equal(few, whole[1020:1030])
+
+
+def test_cpu_threads_sets_mkl_for_the_calling_thread_and_restores_it():
+    # A thread's MKL count is its own (torch.set_num_threads sets the calling thread's); a
+    # worker thread starts with none and MKL's default (every core), which OpenMP's limit does
+    # not change: without the thread-local count a worker's products ran on several threads,
+    # rounding differently from the same rows on one.
+    set_local = _parallel._mkl_set_num_threads_local()
+    if set_local is None:
+        pytest.skip("torch without MKL")
+    before = set_local(0)
+    set_local(before)
+    with _parallel.one_thread():
+        assert set_local(1) == 1
+        seen = []
+        worker = threading.Thread(target=lambda: seen.append(set_local(0)))
+        worker.start()
+        worker.join()
+        assert seen == [0]  # other threads keep their own
+    assert set_local(before) == before
