@@ -417,7 +417,15 @@ class _Table:
             if array.ndim != 2:
                 raise ValueError(f"X must be 2-D; got an array of shape {array.shape}.")
             self.array = None
-            if array.dtype.kind in "biuf":
+            if array.dtype == np.float64:
+                # what check_array would check of a float64 array (the estimators' queries,
+                # already validated: a single-row predict paid for a second full check)
+                if np.isinf(array).any():
+                    raise ValueError(
+                        "Input X contains infinity or a value too large for dtype('float64')."
+                    )
+                self.array = array
+            elif array.dtype.kind in "biuf":
                 self.array = check_array(array, dtype=np.float64, ensure_all_finite="allow-nan",
                                          ensure_min_samples=0)
             elif pd is None:
