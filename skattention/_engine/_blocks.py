@@ -36,6 +36,36 @@ class OnlineSoftmax:
         self.o = self.o * alpha[:, None] + _rows_times(p, v)
         self.m = new_m
 
+    def add_shifted(self, z, v, redo):
+        """Add a block of logits given less the running shift ``m`` (``z - m``, one product:
+        :func:`shifted_logit_keys`), overwritten by its exponential: no max pass, no
+        subtraction pass. A row where an entry exceeds the shift beyond ``exp``'s range is
+        redone by :meth:`update` on the logits ``redo(rows)`` gives for those rows alone, so
+        that each row's result depends on its own data only. A row whose sum grows large folds
+        it into its shift (the sums stay far from overflow)."""
+        p = z.exp_() if z.shape[1] % _EXP_VECTOR == 0 else batch_exp(z)
+        block_l = p.sum(1)
+        ok = torch.isfinite(block_l)
+        all_ok = bool(ok.all())
+        if all_ok:
+            self.l = self.l + block_l
+            self.o = self.o + _rows_times(p, v)
+        else:
+            self.l = torch.where(ok, self.l + block_l, self.l)
+            self.o = torch.where(ok[:, None], self.o + _rows_times(p, v), self.o)
+            bad = (~ok).nonzero().squeeze(1)
+            part = OnlineSoftmax.__new__(OnlineSoftmax)
+            part.m, part.l, part.o = self.m[bad], self.l[bad], self.o[bad]
+            part.update(redo(bad), v, inplace=True)
+            self.m, self.l, self.o = (t.index_copy(0, bad, u) for t, u in
+                                      ((self.m, part.m), (self.l, part.l), (self.o, part.o)))
+        large = self.l > _LARGE_SUM
+        if bool(large.any()):
+            alpha = torch.where(large, 1.0 / self.l, 1.0)
+            self.m = torch.where(large, self.m + torch.log(self.l), self.m)
+            self.l = self.l * alpha
+            self.o = self.o * alpha[:, None]
+
     def single(self, z, v):
         """The whole softmax at once, when one key block holds every key (fewer ops to
         differentiate than the streaming update)."""
@@ -150,6 +180,8 @@ class _SingleBlockSoftmax(torch.autograd.Function):
 
 # Entries per vector of the widest exp kernel (AVX-512, float32); a multiple of the others.
 _EXP_VECTOR = 16
+# A running softmax sum above this is folded into the shift (OnlineSoftmax.add_shifted).
+_LARGE_SUM = 2.0**20
 
 
 def batch_exp(x):

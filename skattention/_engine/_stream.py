@@ -27,6 +27,7 @@ from ._blocks import (
 from ._budget import CPU_WHOLE_ROW_KEYS, plan_blocks
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
+from ._scores import ROW_MULTIPLE
 
 
 def stream_attention(spec, state_only=False):
@@ -61,6 +62,16 @@ def stream_attention(spec, state_only=False):
     # limit, whose weights are summed unnormalised and divided once, so that equal vote counts
     # stay exactly equal.
     single_block = bk >= n_k and not n_weights and not uniform and not state_only
+    # Several key blocks of plain logits (no masks from raw scores, no weights to return):
+    # after a row's first block, one product gives a block's logits less the row's running
+    # shift, then exp in place (OnlineSoftmax.add_shifted): two fewer passes over each block
+    # and no bias copy (measured: 3.3 -> 2.1 ms a 1000 x 1024 float64 block, one thread).
+    # The augmented keys are a copy of the keys: only when they fit a quarter of the budget.
+    shift_keys = None
+    if (inplace and not need_raw and not n_weights and not state_only and scorer.squared
+            and spec.key_mask is None and not isinstance(T, torch.Tensor) and n_k > bk
+            and n_k * (scorer.dim + 2) * item <= spec.budget // 4):
+        shift_keys = shifted_logit_keys(scorer, 1.0 / T, spec.prior_vec)
 
     def query_block(qs):
         qe = min(n_q, qs + bq)
@@ -80,8 +91,23 @@ def stream_attention(spec, state_only=False):
             out = single_block_attention(scorer, q, V, 1.0 / T, spec.prior_vec, mask)
             if out is not None:
                 return out, None, None
+        q_shift = None
         for ks in range(0, n_k, bk):
             ke = min(n_k, ks + bk)
+            if q_shift is not None:
+                q_shift[: qe - qs, -1] = -state.m
+                z = torch.mm(q_shift, shift_keys[ks:ke].T)[: qe - qs]
+                if spec.self_index is not None:
+                    z = mask_self(z, spec.self_index, rows, ks, ke, inplace=True)
+
+                def redo(bad, ks=ks, ke=ke):
+                    z = scorer.logits(q[bad], ks, ke, scale=1.0 / T, log_prior=spec.prior_vec)
+                    if spec.self_index is not None:
+                        z = mask_self(z, spec.self_index, bad + qs, ks, ke, inplace=True)
+                    return z
+
+                state.add_shifted(z, V[ks:ke], redo)
+                continue
             if need_raw:
                 s, bias = raw_scores(block, q, rows, ks, ke, q_index, inplace)
                 prior = block_prior(spec.prior_vec, bias, ks, ke, s)
@@ -103,6 +129,8 @@ def stream_attention(spec, state_only=False):
                 state.single(z, V)
             else:
                 state.update(z, V[ks:ke], inplace)
+                if shift_keys is not None and bool(torch.isfinite(state.m).all()):
+                    q_shift = shifted_queries(q)
         if state_only:
             # Partial scores are ||q||^2 - f in the keys' centred coordinates; states of other
             # key sets (shards, centred elsewhere) compare on -f / T: remove the query term
@@ -143,3 +171,41 @@ def _top_weights(top, state, empty, uniform):
     w = torch.exp(logw - shift[:, None]) / torch.where(state.l > 0, state.l, 1.0)[:, None]
     w = torch.where(empty[:, None], 0.0, w)
     return torch.where(top.r > NEG_INF, w, 0.0)
+
+
+def shifted_stream_pays(spec):
+    """Whether dense attention (which SDPA could compute) is faster here, by its shifted-logit
+    blocks: measured on 2 cores, float64, 2,000 queries, 32 dimensions, per-key prior: 100,000
+    keys 283 ms against SDPA's 366 ms, 30,000 keys 107 against 117 (float32: 152 against 170,
+    but 71 against 54). Whole-row blocks (up to ``CPU_WHOLE_ROW_KEYS`` keys) are slower than
+    SDPA for many queries. Not the number of queries: one query and many take one path."""
+    return (spec.device.type == "cpu" and spec.dtype == torch.float64
+            and spec.n_keys > CPU_WHOLE_ROW_KEYS and spec.key_mask is None)
+
+
+def shifted_logit_keys(scorer, scale, log_prior):
+    """Keys ``[coef * scale * k, scale * offset + log_prior, 1]`` (the squared kinds), so that
+    the queries of :func:`shifted_queries`, ``[q, 1, -shift]``, give a block's logits less a
+    per-row shift in one product."""
+    keys, d = scorer.keys, scorer.dim
+    out = keys.new_empty((keys.shape[0], d + 2))
+    torch.mul(keys, scorer.coef * scale, out=out[:, :d])
+    bias = out[:, d]
+    if scorer.key_offset is None:
+        bias.zero_()
+    else:
+        torch.mul(scorer.key_offset, scale, out=bias)
+    if log_prior is not None:
+        bias.add_(log_prior)
+    out[:, d + 1] = 1.0
+    return out
+
+
+def shifted_queries(q):
+    """``[q, 1, shift]`` with rows padded as ``padded_rows`` pads them (zeros; the caller
+    writes minus the shift into the last column of the real rows)."""
+    rows, d = q.shape
+    out = q.new_zeros((rows + -rows % ROW_MULTIPLE, d + 2))
+    out[:rows, :d] = q
+    out[:rows, d] = 1.0
+    return out
