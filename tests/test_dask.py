@@ -143,6 +143,23 @@ def test_learned_metric_trains_on_the_sample(synchronous, data):
                                atol=1e-6)
 
 
+@pytest.mark.parametrize("settings", [
+    dict(metric="euclidean", n_neighbors=5, temperature=np.inf, trend="linear"),
+    dict(metric="linear", max_iter=2, random_state=0, early_stopping=False),  # trend "auto"
+])
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # max_iter=2
+def test_regressor_trend_on_sharded_keys(synchronous, data, settings):
+    # 300 rows: the sample is every row, so the trend (and map) are the in-memory ones, and
+    # the workers hold the residuals
+    X, y, Q, _ = data
+    target = X @ [1.0, -2.0, 0.5] + y
+    expected = MetricAttentionRegressor(**settings).fit(X, target)
+    sharded = MetricAttentionRegressor(**settings).fit(dask_rows(X), target)
+    assert expected.trend_ is not None
+    np.testing.assert_allclose(sharded.trend_.coef_, expected.trend_.coef_, rtol=1e-12)
+    np.testing.assert_allclose(sharded.predict(Q), expected.predict(Q), rtol=1e-5, atol=1e-6)
+
+
 def test_pickle_computes_the_sharded_state(synchronous, data):
     X, y, Q, _ = data
     sharded = MetricAttentionClassifier("euclidean", temperature=0.7).fit(dask_rows(X), y)

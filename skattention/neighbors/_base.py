@@ -586,17 +586,26 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
             # A column of ones tells the queries with no neighbour: their weights sum to 0.
             ones = np.ones((values.shape[0], 1), dtype=values.dtype)
             values, on_empty = np.hstack([values, ones]), "zero"
-        out = [
-            attention(
+        out, offsets = [], []
+        for block in self._validate_queries(X):
+            Z = self._embed(block)
+            out.append(attention(
                 Z, self._engine_keys(), values, on_empty=on_empty, progress=self.verbose,
                 **self._engine_kwargs(queries=Z),
-            )
-            for Z in map(self._embed, self._validate_queries(X))
-        ]
+            ))
+            offsets.append(self._value_offset(block))
         out = np.asarray(np.concatenate(out), dtype=np.float64)
-        if self.radius is None:
-            return out, None
-        return out[:, :-1], out[:, -1] == 0
+        no_neighbour = None
+        if self.radius is not None:
+            out, no_neighbour = out[:, :-1], out[:, -1] == 0
+        if offsets and offsets[0] is not None:
+            out = out + np.concatenate(offsets)
+        return out, no_neighbour
+
+    def _value_offset(self, block):
+        """What the propagated values are added to for the encoded query rows ``block``
+        (``None``: nothing; the regressor's linear trend)."""
+        return None
 
     def _dask_block_tasks(self, method, blocks):
         """Delayed ``<method>`` of Dask query blocks over keys sharded on the cluster (``None``
@@ -774,3 +783,15 @@ def _to_cpu(state):
     if isinstance(state, list):
         return [_to_cpu(v) for v in state]
     return state
+
+
+# Ridge penalties searched by generalised cross-validation for a linear trend.
+_TREND_ALPHAS = np.logspace(-3, 3, 13)
+
+
+def fit_linear_trend(design, values, sample_weight):
+    """A ridge regression of ``values`` on ``design`` (penalty by efficient leave-one-out
+    cross-validation), what the regressor's attention then corrects locally."""
+    from sklearn.linear_model import RidgeCV
+
+    return RidgeCV(alphas=_TREND_ALPHAS).fit(design, values, sample_weight=sample_weight)

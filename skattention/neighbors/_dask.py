@@ -194,7 +194,8 @@ def _shell(estimator):
 
 def _shard_state(shell, X, y, sample_weight, classes, class_weight):
     """One partition's keys, values and log-prior, as the in-memory fit makes them."""
-    Z = shell._embed(_encoded(shell, X), side="key")
+    encoded = _encoded(shell, X)
+    Z = shell._embed(encoded, side="key")
     if classes is not None:
         y = np.asarray(y)
         if not np.all(np.isin(y, classes)):
@@ -206,6 +207,9 @@ def _shard_state(shell, X, y, sample_weight, classes, class_weight):
         values = np.asarray(y, dtype=np.float64).reshape(Z.shape[0], -1)
         if not np.all(np.isfinite(values)):
             raise ValueError("Input y contains NaN or infinity.")
+        offset = shell._value_offset(encoded)  # the regressor's trend, fitted on the sample
+        if offset is not None:
+            values = values - offset
         weight = 1.0
     w = np.ones(Z.shape[0]) if sample_weight is None else np.asarray(sample_weight, np.float64)
     if w.shape != (Z.shape[0],) or np.any(w < 0) or not np.all(np.isfinite(w)):
@@ -226,13 +230,17 @@ def propagate(estimator, X):
     queries without a neighbour within ``radius`` (computed on the cluster, merged here)."""
     import dask
 
-    queries = _queries(estimator, X)
+    encoded = list(estimator._validate_queries(X))
+    queries = np.concatenate([estimator._embed(block) for block in encoded])
     # one graph per block of queries: bounded tasks and partial results on the workers
     blocks = [dask.delayed(queries[start : start + _QUERY_ROWS])
               for start in range(0, len(queries), _QUERY_ROWS)]
     merged = dask.compute([_merged_partial(estimator, block) for block in blocks])[0]
     outputs = [_finish(estimator, partial) for partial in merged]
     out = np.concatenate([o for o, _ in outputs])
+    offsets = [estimator._value_offset(block) for block in encoded]
+    if offsets and offsets[0] is not None:  # the regressor's trend
+        out = out + np.concatenate(offsets)
     return out, None if estimator.radius is None else np.concatenate([e for _, e in outputs])
 
 

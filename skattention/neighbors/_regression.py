@@ -5,13 +5,15 @@ import warnings
 import numpy as np
 from sklearn.base import RegressorMixin
 
+from .._engine import LEARNED_METRICS
 from ..utils._dask import is_dask_collection, lazy_predict
+from ..utils._param_validation import StrOptions
 from ..utils._sklearn_compat import _fit_context
 from ..utils._threads import uses_n_jobs
 from . import _dask, _docs
-from ._base import _BaseMetricAttention
+from ._base import _BaseMetricAttention, fit_linear_trend
 from ._convergence import ConvergenceCheckMixin
-from ._precomputed import PrecomputedMixin
+from ._precomputed import PRECOMPUTED, PrecomputedMixin
 from ._queries import NeighborsQueryMixin
 
 
@@ -38,6 +40,15 @@ class MetricAttentionRegressor(
     {METRIC}
     {TEMPERATURE}
     {NEIGHBORS}
+    trend : {"auto", "linear"} or None, default="auto"
+        ``"linear"``: a ridge regression on the encoded features (the numeric block and one-hot
+        categorical levels; penalty by leave-one-out cross-validation) is fitted first, the
+        attention propagates its residuals and the prediction adds it back: attention corrects
+        a global linear trend locally, where averaging neighbours alone flattens trends at the
+        edges of the data. ``"auto"``: ``"linear"`` for the learned metrics, ``None`` for
+        ``metric="euclidean"`` (whose special cases equal scikit-learn's estimators) and
+        ``"precomputed"``. On a Dask collection the trend is fitted on the sample the map
+        is trained on, and the residuals are computed on the workers.
     {LEARNING}
     {DEVICE}
     {CATEGORICAL}
@@ -45,6 +56,8 @@ class MetricAttentionRegressor(
     Attributes
     ----------
     {FIT_ATTRIBUTES}
+    trend_ : sklearn.linear_model.RidgeCV or None
+        The fitted linear trend (``trend``), or None.
 
     See Also
     --------
@@ -66,6 +79,31 @@ class MetricAttentionRegressor(
     >>> bool(np.isclose(nw.predict([[1.4]])[0], w @ y / w.sum()))
     True
     """
+
+    _parameter_constraints: dict = {
+        **_BaseMetricAttention._parameter_constraints,
+        "trend": [StrOptions({"auto", "linear"}), None],
+    }
+
+    def __init__(self, metric="tabular", *, temperature="auto", n_neighbors=None, radius=None,
+                 trend="auto", n_components=None, numeric_embedding="auto", hidden_size=256,
+                 n_blocks=1, activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
+                 learning_rate=1e-2, weight_decay=2e-4, sample_rate="auto", early_stopping=True,
+                 validation_fraction=0.15, n_iter_no_change=5, tol=1e-4, warm_start=False,
+                 random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
+                 categorical_features="from_dtype"):
+        super().__init__(
+            metric, temperature=temperature, n_neighbors=n_neighbors, radius=radius,
+            n_components=n_components, numeric_embedding=numeric_embedding,
+            hidden_size=hidden_size, n_blocks=n_blocks,
+            activation=activation, dropout=dropout, max_iter=max_iter, batch_size=batch_size,
+            learning_rate=learning_rate, weight_decay=weight_decay, sample_rate=sample_rate,
+            early_stopping=early_stopping, validation_fraction=validation_fraction,
+            n_iter_no_change=n_iter_no_change, tol=tol, warm_start=warm_start,
+            random_state=random_state, verbose=verbose, device=device, dtype=dtype,
+            n_jobs=n_jobs, categorical_features=categorical_features,
+        )
+        self.trend = trend
 
     @_fit_context(prefer_skip_nested_validation=True)
     @uses_n_jobs
@@ -92,12 +130,39 @@ class MetricAttentionRegressor(
         X, y = self._validate_train(X, y, multi_output=True, y_numeric=True)
         self._y_1d = y.ndim == 1
         values = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
+        self.trend_ = None
+        if self._uses_trend():
+            self.trend_ = fit_linear_trend(self._trend_design(X), values, sample_weight)
+            values = values - self.trend_.predict(self._trend_design(X)).reshape(values.shape)
         scale = values.std(0)
         train_values = (values - values.mean(0)) / np.where(scale > 0, scale, 1.0)
         self._fit_attention(
             X, values, sample_weight, loss="squared_error", train_values=train_values
         )
         return self
+
+    def _uses_trend(self):
+        """``trend="auto"``: a linear trend for the learned metrics, none for the fixed ones
+        (whose special cases equal scikit-learn's neighbours regressors)."""
+        if self.trend == "auto":
+            return self.metric in LEARNED_METRICS
+        if self.trend == "linear" and self.metric == PRECOMPUTED:
+            raise ValueError(
+                "trend='linear' needs the features of the points; with metric='precomputed' X "
+                "holds distances. Use trend=None."
+            )
+        return self.trend == "linear"
+
+    def _trend_design(self, X):
+        """The linear trend's features of encoded rows ``X``: the encoder's numeric block
+        (scaled numbers and missing indicators) and one-hot categorical levels."""
+        return self._layout.linear_features(X)
+
+    def _value_offset(self, block):
+        """What the attention's output is added to for encoded rows ``block``: the trend."""
+        if getattr(self, "trend_", None) is None:
+            return None
+        return self.trend_.predict(self._trend_design(block)).reshape(block.shape[0], -1)
 
     def _loo_loss(self, pred, rows, weight):
         """Weighted squared error of leave-one-out predictions (for temperature="auto")."""

@@ -340,6 +340,10 @@ class _DenseLayout:
             self.lookup.append(columns)
         self.width = width
 
+    def linear_features(self, X):
+        """Features of a linear model of the rows ``X`` (this layout's output): ``X``."""
+        return X
+
     def dense(self, block, dtype):
         """``(len(block), width)`` array of ``dtype``."""
         out = np.zeros((len(block), self.width), dtype=dtype)
@@ -365,6 +369,21 @@ class _CodesLayout:
         """``(len(block), width)`` array of ``dtype``."""
         return np.hstack([block.numeric.astype(dtype, copy=False),
                           block.categories.astype(dtype)])
+
+    def linear_features(self, X):
+        """Features of a linear model of the rows ``X`` (this layout's output): the numeric
+        block and one 0/1 column per code of each categorical column (sparse)."""
+        numeric = sparse.csr_matrix(X[:, : self.n_numeric])
+        if not self.cardinalities.size:
+            return numeric
+        codes = X[:, self.n_numeric :].astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(self.cardinalities)[:-1]])
+        rows = np.repeat(np.arange(X.shape[0]), codes.shape[1])
+        one_hot = sparse.csr_matrix(
+            (np.ones(codes.size), (rows, (codes + starts).ravel())),
+            shape=(X.shape[0], int(self.cardinalities.sum())),
+        )
+        return sparse.hstack([numeric, one_hot], format="csr")
 
 
 def _isna(values):
