@@ -39,13 +39,15 @@ class OnlineSoftmax:
     def add_shifted(self, z, v, redo):
         """Add a block of logits given less the running shift ``m`` (``z - m``, one product:
         :func:`shifted_logit_keys`), overwritten by its exponential: no max pass, no
-        subtraction pass. A row where an entry exceeds the shift beyond ``exp``'s range is
-        redone by :meth:`update` on the logits ``redo(rows)`` gives for those rows alone, so
-        that each row's result depends on its own data only. A row whose sum grows large folds
-        it into its shift (the sums stay far from overflow)."""
+        subtraction pass. A row whose block sum exceeds ``_LARGE_SUM`` (an entry above the
+        shift by more than ``log(_LARGE_SUM)``, up to exp's overflow) is redone by
+        :meth:`update` on the logits ``redo(rows)`` gives for those rows alone (each row's
+        result depends on its own data only): its weights then stay at most 1, as in the plain
+        path, so a weighted sum overflows no sooner than there. A row whose running sum grows
+        large over several blocks folds it into its shift."""
         p = z.exp_() if z.shape[1] % _EXP_VECTOR == 0 else batch_exp(z)
         block_l = p.sum(1)
-        ok = torch.isfinite(block_l)
+        ok = block_l <= _LARGE_SUM  # False for inf and NaN too
         all_ok = bool(ok.all())
         if all_ok:
             self.l = self.l + block_l

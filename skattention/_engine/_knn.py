@@ -76,7 +76,7 @@ def nearest_blocks(spec, k, query_bytes, what):
 
     starts = range(0, n_q, bq)
     yield from track(
-        map_blocks(select, starts, workers), spec.progress, total=len(starts), desc=what,
+        map_blocks(select, starts, workers, spec.grad), spec.progress, total=len(starts), desc=what,
         unit="block",
     )
 

@@ -22,7 +22,6 @@ import threading
 
 import torch
 
-from ._budget import plan_blocks
 from ._scores import ROW_MULTIPLE
 
 # Multiply-adds below which a call runs on one thread (about a millisecond of one core).
@@ -79,15 +78,13 @@ def cpu_threads(n):
 
 
 @contextlib.contextmanager
-def _mkl_like_openmp():
-    """MKL on this thread's OpenMP thread count (``threadpoolctl`` limits OpenMP only; MKL's
-    own count, from ``torch.set_num_threads`` or MKL's default, would otherwise outrank it and
-    round a block computed in the calling thread differently from a worker's)."""
+def _mkl_threads(n):
+    """MKL's thread-local count set to ``n`` in the calling thread, restored afterwards."""
     set_mkl_local = _mkl_set_num_threads_local()
     if set_mkl_local is None:
         yield
         return
-    before = set_mkl_local(torch.get_num_threads())
+    before = set_mkl_local(n)
     try:
         yield
     finally:
@@ -132,24 +129,25 @@ def n_workers(spec):
 
 
 def parallel_plan(spec, n_q, n_k, bq, bk, plan):
-    """``(workers, bq, bk)``: the blocks in flight at once share the budget, so with several
-    workers the blocks are planned on a share of it (one worker when a share cannot hold one
-    block row). ``bq, bk`` are the serial plan, ``plan`` the other :func:`plan_blocks` arguments.
+    """``(workers, bq, bk)``: ``bq, bk`` are the serial plan, ``plan`` the other
+    :func:`plan_blocks` arguments.
 
-    Fewer query blocks than workers are cut into one block per worker (rows a multiple of the
-    padding's, ``padded_rows``), not computed as one block on several threads: a product's
-    rounding can depend on its thread count (MKL splits a long inner dimension over threads),
-    and a query's output must not depend on the batch it came in."""
+    The key blocks stay the serial plan's: their width decides how a dense row's sums are
+    grouped, and a query's output must depend neither on its batch nor on the number of
+    workers. The blocks in flight share the budget through their rows (one worker when a
+    share cannot hold a row of a key block). Fewer query blocks than workers are cut into one
+    block per worker (rows a multiple of the padding's, ``padded_rows``), not computed as one
+    block on several threads: a product's rounding can depend on its thread count (MKL splits
+    a long inner dimension over threads)."""
     workers = n_workers(spec)
     if workers < 2 or n_q <= ROW_MULTIPLE:
         return 1, bq, bk
-    try:
-        bq_share, bk_share = plan_blocks(n_q, n_k, budget=spec.budget // workers, **plan)
-    except MemoryError:
+    rows_share = (spec.budget // workers) // (bk * plan["pair_bytes"] + plan.get("row_bytes", 0))
+    if rows_share < 1:
         return 1, bq, bk
     per_worker = -(-n_q // workers)
-    bq_share = min(bq_share, per_worker + -per_worker % ROW_MULTIPLE)
-    return min(workers, -(-n_q // bq_share)), bq_share, bk_share
+    bq_share = max(1, min(bq, rows_share, per_worker + -per_worker % ROW_MULTIPLE))
+    return min(workers, -(-n_q // bq_share)), bq_share, bk
 
 
 def block_spec(spec):
@@ -160,13 +158,20 @@ def block_spec(spec):
     return dataclasses.replace(spec, radius=copy.copy(spec.radius))
 
 
-def map_blocks(fn, starts, workers):
+def map_blocks(fn, starts, workers, grad=False):
     """``fn(start)`` for each block start, yielded in order; computed by ``workers``
-    single-threaded worker threads (``workers == 1``: in the calling thread, lazily)."""
+    single-threaded worker threads (``workers == 1``: in the calling thread, lazily).
+
+    In the calling thread, MKL's products run on one thread too, as in the workers, unless
+    ``grad`` (training, whose outputs need not be batch-independent, keeps OpenMP's count):
+    MKL may split a product's inner dimension over threads and round it differently, so a
+    query computed here (a call of a few queries, or a budget too small to share) would not
+    equal the same query computed among others by the workers. Elementwise kernels keep the
+    caller's OpenMP threads."""
     starts = list(starts)
     if workers < 2:
         for start in starts:
-            with _mkl_like_openmp():
+            with _mkl_threads(torch.get_num_threads() if grad else 1):
                 result = fn(start)
             yield result
         return

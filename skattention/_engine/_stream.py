@@ -70,7 +70,7 @@ def stream_attention(spec, state_only=False):
     shift_keys = None
     if (inplace and not need_raw and not n_weights and not state_only and scorer.squared
             and spec.key_mask is None and not isinstance(T, torch.Tensor) and n_k > bk
-            and n_k * (scorer.dim + 2) * item <= spec.budget // 4):
+            and _shift_keys_fit(spec)):
         shift_keys = shifted_logit_keys(scorer, 1.0 / T, spec.prior_vec)
 
     def query_block(qs):
@@ -147,7 +147,7 @@ def stream_attention(spec, state_only=False):
     starts = range(0, n_q, bq)
     outs, weights, indices = [], [], []
     for out, w, i in track(
-        map_blocks(query_block, starts, workers), spec.progress, total=len(starts),
+        map_blocks(query_block, starts, workers, spec.grad), spec.progress, total=len(starts),
         desc="attention", unit="block",
     ):
         outs.append(out)
@@ -179,8 +179,16 @@ def shifted_stream_pays(spec):
     keys 283 ms against SDPA's 366 ms, 30,000 keys 107 against 117 (float32: 152 against 170,
     but 71 against 54). Whole-row blocks (up to ``CPU_WHOLE_ROW_KEYS`` keys) are slower than
     SDPA for many queries. Not the number of queries: one query and many take one path."""
-    return (spec.device.type == "cpu" and spec.dtype == torch.float64
-            and spec.n_keys > CPU_WHOLE_ROW_KEYS and spec.key_mask is None)
+    return (spec.device.type == "cpu" and spec.dtype == torch.float64 and not spec.grad
+            and spec.n_keys > CPU_WHOLE_ROW_KEYS and spec.key_mask is None
+            and _shift_keys_fit(spec))
+
+
+def _shift_keys_fit(spec):
+    """Whether the augmented keys of the shifted path (a copy of the keys) fit a quarter of
+    the budget."""
+    item = spec.queries.element_size()
+    return spec.n_keys * (spec.scorer.dim + 2) * item <= spec.budget // 4
 
 
 def shifted_logit_keys(scorer, scale, log_prior):

@@ -149,3 +149,16 @@ def test_cpu_threads_sets_mkl_for_the_calling_thread_and_restores_it():
         worker.join()
         assert seen == [0]  # other threads keep their own
     assert set_local(before) == before
+
+
+@pytest.mark.parametrize("working_memory", [0.1, 0.25, 0.5])
+def test_a_small_budget_does_not_make_outputs_depend_on_the_batch(two_threads, working_memory):
+    # the key blocks are the serial plan's whatever the workers; a budget too small to share
+    # computes in the calling thread with MKL on one thread, as the workers do (found in review)
+    rng = np.random.default_rng(0)
+    K, V, Q = rng.normal(size=(12000, 4)), rng.normal(size=(12000, 3)), rng.normal(size=(64, 4))
+    kw = dict(temperature=1.5, backend="stream", dtype="float64", working_memory=working_memory)
+    whole = attention(Q, K, V, **kw)
+    for i in [0, 1, 5, 63]:
+        np.testing.assert_array_equal(attention(Q[i : i + 1], K, V, **kw)[0], whole[i])
+    np.testing.assert_array_equal(attention(Q[:10], K, V, **kw), whole[:10])

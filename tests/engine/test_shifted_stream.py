@@ -81,3 +81,19 @@ def test_auto_takes_the_shifted_stream_in_float64_on_the_cpu_over_many_keys(monk
     assert calls  # not SDPA
     b = attention(Q, K, V, temperature=2.0, log_prior=prior, dtype="float64", backend="sdpa")
     np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype, gap, value", [("float32", 82.0, 1e4), ("float64", 700.0, 1e6)])
+def test_weights_just_below_exp_overflow_times_large_values_stay_finite(dtype, gap, value):
+    # a later key scores `gap` above the first block's best: exp stays finite but exp * value
+    # would overflow; such a row is redone with its new maximum (found in review)
+    rng = np.random.default_rng(0)
+    n = 17024
+    K = np.zeros((n, 2))
+    K[:1024, 0] = rng.normal(0, 0.01, 1024)
+    K[1024:, 0] = -50.0 + rng.normal(0, 0.01, n - 1024)
+    x = np.sqrt(gap) + 10.0  # the first block ~x^2 away, the key at 5000 closer by gap
+    K[5000, 0] = x - np.sqrt(x * x - gap)
+    V = np.full((n, 1), value)
+    out = attention(np.array([[x, 0.0]]), K, V, temperature=1.0, backend="stream", dtype=dtype)
+    np.testing.assert_allclose(out, [[value]], rtol=1e-5)
