@@ -158,6 +158,9 @@ def test_regressor_trend_on_sharded_keys(synchronous, data, settings):
     assert expected.trend_ is not None
     np.testing.assert_allclose(sharded.trend_.coef_, expected.trend_.coef_, rtol=1e-12)
     np.testing.assert_allclose(sharded.predict(Q), expected.predict(Q), rtol=1e-5, atol=1e-6)
+    # Dask queries too: lazily, on the workers (found in review: the trend was left out there)
+    lazy = sharded.predict(dask_rows(Q, 20)).compute()
+    np.testing.assert_allclose(lazy, expected.predict(Q), rtol=1e-5, atol=1e-6)
 
 
 def test_pickle_computes_the_sharded_state(synchronous, data):

@@ -785,8 +785,11 @@ def _to_cpu(state):
     return state
 
 
-# Ridge penalties searched by generalised cross-validation for a linear trend.
+# Ridge penalties searched by generalised cross-validation for a linear trend, and the widest
+# design it is fitted on (the search's eigendecomposition is cubic in the width: about 0.7 s
+# at 1,000 columns, 4.5 s at 2,000, one thread).
 _TREND_ALPHAS = np.logspace(-3, 3, 13)
+TREND_MAX_WIDTH = 1024
 
 
 def fit_linear_trend(design, values, sample_weight):

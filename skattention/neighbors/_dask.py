@@ -8,7 +8,8 @@ plus one row of each class): the column encoding, the learned map and ``temperat
 (the fixed metric at a numeric temperature draws only ``_ENCODER_ROWS`` rows, for the
 encoding).
 With the fixed metric and a numeric temperature the sample changes nothing: the keys are the
-rows, and prediction equals the in-memory model's.
+rows, and prediction equals the in-memory model's (except the regressor's ``trend="linear"``,
+fitted on the sample; the workers hold the residuals).
 
 Prediction runs the engine's shard attention (``shard_attention``) of the queries over each
 partition on its worker, merges the partial results in a tree (``merge_partials``: exact, as
@@ -76,7 +77,9 @@ def fit(estimator, X, y, sample_weight):
         )
     rng = check_random_state(estimator.random_state)
     # the fixed metric at a given temperature fits only the column encoding on the sample
-    fits_on_sample = estimator.metric in LEARNED_METRICS or estimator.temperature == "auto"
+    # (and the regressor's linear trend)
+    fits_on_sample = (estimator.metric in LEARNED_METRICS or estimator.temperature == "auto"
+                      or getattr(estimator, "trend", None) == "linear")
     size = min(n, max(_SAMPLE_ROWS if fits_on_sample else _ENCODER_ROWS,
                       2 * (estimator.n_neighbors or 0)))
     rows = np.arange(n) if size == n else np.unique(rng.randint(0, n, size=size))
@@ -237,10 +240,7 @@ def propagate(estimator, X):
               for start in range(0, len(queries), _QUERY_ROWS)]
     merged = dask.compute([_merged_partial(estimator, block) for block in blocks])[0]
     outputs = [_finish(estimator, partial) for partial in merged]
-    out = np.concatenate([o for o, _ in outputs])
-    offsets = [estimator._value_offset(block) for block in encoded]
-    if offsets and offsets[0] is not None:  # the regressor's trend
-        out = out + np.concatenate(offsets)
+    out = _plus_value_offsets(estimator, encoded, np.concatenate([o for o, _ in outputs]))
     return out, None if estimator.radius is None else np.concatenate([e for _, e in outputs])
 
 
@@ -319,9 +319,21 @@ def block_tasks(estimator, method, blocks):
 
 def _method_of_merged(shell, method, X, merged):
     shell = _shell(shell)
-    outputs = _finish(shell, merged)
-    shell._propagate = lambda X: outputs  # the method's own post-processing of these outputs
+    out, no_neighbour = _finish(shell, merged)
+    if getattr(shell, "trend_", None) is not None:
+        out = _plus_value_offsets(shell, shell._validate_queries(X), out)
+    # the method's own post-processing of these outputs
+    shell._propagate = lambda X: (out, no_neighbour)
     return getattr(shell, method)(X)
+
+
+def _plus_value_offsets(estimator, encoded_blocks, out):
+    """``out`` plus the estimator's value offsets of the encoded query blocks (the regressor's
+    trend), as ``_propagate`` adds them."""
+    offsets = [estimator._value_offset(block) for block in encoded_blocks]
+    if not offsets or offsets[0] is None:
+        return out
+    return out + np.concatenate(offsets)
 
 
 def kneighbors(estimator, X, n_neighbors):

@@ -8,13 +8,16 @@ from sklearn.base import RegressorMixin
 from .._engine import LEARNED_METRICS
 from ..utils._dask import is_dask_collection, lazy_predict
 from ..utils._param_validation import StrOptions
-from ..utils._sklearn_compat import _fit_context
+from ..utils._sklearn_compat import _check_sample_weight, _fit_context
 from ..utils._threads import uses_n_jobs
 from . import _dask, _docs
-from ._base import _BaseMetricAttention, fit_linear_trend
+from ._base import TREND_MAX_WIDTH, _BaseMetricAttention, fit_linear_trend
 from ._convergence import ConvergenceCheckMixin
 from ._precomputed import PRECOMPUTED, PrecomputedMixin
 from ._queries import NeighborsQueryMixin
+
+# Fewer positively weighted rows than this fit no trend.
+_MIN_TREND_ROWS = 3
 
 
 class MetricAttentionRegressor(
@@ -45,10 +48,12 @@ class MetricAttentionRegressor(
         categorical levels; penalty by leave-one-out cross-validation) is fitted first, the
         attention propagates its residuals and the prediction adds it back: attention corrects
         a global linear trend locally, where averaging neighbours alone flattens trends at the
-        edges of the data. ``"auto"``: ``"linear"`` for the learned metrics, ``None`` for
-        ``metric="euclidean"`` (whose special cases equal scikit-learn's estimators) and
-        ``"precomputed"``. On a Dask collection the trend is fitted on the sample the map
-        is trained on, and the residuals are computed on the workers.
+        edges of the data. ``"auto"``: ``"linear"`` for the learned metrics (with at most
+        1,024 numeric features after encoding), ``None`` for ``metric="euclidean"`` (whose
+        special cases equal scikit-learn's estimators) and ``"precomputed"``. The trend's
+        one-hot columns stop at 1,024 columns in all: the categorical columns with the most
+        levels are left to the attention first. On a Dask collection the trend is fitted on
+        the sample the map is trained on, and the residuals are computed on the workers.
     {LEARNING}
     {DEVICE}
     {CATEGORICAL}
@@ -130,10 +135,15 @@ class MetricAttentionRegressor(
         X, y = self._validate_train(X, y, multi_output=True, y_numeric=True)
         self._y_1d = y.ndim == 1
         values = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
+        sample_weight = _check_sample_weight(
+            sample_weight, X, dtype=np.float64, ensure_non_negative=True
+        )
         self.trend_ = None
-        if self._uses_trend():
-            self.trend_ = fit_linear_trend(self._trend_design(X), values, sample_weight)
-            values = values - self.trend_.predict(self._trend_design(X)).reshape(values.shape)
+        # (a handful of weighted rows cannot tell a trend; _fit_attention rejects all-zero ones)
+        if self._uses_trend() and np.count_nonzero(sample_weight) >= _MIN_TREND_ROWS:
+            design = self._trend_design(X)
+            self.trend_ = fit_linear_trend(design, values, sample_weight)
+            values = values - self.trend_.predict(design).reshape(values.shape)
         scale = values.std(0)
         train_values = (values - values.mean(0)) / np.where(scale > 0, scale, 1.0)
         self._fit_attention(
@@ -145,7 +155,9 @@ class MetricAttentionRegressor(
         """``trend="auto"``: a linear trend for the learned metrics, none for the fixed ones
         (whose special cases equal scikit-learn's neighbours regressors)."""
         if self.trend == "auto":
-            return self.metric in LEARNED_METRICS
+            # not on inputs too wide for the trend's penalty search (cubic in the width)
+            return (self.metric in LEARNED_METRICS
+                    and self._layout.n_numeric <= TREND_MAX_WIDTH)
         if self.trend == "linear" and self.metric == PRECOMPUTED:
             raise ValueError(
                 "trend='linear' needs the features of the points; with metric='precomputed' X "
@@ -155,8 +167,9 @@ class MetricAttentionRegressor(
 
     def _trend_design(self, X):
         """The linear trend's features of encoded rows ``X``: the encoder's numeric block
-        (scaled numbers and missing indicators) and one-hot categorical levels."""
-        return self._layout.linear_features(X)
+        (scaled numbers and missing indicators) and one-hot categorical levels, the columns
+        with the most levels left out beyond ``TREND_MAX_WIDTH`` columns in all."""
+        return self._layout.linear_features(X, TREND_MAX_WIDTH)
 
     def _value_offset(self, block):
         """What the attention's output is added to for encoded rows ``block``: the trend."""

@@ -340,9 +340,15 @@ class _DenseLayout:
             self.lookup.append(columns)
         self.width = width
 
-    def linear_features(self, X):
-        """Features of a linear model of the rows ``X`` (this layout's output): ``X``."""
-        return X
+    def linear_features(self, X, max_width):
+        """Features of a linear model of the rows ``X`` (this layout's output): the numeric
+        block and the 0/1 columns of the categorical columns :func:`_narrowest_first` keeps
+        within ``max_width`` columns in all."""
+        kept = _narrowest_first([np.count_nonzero(c >= 0) for c in self.lookup],
+                                max_width - self.n_numeric)
+        columns = [np.arange(self.n_numeric)]
+        columns += [np.sort(self.lookup[k][self.lookup[k] >= 0]) for k in kept]
+        return X[:, np.concatenate(columns)]
 
     def dense(self, block, dtype):
         """``(len(block), width)`` array of ``dtype``."""
@@ -370,20 +376,33 @@ class _CodesLayout:
         return np.hstack([block.numeric.astype(dtype, copy=False),
                           block.categories.astype(dtype)])
 
-    def linear_features(self, X):
+    def linear_features(self, X, max_width):
         """Features of a linear model of the rows ``X`` (this layout's output): the numeric
-        block and one 0/1 column per code of each categorical column (sparse)."""
+        block and one 0/1 column per code of the categorical columns :func:`_narrowest_first`
+        keeps within ``max_width`` columns in all (sparse)."""
         numeric = sparse.csr_matrix(X[:, : self.n_numeric])
-        if not self.cardinalities.size:
+        kept = _narrowest_first(self.cardinalities, max_width - self.n_numeric)
+        if not kept.size:
             return numeric
-        codes = X[:, self.n_numeric :].astype(np.int64)
-        starts = np.concatenate([[0], np.cumsum(self.cardinalities)[:-1]])
+        cardinalities = self.cardinalities[kept]
+        codes = X[:, self.n_numeric + kept].astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(cardinalities)[:-1]])
         rows = np.repeat(np.arange(X.shape[0]), codes.shape[1])
         one_hot = sparse.csr_matrix(
             (np.ones(codes.size), (rows, (codes + starts).ravel())),
-            shape=(X.shape[0], int(self.cardinalities.sum())),
+            shape=(X.shape[0], int(cardinalities.sum())),
         )
         return sparse.hstack([numeric, one_hot], format="csr")
+
+
+def _narrowest_first(widths, room):
+    """Indices of the columns of ``widths`` that fit in ``room`` taken narrowest first (ties by
+    position), in their original order: the widest categorical columns are the ones left out
+    of a linear model's one-hot features (their levels are the map's embeddings anyway)."""
+    widths = np.asarray(widths, dtype=np.int64)
+    order = np.argsort(widths, kind="stable")
+    fits = np.cumsum(widths[order]) <= room
+    return np.sort(order[fits])
 
 
 def _isna(values):

@@ -99,3 +99,34 @@ def test_radius_outliers_stay_nan_with_a_trend(data):
     with pytest.warns(UserWarning, match="no neighbors"):
         pred = model.predict(np.vstack([[100.0, 100.0, 100.0], X[0]]))
     assert np.isnan(pred[0]) and np.isfinite(pred[1])
+
+
+def test_sample_weights_are_checked_before_the_trend_and_few_rows_fit_none(data):
+    X, y = data
+    weight = np.ones(len(y))
+    weight[0] = -1.0
+    with pytest.raises(ValueError, match="Negative values"):
+        MetricAttentionRegressor("euclidean", trend="linear").fit(X, y, sample_weight=weight)
+    weight = np.zeros(len(y))
+    weight[:2] = 1.0
+    model = MetricAttentionRegressor("euclidean", trend="linear", n_neighbors=2,
+                                     temperature=np.inf).fit(X, y, sample_weight=weight)
+    assert model.trend_ is None
+
+
+def test_the_trend_leaves_out_the_widest_categorical_columns():
+    # a column with thousands of levels would make the penalty search cubic in its width: the
+    # trend takes the narrow columns and leaves that one to the attention (found in review)
+    rng = np.random.default_rng(0)
+    n = 6000
+    X = pd.DataFrame({"x": rng.normal(size=n),
+                      "id": pd.Series(rng.integers(0, 3000, n).astype(str), dtype="category"),
+                      "kind": pd.Series(rng.choice(["a", "b"], n), dtype="category")})
+    y = 2 * X["x"].to_numpy() + (X["kind"] == "a").to_numpy()
+    model = MetricAttentionRegressor(max_iter=1, hidden_size=4, random_state=0,
+                                     early_stopping=False)
+    with pytest.warns(ConvergenceWarning):
+        model.fit(X, y)
+    width = model.trend_.coef_.shape[-1]
+    assert width <= 1024
+    assert width == model._encoder.n_numeric_out_ + model._encoder.cardinalities_[1]
