@@ -113,9 +113,10 @@ DEVICE = """device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
         the averages agree across batchings to the last bits too. ``"float32"`` predicts about
         3x faster on the CPU (dense attention over 100,000 keys: 1.9 s against 5.7 s).
     n_jobs : int, default=None
-        Threads of the engine's CPU kernels (torch's OpenMP pool) during ``fit``, prediction
-        and the neighbour queries, set for the call with ``threadpoolctl`` and restored after
-        it. ``None``: the current setting (every core, unless limited by ``OMP_NUM_THREADS``,
+        Threads of the engine's CPU kernels (torch's OpenMP pool, and MKL's for its matrix
+        products) during ``fit``, prediction and the neighbour queries, set for the calling
+        thread (OpenMP's through ``threadpoolctl``) and restored after the call. ``None``:
+        the current setting (every core, unless limited by ``OMP_NUM_THREADS``,
         ``threadpoolctl`` or a joblib worker's share); ``-1``: every core; ``-2``: all but
         one, and so on, as joblib counts. Results do not depend on it beyond float rounding in
         sums (learned maps are bit-identical at a given thread count). Not used on a GPU."""
