@@ -28,6 +28,102 @@ from ._scores import Scorer
 _LOG_EPS = 1e-7  # floor of a propagated class probability inside the log-loss
 
 
+class Adam:
+    """Adam, or AdamW (``decoupled``: weight decay as ``param *= 1 - lr * weight_decay``
+    instead of an L2 term in the gradient), computed as ``torch.optim``'s single-tensor code
+    computes it (the optimizer torch uses for CPU parameters: the same values to the bit), with
+    its ``state_dict`` layout. Not ``torch.optim`` itself: its ``Optimizer`` imports
+    ``torch._dynamo`` on first use, about a second added to the first fit of every process.
+
+    ``groups``: parameters, or dicts of ``params`` and ``weight_decay``, as for ``torch.optim``.
+    """
+
+    def __init__(self, groups, lr, weight_decay=0.0, decoupled=True, betas=(0.9, 0.999),
+                 eps=1e-8):
+        groups = list(groups)
+        if not groups or not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        self.decoupled = decoupled
+        self.param_groups = [
+            {"params": list(g["params"]), "lr": lr, "betas": betas, "eps": eps,
+             "weight_decay": g.get("weight_decay", weight_decay)}
+            for g in groups
+        ]
+        self.state = {}
+
+    def _params(self):
+        return [p for group in self.param_groups for p in group["params"]]
+
+    def zero_grad(self, set_to_none=True):
+        for p in self._params():
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+            weight_decay = group["weight_decay"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = param.grad
+                state = self.state.get(param)
+                if state is None:
+                    state = self.state[param] = {
+                        "step": torch.tensor(0.0, dtype=torch.float32),
+                        "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
+                        "exp_avg_sq": torch.zeros_like(
+                            param, memory_format=torch.preserve_format
+                        ),
+                    }
+                state["step"] += 1
+                if weight_decay != 0:
+                    if self.decoupled:
+                        param.mul_(1 - lr * weight_decay)
+                    else:
+                        grad = grad.add(param, alpha=weight_decay)
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                exp_avg.lerp_(grad, 1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                step = state["step"].item()
+                bias_correction1 = 1 - beta1**step
+                bias_correction2 = 1 - beta2**step
+                step_size = lr / bias_correction1
+                denom = (exp_avg_sq.sqrt() / bias_correction2**0.5).add_(eps)
+                param.addcdiv_(exp_avg, denom, value=-step_size)
+
+    def state_dict(self):
+        """``torch.optim``'s layout: per-parameter state by position, and the groups."""
+        index = {id(p): i for i, p in enumerate(self._params())}
+        groups = []
+        for group in self.param_groups:
+            entry = {k: v for k, v in group.items() if k != "params"}
+            entry.update(amsgrad=False, maximize=False,
+                         decoupled_weight_decay=self.decoupled,
+                         params=[index[id(p)] for p in group["params"]])
+            groups.append(entry)
+        state = {index[id(p)]: dict(s) for p, s in self.state.items()}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """The state of a :meth:`state_dict` (or of ``torch.optim.Adam``/``AdamW``'s), moved to
+        each parameter's device and dtype (``step`` stays a CPU float tensor)."""
+        params = self._params()
+        self.state = {}
+        for i, saved in state_dict["state"].items():
+            param = params[int(i)]
+            self.state[param] = {
+                "step": torch.as_tensor(saved["step"], dtype=torch.float32).clone().cpu(),
+                "exp_avg": saved["exp_avg"].to(device=param.device, dtype=param.dtype,
+                                               copy=True),
+                "exp_avg_sq": saved["exp_avg_sq"].to(device=param.device, dtype=param.dtype,
+                                                     copy=True),
+            }
+        for group, saved in zip(self.param_groups, state_dict["param_groups"], strict=False):
+            group.update({k: saved[k] for k in ("lr", "betas", "eps", "weight_decay")
+                          if k in saved})
+
+
 class TrainingHistory:
     """Per-epoch training loss, validation score and loss; the best epoch's validation figures."""
 
@@ -214,7 +310,7 @@ def train_metric(
     groups = [{"params": list(metric_map.parameters()), "weight_decay": weight_decay}]
     if log_temperature.requires_grad:
         groups.append({"params": [log_temperature], "weight_decay": 0.0})
-    optimizer = torch.optim.AdamW(groups, lr=learning_rate)
+    optimizer = Adam(groups, lr=learning_rate)
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
     in_batch = torch.zeros(n, dtype=torch.bool)
@@ -291,7 +387,8 @@ def train_network(net, X, y, *, max_iter, batch_size, learning_rate, weight_deca
     """Train the class logits ``net(X)`` against labels ``y`` by minibatch cross-entropy (Adam
     with L2 weight decay); ``order()`` gives each epoch's permutation of the samples. Returns
     the :class:`TrainingHistory` (the loss curve: mean cross-entropy per epoch)."""
-    optimizer = torch.optim.Adam(net.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    optimizer = Adam(net.parameters(), lr=learning_rate, weight_decay=weight_decay,
+                     decoupled=False)
 
     def step(idx):
         optimizer.zero_grad()
