@@ -68,9 +68,11 @@ def stream_attention(spec, state_only=False):
     # and no bias copy (measured: 3.3 -> 2.1 ms a 1000 x 1024 float64 block, one thread).
     # The augmented keys are a copy of the keys: only when they fit a quarter of the budget.
     shift_keys = None
+    # (The CPU only: it is measured there, and on accelerators each block's overflow check
+    # would be a device synchronisation.)
     if (inplace and not need_raw and not n_weights and not state_only and scorer.squared
             and spec.key_mask is None and not isinstance(T, torch.Tensor) and n_k > bk
-            and _shift_keys_fit(spec)):
+            and Q.device.type == "cpu" and _shift_keys_fit(spec)):
         shift_keys = shifted_logit_keys(scorer, 1.0 / T, spec.prior_vec)
 
     def query_block(qs):
