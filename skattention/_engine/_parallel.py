@@ -68,12 +68,10 @@ def cpu_threads(n):
     on one. Without either library, nothing is changed there.
     """
     controller = _openmp_controller()
-    set_mkl_local = _mkl_set_num_threads_local()
     with contextlib.ExitStack() as stack:
         if controller is not None:
             stack.enter_context(controller.limit(limits=n))
-        if set_mkl_local is not None:
-            stack.callback(set_mkl_local, set_mkl_local(n))
+        stack.enter_context(_mkl_threads(n))
         yield
 
 

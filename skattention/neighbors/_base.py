@@ -38,7 +38,7 @@ from ..utils._sklearn_compat import _check_sample_weight
 from ..utils._threads import uses_n_jobs
 from ..utils._validation import encode_classes, label_columns
 from . import _dask
-from ._tabular import _CodesLayout, _DenseLayout, _TabularEncoder, pd
+from ._tabular import _CodesLayout, _DenseLayout, _TabularEncoder, pd, reject_infinity
 
 # temperature="auto" with the fixed metric: leave-one-out choice on a geometric grid around the
 # nearest-neighbour scale (weighted median squared distance from a point to its nearest distinct
@@ -194,8 +194,8 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         validate_data(self, X.iloc[:0].astype(object), reset=reset, ensure_min_samples=0,
                       **_X_CHECKS)
         numbers = X.select_dtypes("number")
-        if numbers.shape[1] and not np.isfinite(numbers.to_numpy(np.float64, na_value=0)).all():
-            raise ValueError("Input X contains infinity or a value too large for dtype('float64').")
+        if numbers.shape[1]:
+            reject_infinity(numbers.to_numpy(np.float64, na_value=0))
         return X
 
     def _encoded_blocks(self, X):
@@ -598,14 +598,20 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         no_neighbour = None
         if self.radius is not None:
             out, no_neighbour = out[:, :-1], out[:, -1] == 0
-        if offsets and offsets[0] is not None:
-            out = out + np.concatenate(offsets)
-        return out, no_neighbour
+        return self._plus_value_offsets(out, offsets), no_neighbour
 
     def _value_offset(self, block):
         """What the propagated values are added to for the encoded query rows ``block``
         (``None``: nothing; the regressor's linear trend)."""
         return None
+
+    @staticmethod
+    def _plus_value_offsets(out, offsets):
+        """``out`` plus the per-block ``offsets`` (:meth:`_value_offset` of each query block,
+        in order; ``None`` where there are none)."""
+        if not offsets or offsets[0] is None:
+            return out
+        return out + np.concatenate(offsets)
 
     def _dask_block_tasks(self, method, blocks):
         """Delayed ``<method>`` of Dask query blocks over keys sharded on the cluster (``None``

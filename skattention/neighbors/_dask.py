@@ -240,7 +240,8 @@ def propagate(estimator, X):
               for start in range(0, len(queries), _QUERY_ROWS)]
     merged = dask.compute([_merged_partial(estimator, block) for block in blocks])[0]
     outputs = [_finish(estimator, partial) for partial in merged]
-    out = _plus_value_offsets(estimator, encoded, np.concatenate([o for o, _ in outputs]))
+    out = estimator._plus_value_offsets(np.concatenate([o for o, _ in outputs]),
+                                        [estimator._value_offset(block) for block in encoded])
     return out, None if estimator.radius is None else np.concatenate([e for _, e in outputs])
 
 
@@ -321,19 +322,11 @@ def _method_of_merged(shell, method, X, merged):
     shell = _shell(shell)
     out, no_neighbour = _finish(shell, merged)
     if getattr(shell, "trend_", None) is not None:
-        out = _plus_value_offsets(shell, shell._validate_queries(X), out)
+        out = shell._plus_value_offsets(
+            out, [shell._value_offset(b) for b in shell._validate_queries(X)])
     # the method's own post-processing of these outputs
     shell._propagate = lambda X: (out, no_neighbour)
     return getattr(shell, method)(X)
-
-
-def _plus_value_offsets(estimator, encoded_blocks, out):
-    """``out`` plus the estimator's value offsets of the encoded query blocks (the regressor's
-    trend), as ``_propagate`` adds them."""
-    offsets = [estimator._value_offset(block) for block in encoded_blocks]
-    if not offsets or offsets[0] is None:
-        return out
-    return out + np.concatenate(offsets)
 
 
 def kneighbors(estimator, X, n_neighbors):

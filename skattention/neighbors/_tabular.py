@@ -405,6 +405,12 @@ def _narrowest_first(widths, room):
     return np.sort(order[fits])
 
 
+def reject_infinity(values):
+    """scikit-learn's error for infinity in ``X`` (NaN is a missing value here)."""
+    if np.isinf(values).any():
+        raise ValueError("Input X contains infinity or a value too large for dtype('float64').")
+
+
 def _isna(values):
     return np.isnan(values) if values.dtype.kind == "f" else pd.isna(values)
 
@@ -458,10 +464,7 @@ class _Table:
             if array.dtype == np.float64:
                 # what check_array would check of a float64 array (the estimators' queries,
                 # already validated: a single-row predict paid for a second full check)
-                if np.isinf(array).any():
-                    raise ValueError(
-                        "Input X contains infinity or a value too large for dtype('float64')."
-                    )
+                reject_infinity(array)
                 self.array = array
             elif array.dtype.kind in "biuf":
                 self.array = check_array(array, dtype=np.float64, ensure_all_finite="allow-nan",
