@@ -18,7 +18,9 @@ NEG_INF = float("-inf")
 class OnlineSoftmax:
     """Running max ``m``, sum ``l`` and weighted sum ``o`` of exp(z - m) over key blocks."""
 
-    def __init__(self, n_rows, n_values, like):
+    def __init__(self, n_rows, n_values, like, blocks=True):
+        if not blocks:  # :meth:`single` sets the state from the one block
+            return
         self.m = torch.full((n_rows,), NEG_INF, dtype=like.dtype, device=like.device)
         self.l = torch.zeros(n_rows, dtype=like.dtype, device=like.device)
         self.o = torch.zeros(n_rows, n_values, dtype=like.dtype, device=like.device)
@@ -73,14 +75,21 @@ class OnlineSoftmax:
         differentiate than the streaming update)."""
         self.m = z.amax(1)
         empty = torch.isneginf(self.m)
-        self.l = (~empty).to(z.dtype)
         if not bool(empty.any()):  # the common case: two fewer passes over the block
             self.o = _rows_times(torch.softmax(z, 1), v)
+            self.l = None  # every row's normaliser is 1: nothing to divide (a single-row call)
             return
+        self.l = (~empty).to(z.dtype)
         p = torch.softmax(torch.where(empty[:, None], 0.0, z), 1)  # no NaN rows to differentiate
         self.o = torch.where(empty[:, None], 0.0, _rows_times(p, v))
 
+    def normalisers(self):
+        """Each row's softmax normaliser (0 for a row whose keys are all masked)."""
+        return self.o.new_ones(self.o.shape[0]) if self.l is None else self.l
+
     def result(self):
+        if self.l is None:
+            return self.o
         return self.o / torch.where(self.l > 0, self.l, 1.0)[:, None]
 
 
@@ -210,13 +219,22 @@ def batch_exp(x):
     return torch.exp(torch.nn.functional.pad(x, (0, pad)))[..., : x.shape[-1]]
 
 
-def _rows_times(p, v):
-    """``p @ v`` with each row rounded as in any other batch (see ``_scores.padded_rows``; in
-    float64 the kernel also pairs rows unless the columns fill whole vectors of 8)."""
+def product_values(v):
+    """Values as :func:`_rows_times` multiplies them: in float64 the kernel pairs rows unless
+    the columns fill whole vectors of 8, so float64 values get zero columns up to a multiple
+    of 8 (a caller that pads once, per call or per prepared keys, slices the extra columns off
+    its result)."""
     n_cols = v.shape[1]
     if v.dtype == torch.float64 and n_cols % 8:
-        v = torch.nn.functional.pad(v, (0, -n_cols % 8))
-    return (padded_rows(p) @ v)[: p.shape[0], :n_cols]
+        return torch.nn.functional.pad(v, (0, -n_cols % 8))
+    return v
+
+
+def _rows_times(p, v):
+    """``p @ v`` with each row rounded as in any other batch (see ``_scores.padded_rows`` and
+    :func:`product_values`)."""
+    n_cols = v.shape[1]
+    return (padded_rows(p) @ product_values(v))[: p.shape[0], :n_cols]
 
 
 class TopK:

@@ -13,7 +13,7 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
-from ._blocks import Radius
+from ._blocks import Radius, product_values
 from ._budget import budget_bytes
 from ._device import resolve_device, resolve_dtype
 from ._scores import ENGINE_METRICS, Scorer
@@ -23,7 +23,8 @@ from ._scores import ENGINE_METRICS, Scorer
 class Spec:
     """One validated attention (or k-NN) problem on its compute device and dtype.
 
-    ``values`` is 2-D (``squeeze`` says whether the caller's was 1-D); ``temperature`` a float,
+    ``values`` is 2-D (``squeeze`` says whether the caller's was 1-D), ``values_mm`` the same
+    as products take them (``_blocks.product_values``); ``temperature`` a float,
     or a 0-d tensor when it is learned; ``prior_vec`` a per-key log-prior, ``prior_fn`` a
     callable one, ``key_mask`` the keys ``prior_vec`` masks (``None`` when none is);
     ``self_index`` the key each query excludes (``-1``: none); ``n_weights`` how many weights to
@@ -36,6 +37,7 @@ class Spec:
     queries: torch.Tensor
     scorer: Scorer
     values: torch.Tensor = None
+    values_mm: torch.Tensor = None
     squeeze: bool = False
     as_numpy: bool = True
     temperature: object = 1.0
@@ -87,7 +89,8 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
         )
     V = None
     if values is not None:
-        V = as_tensor(values, "values", dev, dt, ndims=(1, 2))
+        V = _remembered(prepared, "values", values,
+                        lambda: as_tensor(values, "values", dev, dt, ndims=(1, 2)))
         if V.shape[0] != n_k:
             raise ValueError(
                 f"values has {V.shape[0]} rows but there are {n_k} keys; they must match."
@@ -102,7 +105,8 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
         if metric == "dot":
             raise ValueError("radius needs a distance metric; metric='dot' has none.")
         radius = check_radius(radius, n_q, n_k, dev, dt)
-    prior_vec, prior_fn = check_log_prior(log_prior, n_k, dev, dt)
+    prior_vec, prior_fn, key_mask = _remembered(
+        prepared, "log_prior", log_prior, lambda: _checked_log_prior(log_prior, n_k, dev, dt))
     self_index = check_exclude_self(exclude_self, n_q, n_k, dev)
     budget = budget_bytes(working_memory)
     spec = Spec(
@@ -111,13 +115,13 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
         radius=radius, prior_vec=prior_vec, prior_fn=prior_fn, self_index=self_index,
         budget=budget, progress=progress, as_numpy=not isinstance(queries, torch.Tensor),
     )
-    if prior_vec is not None:
-        masked = torch.isneginf(prior_vec)
-        spec.key_mask = masked if bool(masked.any()) else None
+    spec.key_mask = key_mask
     if V is None:
         return spec
     spec.squeeze = V.ndim == 1
     spec.values = V[:, None] if spec.squeeze else V
+    spec.values_mm = _remembered(prepared, "values_mm", values,
+                                 lambda: product_values(spec.values))
     spec.temperature = check_temperature(temperature, dev, dt)
     if on_empty not in ("raise", "zero"):
         raise ValueError(f"on_empty must be 'raise' or 'zero', got {on_empty!r}.")
@@ -140,6 +144,23 @@ def prepare_keys(keys, *, metric="sqeuclidean", device="auto", dtype=None):
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, keys)
     return Scorer(as_tensor(keys, "keys", dev, dt, ndims=(2,)), metric)
+
+
+def _remembered(prepared, name, source, build):
+    """``build()``, remembered on prepared keys for the same unmodified ``source`` tensor
+    (``Scorer.remembered``; the call's device and dtype are the prepared keys')."""
+    return build() if prepared is None else prepared.remembered(name, source, build)
+
+
+def _checked_log_prior(log_prior, n_keys, device, dtype):
+    """``(prior_vec, prior_fn, key_mask)``: :func:`check_log_prior` and the keys a per-key
+    prior masks (``None`` when it masks none)."""
+    prior_vec, prior_fn = check_log_prior(log_prior, n_keys, device, dtype)
+    key_mask = None
+    if prior_vec is not None:
+        masked = torch.isneginf(prior_vec)
+        key_mask = masked if bool(masked.any()) else None
+    return prior_vec, prior_fn, key_mask
 
 
 def check_prepared(prepared, metric, device, dtype):

@@ -42,6 +42,7 @@ def stream_attention(spec, state_only=False):
         spec.n_weights,
     )
     n_q, n_k, dv = Q.shape[0], scorer.n_keys, V.shape[1]
+    V_mm = spec.values_mm  # padded once for the products of every block
     item = Q.element_size()
     inplace = not spec.grad
     uniform = T == math.inf
@@ -84,7 +85,7 @@ def stream_attention(spec, state_only=False):
         block = block_spec(spec)
         if block.radius is not None:
             block.radius.start_block(scorer, q, q_raw, rows, spec.budget)
-        state = OnlineSoftmax(qe - qs, dv, q)
+        state = OnlineSoftmax(qe - qs, V_mm.shape[1], q, blocks=not single_block)
         top = TopK(qe - qs, n_weights, q, with_aux=uniform) if n_weights else None
         if single_block and spec.grad and not need_raw:
             mask = None if spec.self_index is None else (
@@ -98,7 +99,7 @@ def stream_attention(spec, state_only=False):
             ke = min(n_k, ks + bk)
             if q_shift is not None:
                 q_shift[: qe - qs, -1] = -state.m
-                z = torch.mm(q_shift, shift_keys[ks:ke].T)[: qe - qs]
+                z = torch.mm(q_shift, shift_keys[:, ks:ke])[: qe - qs]
                 if spec.self_index is not None:
                     z = mask_self(z, spec.self_index, rows, ks, ke, inplace=True)
 
@@ -108,7 +109,7 @@ def stream_attention(spec, state_only=False):
                         z = mask_self(z, spec.self_index, bad + qs, ks, ke, inplace=True)
                     return z
 
-                state.add_shifted(z, V[ks:ke], redo)
+                state.add_shifted(z, V_mm[ks:ke], redo)
                 continue
             if need_raw:
                 s, bias = raw_scores(block, q, rows, ks, ke, q_index, inplace)
@@ -128,9 +129,9 @@ def stream_attention(spec, state_only=False):
                 # Before the in-place exp below: the merge copies what it keeps.
                 top.update(rank, ks, aux)
             if single_block:
-                state.single(z, V)
+                state.single(z, V_mm)
             else:
-                state.update(z, V[ks:ke], inplace)
+                state.update(z, V_mm[ks:ke], inplace)
                 if shift_keys is not None and bool(torch.isfinite(state.m).all()):
                     q_shift = shifted_queries(q)
         if state_only:
@@ -139,12 +140,14 @@ def stream_attention(spec, state_only=False):
             # ("euclidean" logits are whole scores already).
             whole = uniform or not scorer.squared
             max_z = state.m if whole else state.m - scaled(scorer.query_offset(q), T)
-            return (max_z, state.l, state.o), None, None
-        empty = empty_rows(state.l, qs, spec.on_empty, spec.radius)
+            return (max_z, state.l, state.o[:, :dv]), None, None
         if top is None:
-            return state.result(), None, None
+            if state.l is not None:  # None: one softmax over every key, no row empty
+                empty_rows(state.l, qs, spec.on_empty, spec.radius)
+            return state.result()[:, :dv], None, None
+        empty = empty_rows(state.l, qs, spec.on_empty, spec.radius)
         weights = _top_weights(top, state, empty, uniform)
-        return state.result(), weights, torch.where(top.r > NEG_INF, top.i, -1)
+        return state.result()[:, :dv], weights, torch.where(top.r > NEG_INF, top.i, -1)
 
     starts = range(0, n_q, bq)
     outs, weights, indices = [], [], []
@@ -196,18 +199,18 @@ def _shift_keys_fit(spec):
 def shifted_logit_keys(scorer, scale, log_prior):
     """Keys ``[coef * scale * k, scale * offset + log_prior, 1]`` (the squared kinds), so that
     the queries of :func:`shifted_queries`, ``[q, 1, -shift]``, give a block's logits less a
-    per-row shift in one product."""
-    keys, d = scorer.keys, scorer.dim
-    out = keys.new_empty((keys.shape[0], d + 2))
-    torch.mul(keys, scorer.coef * scale, out=out[:, :d])
-    bias = out[:, d]
+    per-row shift in one product; transposed, ``(d + 2, n_keys)``, as ``Scorer.keys_t``."""
+    keys_t, d = scorer.keys_t, scorer.dim
+    out = keys_t.new_empty((d + 2, keys_t.shape[1]))
+    torch.mul(keys_t, scorer.coef * scale, out=out[:d])
+    bias = out[d]
     if scorer.key_offset is None:
         bias.zero_()
     else:
         torch.mul(scorer.key_offset, scale, out=bias)
     if log_prior is not None:
         bias.add_(log_prior)
-    out[:, d + 1] = 1.0
+    out[d + 1] = 1.0
     return out
 
 

@@ -187,6 +187,14 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         """scikit-learn's checks of ``X`` (shape, feature names, infinities, complex numbers);
         returns what the encoder reads: a DataFrame as given (its column dtypes are the
         encoding's information), else the checked array or sparse matrix."""
+        if (not reset and type(X) is np.ndarray and X.ndim == 2 and X.shape[0] > 0
+                and X.dtype in (np.float64, np.float32)
+                and X.shape[1] == getattr(self, "n_features_in_", None)
+                and not hasattr(self, "feature_names_in_")):
+            # What validate_data returns for a float array of the fitted width, without its
+            # probes for DataFrame libraries (a third of a single-row predict's validation).
+            reject_infinity(X)
+            return X
         if pd is None or not isinstance(X, pd.DataFrame):
             return validate_data(self, X, reset=reset, **_X_CHECKS)
         # names and width through an empty object-typed copy: converting the frame itself
@@ -549,6 +557,20 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
             lambda Z, device, dtype: prepare_keys(Z, metric=metric, device=device, dtype=dtype),
         )
 
+    def _engine_per_key(self, keys, log_prior):
+        """``(values, log_prior)``: the fitted values and the per-key log-prior as tensors on
+        the device and dtype of the prepared ``keys``, converted once per fit; the engine
+        remembers them checked, so a single-row predict does not check them again."""
+        device, dtype = keys.raw.device, keys.raw.dtype
+
+        def to_tensor(array, device, dtype):
+            if array is None or not isinstance(array, np.ndarray):
+                return array
+            return torch.tensor(array, device=device, dtype=dtype)
+
+        return (self._on_device("values", self._fit_values, device, dtype, to_tensor),
+                self._on_device("log_prior", log_prior, device, dtype, to_tensor))
+
     def _embed(self, X, side="query"):
         """Inputs mapped into the space where attention scores are computed (NumPy)."""
         if self.metric not in LEARNED_METRICS:
@@ -556,7 +578,6 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         device = resolve_device(self.device)
         dtype = self._compute_dtype()
         metric_map = self._on_device("map", self.map_, device, dtype, _map_for_inference)
-        fn = metric_map.query if side == "query" else metric_map.key
         out = np.empty(
             (X.shape[0], self.map_.n_components),
             dtype=np.float32 if dtype == torch.float32 else np.float64,
@@ -571,28 +592,31 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
             for start in range(0, X.shape[0], rows):
                 batch = slice(start, start + rows)
                 xb = torch.as_tensor(X[batch], dtype=dtype, device=device)
-                out[batch] = fn(xb).cpu().numpy()
+                out[batch] = metric_map.images(xb, side).cpu().numpy()
         return out
 
     def _propagate(self, X):
         """Attention of the rows of ``X`` over the training set, applied to the fitted values,
         and with a radius the mask of the queries that have no training point within it (their
         rows are 0; ``None`` without a radius)."""
-        check_is_fitted(self)
         if _dask.is_sharded(self):
             return _dask.propagate(self, X)
+        blocks = self._validate_queries(X)
         values, on_empty = self._fit_values, "raise"
         if self.radius is not None:
             # A column of ones tells the queries with no neighbour: their weights sum to 0.
             ones = np.ones((values.shape[0], 1), dtype=values.dtype)
             values, on_empty = np.hstack([values, ones]), "zero"
         out, offsets = [], []
-        for block in self._validate_queries(X):
+        for block in blocks:
             Z = self._embed(block)
+            keys = self._engine_keys()
+            kwargs = self._engine_kwargs(queries=Z)
+            if self.radius is None:
+                # the same tensors on every call: the engine remembers them checked
+                values, kwargs["log_prior"] = self._engine_per_key(keys, kwargs["log_prior"])
             out.append(attention(
-                Z, self._engine_keys(), values, on_empty=on_empty, progress=self.verbose,
-                **self._engine_kwargs(queries=Z),
-            ))
+                Z, keys, values, on_empty=on_empty, progress=self.verbose, **kwargs))
             offsets.append(self._value_offset(block))
         out = np.asarray(np.concatenate(out), dtype=np.float64)
         no_neighbour = None

@@ -73,7 +73,10 @@ class PrecomputedMixin:
     def _fit_Z(self):
         """The keys: the training points in the metric space (the identity for precomputed)."""
         if self.metric != PRECOMPUTED:
-            return self.__dict__["_fit_Z"]
+            try:
+                return self.__dict__["_fit_Z"]
+            except KeyError:  # unfitted: what getattr(estimator, "_fit_Z", None) expects
+                raise AttributeError("_fit_Z") from None
         if "_identity_keys" not in self.__dict__:
             self.__dict__["_identity_keys"] = np.eye(self.n_samples_fit_)
         return self.__dict__["_identity_keys"]

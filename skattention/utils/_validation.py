@@ -71,13 +71,14 @@ class ProbabilisticClassifierMixin:
         if is_dask_collection(X):
             return lazy_predict(self, "predict_proba", X)
         proba = self._predict_proba(X)
+        multi = getattr(self, "outputs_2d_", False)
         sizes = [c.size for c in self._classes_per_output()]
-        blocks = np.split(proba, np.cumsum(sizes)[:-1], axis=1)
+        blocks = np.split(proba, np.cumsum(sizes)[:-1], axis=1) if multi else [proba]
         # Rounding can leave sums a few ulp from 1; renormalise like scikit-learn's neighbours
         # (a row of zeros, a radius query with no neighbour, stays zeros).
-        blocks = [b / np.where(b.sum(1, keepdims=True) > 0, b.sum(1, keepdims=True), 1.0)
-                  for b in blocks]
-        return blocks if getattr(self, "outputs_2d_", False) else blocks[0]
+        blocks = [b / np.where(total > 0, total, 1.0)
+                  for b in blocks for total in [b.sum(1, keepdims=True)]]
+        return blocks if multi else blocks[0]
 
     def predict(self, X):
         """Most probable class of each query.

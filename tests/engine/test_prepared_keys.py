@@ -88,3 +88,39 @@ def test_prepared_keys_wrong_feature_count(data):
     prepared = prepare_keys(keys)
     with pytest.raises(ValueError, match="queries have 2 features but keys have 3"):
         attention(queries[:, :2], prepared, values)
+
+
+@pytest.mark.parametrize("log_prior", [False, True])
+def test_prepared_keys_see_values_and_prior_changed_in_place(data, log_prior):
+    # prepared keys remember the per-key tensors they were called with, checked; a tensor
+    # changed in place (its version counter) or another tensor is checked and used again
+    queries, keys, values = data
+    prepared = prepare_keys(keys, dtype="float64")
+    V = torch.as_tensor(values.copy())
+    prior = torch.zeros(keys.shape[0], dtype=torch.float64) if log_prior else None
+    first = attention(queries, prepared, V, temperature=2.0, log_prior=prior)
+    np.testing.assert_array_equal(
+        first, attention(queries, keys, values, temperature=2.0, dtype="float64",
+                         log_prior=None if prior is None else prior.numpy()))
+    V.mul_(3.0)
+    if log_prior:
+        prior[:10] = -torch.inf
+    second = attention(queries, prepared, V, temperature=2.0, log_prior=prior)
+    expected = attention(queries, keys, V.numpy(), temperature=2.0, dtype="float64",
+                         log_prior=None if prior is None else prior.numpy())
+    np.testing.assert_array_equal(second, expected)
+    assert not np.array_equal(first, second)
+    # a NaN written in place is caught, not remembered as checked
+    V[0, 0] = torch.nan
+    with pytest.raises(ValueError, match="values contains NaN"):
+        attention(queries, prepared, V, temperature=2.0, log_prior=prior)
+
+
+def test_prepared_keys_check_numpy_values_on_every_call(data):
+    queries, keys, values = data
+    prepared = prepare_keys(keys, dtype="float64")
+    values = values.copy()
+    attention(queries, prepared, values)
+    values[3, 1] = np.inf  # NumPy has no version counter: never remembered
+    with pytest.raises(ValueError, match="values contains NaN or infinity"):
+        attention(queries, prepared, values)

@@ -223,3 +223,25 @@ def test_cuda_matches_cpu(cls, iris):
     np.testing.assert_allclose(gpu.predict(X), cpu.predict(X), rtol=1e-6)
     loaded = pickle.loads(pickle.dumps(gpu)).set_params(device="cpu")
     np.testing.assert_allclose(loaded.predict(X), cpu.predict(X), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_query_arrays_are_checked_as_validate_data_checks_them(dtype):
+    # float arrays of the fitted width skip scikit-learn's DataFrame probes; what
+    # validate_data would say still holds: infinity, width, empty, feature names
+    import pandas as pd
+
+    X, y = load_iris(return_X_y=True)
+    X = X.astype(dtype)
+    est = MetricAttentionClassifier("euclidean", n_neighbors=3).fit(X, y)
+    too_large = f"infinity or a value too large for dtype\\('{dtype.__name__}"
+    with pytest.raises(ValueError, match=too_large):
+        est.predict(np.where(X > 7, np.inf, X).astype(dtype))
+    with pytest.raises(ValueError, match="3 features, but .* is expecting 4 features"):
+        est.predict(X[:, :3])
+    with pytest.raises(ValueError, match="0 sample"):
+        est.predict(X[:0])
+    named = MetricAttentionClassifier("euclidean", n_neighbors=3).fit(
+        pd.DataFrame(X, columns=list("abcd")), y)
+    with pytest.warns(UserWarning, match="does not have valid feature names"):
+        named.predict(X[:2])

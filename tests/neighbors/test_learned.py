@@ -226,3 +226,22 @@ def test_grid_search_over_metric_temperature_neighbors_with_knn_and_nca():
     scores = grid.cv_results_["mean_test_score"]
     assert len(scores) == 2 + 12 and np.all(np.isfinite(scores))
     assert grid.best_score_ > 0.9
+
+
+@pytest.mark.parametrize("metric", ["tabular", "mlp"])
+def test_single_row_predictions_equal_batch_predictions(metric):
+    # A web service predicts one row at a time: each row's output must not depend on its
+    # batch. The map's products ran on MKL's threads, which split a short product's inner
+    # dimension over two threads for a single row (1e-14 apart, found on a 2-core Xeon).
+    X, y = make_classification(n_samples=600, n_features=20, n_informative=8, random_state=0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model = MetricAttentionClassifier(metric, max_iter=3, random_state=0).fit(X, y)
+        batch = model.predict_proba(X[:40])
+        alone = np.vstack([model.predict_proba(X[i : i + 1]) for i in range(40)])
+        triples = np.vstack([model.predict_proba(X[i : i + 3]) for i in range(0, 39, 3)])
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_array_equal(alone, batch)
+    np.testing.assert_array_equal(triples, batch[:39])

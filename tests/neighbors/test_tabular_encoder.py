@@ -248,3 +248,21 @@ def test_arrays_of_each_numeric_dtype_encode_alike_and_infinity_is_an_error(dtyp
         bad[1, 2] = -np.inf
         with pytest.raises(ValueError, match="infinity"):
             enc.transform(bad)
+
+
+@pytest.mark.parametrize("scaling", [None, "robust", "standard"])
+def test_numeric_arrays_encode_as_column_by_column(scaling):
+    # arrays take a vectorised path (all numeric columns at once); a DataFrame of the same
+    # numbers goes column by column: the same numbers to the bit
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 6)) * [1, 10, 1e-3, 1e5, 1, 1]
+    X[rng.random(X.shape) < 0.1] = np.nan
+    X[:, 4] = rng.integers(0, 3, 300)
+    enc = _TabularEncoder(numeric_scaling=scaling, categorical_features=[4]).fit(X)
+    Xq = rng.normal(size=(50, 6)) * 3
+    Xq[rng.random(Xq.shape) < 0.2] = np.nan
+    Xq[:, 4] = rng.integers(0, 4, 50)
+    fast, slow = enc.transform(Xq), enc.transform(pd.DataFrame(Xq))
+    assert fast.numeric.shape == (50, 5 + enc.indicator_columns_.size)
+    np.testing.assert_array_equal(fast.numeric, slow.numeric)
+    np.testing.assert_array_equal(fast.categories, slow.categories)
