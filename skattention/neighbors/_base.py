@@ -521,9 +521,13 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
     # ------------------------------------------------------------------ engine calls
 
     def _compute_dtype(self):
-        """Precision of attention and of the map at prediction: ``dtype``, else the data's."""
+        """Precision of attention and of the map at prediction: ``dtype``; else float32 for
+        the learned metrics (the precision their map is trained in: float64 only doubled the
+        keys' memory and the time of their products), the data's for the fixed ones."""
         if self.dtype is not None:
             return _TORCH_DTYPES[self.dtype]
+        if self.metric in LEARNED_METRICS:
+            return torch.float32
         return torch.float32 if self._fit_X.dtype == np.float32 else torch.float64
 
     def _engine_metric(self):
@@ -802,7 +806,7 @@ def _weighted_median(values, weights):
 def _map_for_inference(metric_map, device, dtype):
     """A copy of the fitted map on the compute device and dtype, in eval mode (the fitted
     ``map_`` itself stays on the CPU in its training dtype)."""
-    return copy.deepcopy(metric_map).to(device=device, dtype=dtype).eval()
+    return metric_map.for_inference(device, dtype)
 
 
 def _to_cpu(state):

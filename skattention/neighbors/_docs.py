@@ -106,12 +106,13 @@ DEVICE = """device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
         Where training and attention run. ``"auto"``: CUDA when available, else the CPU. The
         fitted model holds NumPy arrays and a CPU torch module, so it pickles and loads anywhere.
     dtype : {"float32", "float64"}, default=None
-        Compute precision. ``None``: learned metrics train in float32; prediction (the map and
-        the attention) runs in float32 when the training data is float32, else in float64.
-        Either way the selections (the k nearest, the radius, ``temperature=0``) are decided
-        on exact distances, so they do not depend on how the queries are batched; in float64
-        the averages agree across batchings to the last bits too. ``"float32"`` predicts about
-        3x faster on the CPU (dense attention over 100,000 keys: 1.9 s against 5.7 s).
+        Compute precision. ``None``: learned metrics train and predict (the map and the
+        attention) in float32, the precision of their map; fixed metrics predict in float32
+        when the training data is float32, else in float64. Either way the selections (the k
+        nearest, the radius, ``temperature=0``) are decided on exact distances, and a query's
+        output does not depend on how the queries are batched (a row predicted alone equals
+        the same row in a batch, to the last bit). ``"float32"`` predicts about 3x faster
+        than ``"float64"`` on the CPU (dense attention over 100,000 keys: 1.9 s against 5.7 s).
     n_jobs : int, default=None
         Threads of the engine's CPU kernels (torch's OpenMP pool, and MKL's for its matrix
         products) during ``fit``, prediction and the neighbour queries, set for the calling
