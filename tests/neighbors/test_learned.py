@@ -245,3 +245,31 @@ def test_single_row_predictions_equal_batch_predictions(metric):
         torch.set_num_threads(before)
     np.testing.assert_array_equal(alone, batch)
     np.testing.assert_array_equal(triples, batch[:39])
+
+
+@pytest.mark.parametrize("metric", ["tabular", "mlp", "linear", "dot"])
+@pytest.mark.parametrize("dtype", [None, "float32", "float64"])
+def test_predictions_do_not_depend_on_the_batch_in_either_precision(metric, dtype):
+    X, y = make_classification(n_samples=1500, n_features=24, n_informative=8, random_state=1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model = MetricAttentionClassifier(metric, max_iter=2, random_state=0, dtype=dtype)
+        model.fit(X, y)
+        batch = model.predict_proba(X[:1100])
+        alone = np.vstack([model.predict_proba(X[i : i + 1]) for i in range(0, 1100, 50)])
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_array_equal(alone, batch[::50])
+
+
+def test_learned_metrics_predict_in_float32_unless_told():
+    X, y = make_classification(n_samples=200, n_features=6, random_state=0)
+    model = MetricAttentionClassifier(max_iter=2, random_state=0).fit(X, y)
+    assert model._compute_dtype() == torch.float32
+    assert MetricAttentionClassifier("euclidean").fit(X, y)._compute_dtype() == torch.float64
+    proba = model.predict_proba(X)
+    assert proba.dtype == np.float64
+    model.set_params(dtype="float64")  # the same fitted model predicting in float64
+    assert model._compute_dtype() == torch.float64
+    np.testing.assert_allclose(model.predict_proba(X), proba, atol=1e-5)
