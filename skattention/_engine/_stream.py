@@ -66,16 +66,8 @@ def stream_attention(spec, state_only=False):
     single_block = bk >= n_k and not n_weights and not uniform and not state_only
     if (single_block and workers == 1 and n_q <= bq and not spec.grad and not need_raw
             and spec.self_index is None and spec.key_mask is None):
-        # A few queries (a web service's single row): the block's arithmetic without the
-        # loop's machinery (no closures, state objects, empty-row passes; measured about a
-        # fifth of a single-row call). The same operations as OnlineSoftmax.single, so the
-        # rows equal those of any batch; a non-finite result takes the general path, whose
-        # checks name the cause.
-        with _mkl_threads(1):
-            z = scorer.logits(scorer.prepare_queries(Q), 0, n_k, scale=1.0 / T,
-                              log_prior=spec.prior_vec)
-            out = _rows_times(torch.softmax(z, 1), V_mm)[:, :dv]
-        if bool(torch.isfinite(out).all()):
+        out = one_block_attention(scorer, Q, T, spec.prior_vec, V_mm, dv)
+        if out is not None:
             return (out,)
     # Several key blocks of plain logits (no masks from raw scores, no weights to return):
     # after a row's first block, one product gives a block's logits less the row's running
@@ -178,6 +170,19 @@ def stream_attention(spec, state_only=False):
             V.new_zeros(0), V.new_zeros(0), V.new_zeros((0, dv))
         )
     return backend_result(outs, weights, indices, n_weights, V)
+
+
+def one_block_attention(scorer, Q, T, prior_vec, values_mm, dv):
+    """Dense attention of a few queries ``Q`` over every key in one block (a web service's
+    single row), without the blockwise loop's machinery (closures, state objects, empty-row
+    passes: about a fifth of a single-row call): the operations of ``OnlineSoftmax.single``,
+    so each row equals the same row in any batch. ``None`` where a result is not finite (an
+    empty row, an overflow): the general path then says which."""
+    with _mkl_threads(1):
+        z = scorer.logits(scorer.prepare_queries(Q), 0, scorer.n_keys, scale=1.0 / T,
+                          log_prior=prior_vec)
+        out = _rows_times(torch.softmax(z, 1), values_mm)[:, :dv]
+    return out if bool(torch.isfinite(out).all()) else None
 
 
 def _top_weights(top, state, empty, uniform):

@@ -278,3 +278,17 @@ def test_learned_metrics_predict_in_float32_unless_told():
     np.testing.assert_allclose(model.predict_proba(X), proba, atol=5e-3)
     assert np.median(np.abs(model.predict_proba(X) - proba)) < 1e-5
     assert not np.array_equal(model.predict_proba(X), proba)
+
+
+@pytest.mark.parametrize("metric", ["tabular", "euclidean"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_regressor_single_rows_equal_batch_rows(metric, dtype):
+    # a few rows take predict's few-rows path (one block, the fitted tensors ready on the
+    # device); batches the general one: the same numbers, trend included
+    X, y = make_regression(n_samples=700, n_features=12, noise=5.0, random_state=0)
+    X = X.astype(dtype)
+    model = MetricAttentionRegressor(metric, max_iter=3, random_state=0).fit(X, y)
+    batch = model.predict(X[:300])
+    alone = np.concatenate([model.predict(X[i : i + 1]) for i in range(0, 300, 13)])
+    np.testing.assert_array_equal(alone, batch[::13])
+    assert batch.dtype == np.float64
