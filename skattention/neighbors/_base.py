@@ -568,11 +568,16 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         :meth:`_embed`, :meth:`_engine_keys` and :meth:`_engine_per_key` give them (the map
         ``None`` for a fixed metric), looked up once per call for the few-rows path."""
         device, dtype = resolve_device(self.device), self._compute_dtype()
-        metric_map = None
-        if self.metric in LEARNED_METRICS:
-            metric_map = self._on_device("map", self.map_, device, dtype, _map_for_inference)
-        keys = self._engine_keys()
-        return (metric_map, keys, *self._engine_per_key(keys, self._log_prior))
+
+        def ready(fit_values, device, dtype):
+            metric_map = None
+            if self.metric in LEARNED_METRICS:
+                metric_map = self._on_device("map", self.map_, device, dtype, _map_for_inference)
+            keys = self._engine_keys()
+            return (metric_map, keys, *self._engine_per_key(keys, self._log_prior))
+
+        # every fit replaces the fitted values (and the map, keys and log-prior with them)
+        return self._on_device(("ready", self.metric), self._fit_values, device, dtype, ready)
 
     def _engine_per_key(self, keys, log_prior):
         """``(values, log_prior)``: the fitted values and the per-key log-prior as tensors on

@@ -229,6 +229,10 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
 
     def transform(self, X):
         """Encode ``X`` in one block: a ``TabularBlock(numeric, categories)``."""
+        if type(X) is np.ndarray and X.dtype == np.float64 and X.ndim == 2:
+            # a float64 array (predict's rows): one block, without the blocks' generator
+            check_is_fitted(self, "categorical_")
+            return self._encode(_Table(X, self, reset=False))
         blocks = list(self.transform_blocks(X, block_rows=None))
         if len(blocks) == 1:
             return blocks[0]
