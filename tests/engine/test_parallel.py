@@ -177,9 +177,12 @@ def test_score_products_round_a_row_alike_in_any_block(dtype, dim):
     queries = torch.randn(1024, dim, generator=gen, dtype=dtype)
     scorer = Scorer(keys, "sqeuclidean")
     prior = torch.randn(3000, generator=gen, dtype=dtype)
-    with _parallel.one_thread():
-        whole = scorer.block(queries, 0, 3000, scale=0.5, log_prior=prior)
-        for rows in (4, 12, 64):
-            parts = torch.cat([scorer.block(queries[i : i + rows], 0, 3000, scale=0.5,
-                                            log_prior=prior) for i in range(0, 1024, rows)])
-            assert torch.equal(parts, whole[: parts.shape[0]])
+    # logits (scale and prior: one addmm) and partial scores (one product with the offsets
+    # as one more row of the keys)
+    for kwargs in (dict(scale=0.5, log_prior=prior), dict()):
+        with _parallel.one_thread():
+            whole = scorer.block(queries, 0, 3000, **kwargs)
+            for rows in (4, 12, 64):
+                parts = torch.cat([scorer.block(queries[i : i + rows], 0, 3000, **kwargs)
+                                   for i in range(0, 1024, rows)])
+                assert torch.equal(parts, whole[: parts.shape[0]])
