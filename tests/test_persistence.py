@@ -102,11 +102,12 @@ def test_device_cache_is_not_pickled_and_follows_refits():
     state = dict(model.__dict__)
     first = model.predict_proba(X[:10])
     assert model.__dict__.keys() == state.keys()
-    assert len(_DEVICE_CACHE[model]) == 4  # the map, the keys, their values and log-prior
+    # the map, the keys, their values and log-prior, and the few-rows path's bundle of them
+    assert len(_DEVICE_CACHE[model]) == 5
     loaded = pickle.loads(pickle.dumps(model))
     assert loaded not in _DEVICE_CACHE
     np.testing.assert_array_equal(loaded.predict_proba(X[:10]), first)
     model.fit(X[::-1], y[::-1])
     fresh = MetricAttentionClassifier(max_iter=3, random_state=0).fit(X[::-1], y[::-1])
     np.testing.assert_array_equal(model.predict_proba(X[:10]), fresh.predict_proba(X[:10]))
-    assert len(_DEVICE_CACHE[model]) == 4  # entries replaced, not added
+    assert len(_DEVICE_CACHE[model]) == 5  # entries replaced, not added
