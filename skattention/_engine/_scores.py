@@ -119,8 +119,9 @@ class Scorer:
         depends on) is equal. Prepared keys live as long as a fitted model's predictions: a
         model predicting one row at a time then skips the checks, conversions and copies of its
         fitted tensors on every call. Not for NumPy arrays (no version to tell a change) nor
-        tensors that require grad (a graph is not reused)."""
-        if not isinstance(source, torch.Tensor) or source.requires_grad:
+        tensors that require grad (a graph is not reused) nor inference-mode tensors."""
+        if (not isinstance(source, torch.Tensor) or source.requires_grad
+                or source.is_inference()):  # inference tensors have no version counter
             return build()
         entry = self._remembered.get(name)
         if (entry is not None and entry[0] is source and entry[1] == source._version

@@ -124,3 +124,19 @@ def test_prepared_keys_check_numpy_values_on_every_call(data):
     values[3, 1] = np.inf  # NumPy has no version counter: never remembered
     with pytest.raises(ValueError, match="values contains NaN or infinity"):
         attention(queries, prepared, values)
+
+
+def test_prepared_keys_with_inference_mode_tensors(data):
+    # inference-mode tensors have no version counter: used, never remembered
+    queries, keys, values = (torch.as_tensor(a) for a in data)
+    expected = attention(queries, keys, values, temperature=2.0)
+    with torch.inference_mode():
+        V = values.clone()
+        prepared = prepare_keys(keys)
+        for _ in range(2):
+            torch.testing.assert_close(attention(queries, prepared, V, temperature=2.0),
+                                       expected, rtol=0, atol=0)
+    outside = prepare_keys(keys)
+    for _ in range(2):
+        torch.testing.assert_close(attention(queries, outside, V, temperature=2.0), expected,
+                                   rtol=0, atol=0)
