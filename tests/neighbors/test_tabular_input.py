@@ -202,3 +202,26 @@ def test_warm_start_keeps_the_encoding():
     encoder = clf._encoder
     clf.fit(X.iloc[:60], y[:60])
     assert clf._encoder is encoder
+
+
+@pytest.mark.parametrize("metric", ["tabular", "euclidean"])
+@pytest.mark.parametrize("float32", [False, True])
+def test_a_few_rows_of_a_numeric_frame_equal_the_same_rows_in_a_batch(metric, float32):
+    # a few rows of a frame of NumPy number columns take predict's few-rows path (converted
+    # at once); batches and other frames are converted column by column: the same numbers
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"a": rng.normal(size=300), "b": rng.integers(0, 9, 300),
+                      "c": rng.normal(size=300) * 100, "d": rng.random(300) > 0.5})
+    if float32:
+        X = X[["a", "c"]].astype(np.float32)
+    X.iloc[::7, 0] = np.nan
+    y = (X["a"].fillna(0) + X["c"] / 100 > 0).to_numpy()
+    clf = MetricAttentionClassifier(metric, **FAST).fit(X, y)
+    batch = clf.predict_proba(X.iloc[:120])
+    numeric = X if float32 else X.assign(d=X["d"].astype(int))  # bool columns: general path
+    alone = np.vstack([clf.predict_proba(numeric.iloc[i : i + 1]) for i in range(0, 120, 7)])
+    np.testing.assert_array_equal(alone, batch[::7])
+    with pytest.raises(ValueError, match="feature names should match"):
+        clf.predict(X.iloc[:1, ::-1])
+    with pytest.raises(ValueError, match="infinity"):
+        clf.predict(X.iloc[:1].replace(X.iloc[0, 1], np.inf))
