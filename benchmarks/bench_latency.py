@@ -63,12 +63,13 @@ def make_models(names, max_iter):
 
 def measure(models, X_rows, warmup=5):
     """``{name: [seconds per call]}``: single-row predicts, models interleaved call by call."""
+    take = X_rows.iloc if hasattr(X_rows, "iloc") else X_rows  # DataFrame rows or array rows
     for model in models.values():
         for i in range(warmup):
-            model.predict(X_rows[i : i + 1])
+            model.predict(take[i : i + 1])
     times = {name: [] for name in models}
     for i in range(len(X_rows)):
-        row = X_rows[i : i + 1]
+        row = take[i : i + 1]
         for name, model in models.items():
             start = time.perf_counter()
             model.predict(row)
@@ -111,6 +112,8 @@ def main(argv=None):
     parser.add_argument("--profile", metavar="NAME", help="profile this model instead of timing")
     parser.add_argument("--top", type=int, default=25, help="rows of the profile")
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--frame", action="store_true",
+                        help="fit on and predict one-row pandas DataFrames (named columns)")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     if args.quick:
@@ -121,6 +124,11 @@ def main(argv=None):
 
     X, y, X_rows = make_data(args.n_train, args.d)
     X_rows = X_rows[: args.calls]
+    if args.frame:  # what a web service decoding JSON passes: one-row DataFrames
+        import pandas as pd
+
+        columns = [f"x{j}" for j in range(args.d)]
+        X, X_rows = pd.DataFrame(X, columns=columns), pd.DataFrame(X_rows, columns=columns)
     names = [args.profile] if args.profile else args.models.split(",")
     models = make_models(names, args.max_iter)
     for model in models.values():
@@ -132,7 +140,8 @@ def main(argv=None):
     medians = {name: statistics.median(t) for name, t in times.items()}
     baseline = medians.get("HistGradientBoosting")
     header = (
-        f"n_train={args.n_train} d={args.d} calls={args.calls} torch={torch.__version__} "
+        f"n_train={args.n_train} d={args.d} calls={args.calls} frame={args.frame} "
+        f"torch={torch.__version__} "
         f"threads={torch.get_num_threads()} sklearn={sklearn.__version__} "
         f"cpu={platform.processor() or platform.machine()} blas={blas_kernel()}"
     )

@@ -16,10 +16,12 @@ def benchmarks_on_path(monkeypatch):
         sys.modules.pop(name, None)
 
 
-def test_bench_latency_quick(benchmarks_on_path):
+@pytest.mark.parametrize("frame", [[], ["--frame"]])
+def test_bench_latency_quick(benchmarks_on_path, frame):
     import bench_latency
 
-    rows = bench_latency.main(["--quick", "--models", "default,knn_config,HistGradientBoosting"])
+    rows = bench_latency.main(
+        ["--quick", "--models", "default,knn_config,HistGradientBoosting", *frame])
     assert [r["model"] for r in rows] == ["default", "knn_config", "HistGradientBoosting"]
     assert all(r["median_ms"] > 0 and r["p90_ms"] >= r["median_ms"] for r in rows)
     assert rows[-1]["ratio_to_hgb"] == pytest.approx(1.0)
