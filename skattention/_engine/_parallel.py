@@ -78,6 +78,10 @@ def _openmp_threads(n):
     threadpoolctl and called directly: its ``limit`` took about 30 microseconds a call, a
     tenth of a single-row predict."""
     runtimes = _openmp_runtimes()
+    if runtimes is None:  # threadpoolctl without its libraries' handles: its own limit
+        with _openmp_controller().limit(limits=n):
+            yield
+        return
     before = [get() for get, _ in runtimes]
     for _, set_threads in runtimes:
         set_threads(n)
@@ -91,14 +95,19 @@ def _openmp_threads(n):
 @functools.cache
 def _openmp_runtimes():
     """``(omp_get_max_threads, omp_set_num_threads)`` of each OpenMP runtime threadpoolctl
-    finds (torch's, and scikit-learn's own copy), or none without threadpoolctl."""
+    finds (torch's, and scikit-learn's own copy); none without threadpoolctl; ``None`` where
+    its controllers do not expose their library handles (``dynlib``, threadpoolctl 3's)."""
     controller = _openmp_controller()
     runtimes = []
-    for library in [] if controller is None else controller.lib_controllers:
-        get, set_threads = library.dynlib.omp_get_max_threads, library.dynlib.omp_set_num_threads
-        get.argtypes, get.restype = [], ctypes.c_int
-        set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
-        runtimes.append((get, set_threads))
+    try:
+        for library in [] if controller is None else controller.lib_controllers:
+            dynlib = library.dynlib
+            get, set_threads = dynlib.omp_get_max_threads, dynlib.omp_set_num_threads
+            get.argtypes, get.restype = [], ctypes.c_int
+            set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
+            runtimes.append((get, set_threads))
+    except AttributeError:
+        return None
     return tuple(runtimes)
 
 

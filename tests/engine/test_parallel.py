@@ -186,3 +186,13 @@ def test_score_products_round_a_row_alike_in_any_block(dtype, dim):
                 parts = torch.cat([scorer.block(queries[i : i + rows], 0, 3000, **kwargs)
                                    for i in range(0, 1024, rows)])
                 assert torch.equal(parts, whole[: parts.shape[0]])
+
+
+def test_cpu_threads_without_the_runtimes_handles_uses_threadpoolctl(monkeypatch):
+    # threadpoolctl's controllers expose their libraries (dynlib) in version 3; without them
+    # the count is set through threadpoolctl's own limit
+    monkeypatch.setattr(_parallel, "_openmp_runtimes", lambda: None)
+    before = torch.get_num_threads()
+    with _parallel.cpu_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
