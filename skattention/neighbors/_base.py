@@ -671,8 +671,9 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         return self._plus_value_offsets(out, offsets), no_neighbour
 
     def _propagate_few_rows(self, X):
-        """:meth:`_propagate` of a float array of a few rows (a web service's single row) in
-        one block, with the fitted model's tensors ready on the device: no block planning, no
+        """:meth:`_propagate` of a few rows (a web service's single row) of an array, or of a
+        DataFrame of NumPy number columns (:meth:`_numeric_frame_rows`), in one block, with
+        the fitted model's tensors ready on the device: no block planning, no
         per-call conversion, the encoder and the map called directly (the general path's
         set-up took about a third of a single-row predict). The same operations on the same
         numbers as the general path, so the rows equal those of any batch. ``None`` where it
