@@ -83,10 +83,6 @@ class OnlineSoftmax:
         p = torch.softmax(torch.where(empty[:, None], 0.0, z), 1)  # no NaN rows to differentiate
         self.o = torch.where(empty[:, None], 0.0, _rows_times(p, v))
 
-    def normalisers(self):
-        """Each row's softmax normaliser (0 for a row whose keys are all masked)."""
-        return self.o.new_ones(self.o.shape[0]) if self.l is None else self.l
-
     def result(self):
         if self.l is None:
             return self.o
