@@ -654,9 +654,9 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
             ones = np.ones((values.shape[0], 1), dtype=values.dtype)
             values, on_empty = np.hstack([values, ones]), "zero"
         out, offsets = [], []
+        keys = self._engine_keys()
         for block in blocks:
             Z = self._embed(block)
-            keys = self._engine_keys()
             kwargs = self._engine_kwargs(queries=Z)
             if self.radius is None:
                 # the same tensors on every call: the engine remembers them checked

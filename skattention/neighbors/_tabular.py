@@ -229,15 +229,9 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
 
     def transform(self, X):
         """Encode ``X`` in one block: a ``TabularBlock(numeric, categories)``."""
-        if type(X) is np.ndarray and X.dtype == np.float64 and X.ndim == 2:
-            # a float64 array (predict's rows): one block, without the blocks' generator
-            check_is_fitted(self, "categorical_")
-            return self._encode(_Table(X, self, reset=False))
-        blocks = list(self.transform_blocks(X, block_rows=None))
-        if len(blocks) == 1:
-            return blocks[0]
-        return TabularBlock(np.concatenate([b.numeric for b in blocks]),
-                            np.concatenate([b.categories for b in blocks]))
+        check_is_fitted(self, "categorical_")
+        table = _Table(X, self, reset=False)
+        return self._encode(table.rows(slice(0, table.n_rows)))
 
     def transform_blocks(self, X, block_rows):
         """Yield ``TabularBlock`` s of at most ``block_rows`` rows (``None``: one block).

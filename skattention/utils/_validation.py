@@ -76,8 +76,7 @@ class ProbabilisticClassifierMixin:
         blocks = np.split(proba, np.cumsum(sizes)[:-1], axis=1) if multi else [proba]
         # Rounding can leave sums a few ulp from 1; renormalise like scikit-learn's neighbours
         # (a row of zeros, a radius query with no neighbour, stays zeros).
-        blocks = [b / np.where(total > 0, total, 1.0)
-                  for b in blocks for total in [b.sum(1, keepdims=True)]]
+        blocks = [_rows_summing_to_one(b) for b in blocks]
         return blocks if multi else blocks[0]
 
     def predict(self, X):
@@ -108,6 +107,12 @@ class ProbabilisticClassifierMixin:
 
     def _classes_per_output(self):
         return self.classes_ if getattr(self, "outputs_2d_", False) else [self.classes_]
+
+
+def _rows_summing_to_one(proba):
+    """``proba`` with each row divided by its sum (rows of zeros stay zeros)."""
+    total = proba.sum(1, keepdims=True)
+    return proba / np.where(total > 0, total, 1.0)
 
 
 def _most_probable(proba, classes, outlier_label):
