@@ -31,9 +31,9 @@ class OnlineSoftmax:
         shift = torch.where(torch.isfinite(new_m), new_m, 0.0)
         alpha = batch_exp(self.m - shift)
         if inplace and z.shape[1] % _EXP_VECTOR == 0:
-            p = z.sub_(shift[:, None]).exp_()
+            p = flush_tiny_(z.sub_(shift[:, None])).exp_()
         else:
-            p = batch_exp(z - shift[:, None])
+            p = batch_exp(flush_tiny_(z - shift[:, None]))
         self.l = self.l * alpha + p.sum(1)
         self.o = self.o * alpha[:, None] + _rows_times(p, v)
         self.m = new_m
@@ -47,6 +47,7 @@ class OnlineSoftmax:
         result depends on its own data only): its weights then stay at most 1, as in the plain
         path, so a weighted sum overflows no sooner than there. A row whose running sum grows
         large over several blocks folds it into its shift."""
+        flush_tiny_(z)
         p = z.exp_() if z.shape[1] % _EXP_VECTOR == 0 else batch_exp(z)
         block_l = p.sum(1)
         ok = block_l <= _LARGE_SUM  # False for inf and NaN too
@@ -75,12 +76,13 @@ class OnlineSoftmax:
         differentiate than the streaming update)."""
         self.m = z.amax(1)
         empty = torch.isneginf(self.m)
-        if not bool(empty.any()):  # the common case: two fewer passes over the block
-            self.o = _rows_times(torch.softmax(z, 1), v)
+        if not bool(empty.any()):  # the common case: fewer passes over the block
+            self.o = _rows_times(flushed_softmax(z, self.m), v)
             self.l = None  # every row's normaliser is 1: nothing to divide (a single-row call)
             return
         self.l = (~empty).to(z.dtype)
-        p = torch.softmax(torch.where(empty[:, None], 0.0, z), 1)  # no NaN rows to differentiate
+        # no NaN rows to differentiate
+        p = flushed_softmax(torch.where(empty[:, None], 0.0, z), torch.where(empty, 0.0, self.m))
         self.o = torch.where(empty[:, None], 0.0, _rows_times(p, v))
 
     def result(self):
@@ -111,10 +113,28 @@ def single_block_attention(scorer, q, v, scale, log_prior, mask=None):
 
 
 def flush_below(dtype):
-    """The log-weight (relative to a row's largest) under which training's softmax sets a
-    weight to 0: far below the dtype's precision, far above its subnormal range (products of
-    such weights with small gradients stay normal numbers)."""
+    """The log-weight (relative to a row's largest) under which every softmax here sets a
+    weight to 0: far below the dtype's precision (such weights change no sum of a row's
+    weights), far above its subnormal range (products of such weights with small gradients
+    stay normal numbers)."""
     return -600.0 if dtype == torch.float64 else -60.0
+
+
+def flush_tiny_(z):
+    """``z`` (logits less their row's largest, or less a running shift at most that) with
+    the entries below :func:`flush_below` set to ``-inf``, in place: their weights become 0
+    instead of numbers beyond the dtype's precision. torch's ``exp`` is 40 to 170 times slower
+    on arguments below about -87 (float32; results subnormal or 0), and products with
+    subnormal weights about 100 times slower (measured): a sharp temperature puts many of a
+    row's keys there."""
+    return torch.nn.functional.threshold_(z, flush_below(z.dtype), NEG_INF)
+
+
+def flushed_softmax(z, row_max):
+    """``softmax(z, 1)`` of logits whose rows' largest entries are ``row_max`` (finite), with
+    the weights below ``exp(flush_below)`` of a row's largest set to 0 (:func:`flush_tiny_`).
+    Otherwise the same numbers: softmax subtracts each row's largest itself, here 0."""
+    return torch.softmax(flush_tiny_(z - row_max.detach()[:, None]), 1)
 
 
 def _outer_rows(a, b, out):
@@ -151,12 +171,9 @@ class _SingleBlockSoftmax(torch.autograd.Function):
             if mask is not None:
                 mask(z, rows)
             z.sub_(z.amax(1, keepdim=True))
-            # weights below exp(-60) (float32; exp(-600) in float64) of a row's largest are 0:
-            # they change no sum in the dtype's precision, and their subnormal products in
-            # this pass and the backward ran up to 4 times slower (measured: a regressor on
-            # residual targets, whose sharper attention put many weights there)
-            torch.nn.functional.threshold_(z, flush_below(z.dtype), NEG_INF)
-            z.exp_()
+            # (measured: a regressor on residual targets, whose sharper attention put many
+            # weights below exp(-60), ran this pass and the backward up to 4 times slower)
+            flush_tiny_(z).exp_()
             z.div_(z.sum(1, keepdim=True))
             # z @ v as v^T's rows against z's: BLAS's (rows x keys) @ (keys x few) is about
             # 8 times slower than this form for a few values (measured, float32).

@@ -18,6 +18,7 @@ from ._blocks import (
     backend_result,
     block_prior,
     empty_rows,
+    flushed_softmax,
     mask_self,
     query_index,
     raw_scores,
@@ -181,7 +182,7 @@ def one_block_attention(scorer, Q, T, prior_vec, values_mm, dv):
     with _mkl_threads(1):
         z = scorer.logits(scorer.prepare_queries(Q), 0, scorer.n_keys, scale=1.0 / T,
                           log_prior=prior_vec)
-        out = _rows_times(torch.softmax(z, 1), values_mm)[:, :dv]
+        out = _rows_times(flushed_softmax(z, z.amax(1)), values_mm)[:, :dv]
     return out if bool(torch.isfinite(out).all()) else None
 
 

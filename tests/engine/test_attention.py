@@ -436,3 +436,48 @@ def test_single_block_training_path_zero_gradient_at_distance_zero():
     T = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
     attention(K, K, V, metric="euclidean", temperature=T).sum().backward()
     assert torch.isfinite(K.grad).all() and torch.isfinite(T.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_flushed_softmax_sets_only_negligible_weights_to_zero(dtype):
+    # Every softmax of the engine sets the weights below exp(-60) (float32; exp(-600) in
+    # float64) of a row's largest to 0: torch's exp is many times slower on arguments beyond
+    # the dtype's normal range. The other weights are the very numbers of torch.softmax.
+    from skattention._engine._blocks import flush_below, flushed_softmax
+
+    g = torch.Generator().manual_seed(0)
+    cut = flush_below(dtype)
+    z = torch.randn(7, 53, dtype=torch.float64, generator=g).mul(4).to(dtype)
+    torch.testing.assert_close(flushed_softmax(z, z.amax(1)), torch.softmax(z, 1),
+                               rtol=0, atol=0)
+    far = z.clone()
+    far[:, ::3] += 1.5 * cut  # a third of each row far below its largest (not the largest)
+    far[:, 1] = far.amax(1) + 1.0
+    p = flushed_softmax(far, far.amax(1))
+    shifted = far - far.amax(1, keepdim=True)
+    assert torch.equal(p == 0, shifted < cut)
+    assert (p[:, ::3] == 0).all()
+    kept = shifted >= cut
+    expected = torch.softmax(torch.where(kept, far, -math.inf), 1)
+    torch.testing.assert_close(p, expected, rtol=0, atol=0)
+    # against the exact softmax: a flushed weight is below exp(cut)
+    torch.testing.assert_close(p.double(), torch.softmax(far.double(), 1),
+                               rtol=16 * torch.finfo(dtype).eps, atol=math.exp(cut))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("working_memory", [None, 0.01])
+def test_sharp_temperature_matches_the_reference(dtype, working_memory):
+    # With a sharp temperature most of a row's keys fall below the flush: one key block or
+    # several (the online softmax flushes relative to its running maximum), the output is the
+    # reference's to the dtype's precision.
+    g = torch.Generator().manual_seed(1)
+    Q = torch.randn(20, 4, dtype=torch.float64, generator=g)
+    K = torch.randn(300, 4, dtype=torch.float64, generator=g) * 3
+    V = torch.randn(300, 2, dtype=torch.float64, generator=g)
+    expected, weights = reference_attention(Q, K, V, metric="euclidean", T=0.02)
+    assert ((weights > 0) & (weights < math.exp(-60))).any()  # some weights are flushed
+    out = attention(Q.to(dtype), K.to(dtype), V.to(dtype), metric="euclidean",
+                    temperature=0.02, working_memory=working_memory, backend="stream")
+    tol = 1e-4 if dtype == torch.float32 else 1e-10
+    torch.testing.assert_close(out.double(), expected, rtol=tol, atol=tol)
