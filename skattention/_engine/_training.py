@@ -307,7 +307,8 @@ def train_metric(
     """
     history = history or TrainingHistory()
     device, n = X.device, X.shape[0]
-    log_prior = torch.log(weight)
+    # unit weights: no log-prior at all (adding zeros is one more pass over every score block)
+    log_prior = torch.log(weight) if bool((weight != 1).any()) else None
     groups = [{"params": list(metric_map.parameters()), "weight_decay": weight_decay}]
     if log_temperature.requires_grad:
         groups.append({"params": [log_temperature], "weight_decay": 0.0})
@@ -339,13 +340,14 @@ def train_metric(
         # Under autograd a step's scores stay alive until backward: a batch too large for
         # working_memory is split into chunks whose gradients are accumulated (same sum).
         rows = batch_rows(candidates.numel(), values.shape[1], keys.shape[1], X.element_size())
+        prior = None if log_prior is None else log_prior[cand_d]
         optimizer.zero_grad(set_to_none=True)
         batch_loss, w_sum = 0.0, w.sum()
         for s in range(0, batch.numel(), rows):
             e = min(batch.numel(), s + rows)
             out = attention(
                 queries[s:e], keys, values[cand_d], metric=metric_map.kind,
-                temperature=temperature, log_prior=log_prior[cand_d], exclude_self=own_d[s:e],
+                temperature=temperature, log_prior=prior, exclude_self=own_d[s:e],
                 on_empty="zero", device=device, dtype=X.dtype,
             )
             per_point = _loss(out, values[batch_d[s:e]], loss)
@@ -372,7 +374,8 @@ def train_metric(
 
         def validate():
             return validation_score(metric_map, log_temperature, X[keys], values[keys],
-                                    log_prior[keys], validation, loss)
+                                    None if log_prior is None else log_prior[keys],
+                                    validation, loss)
 
     stopping = EarlyStopping(n_iter_no_change, tol, history, validate, snapshot, restore)
     run_training(
