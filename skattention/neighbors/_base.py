@@ -62,6 +62,11 @@ _AUTO_BATCH = 1024
 # _AUTO_CANDIDATES of them, are each minibatch's candidate keys
 _AUTO_CANDIDATE_SHARE = 0.5
 _AUTO_CANDIDATES = 1024
+# the same two with metric="tabular": minibatches of 256 and at most 256 other candidates
+# (the tabular benchmark's DEV sets, 19 x 3 seeds, against 1,024 and 1,024: accuracy, AUC,
+# log-loss and R^2 as good or better in every family, about half the fit time)
+_TABULAR_BATCH = 256
+_TABULAR_CANDIDATES = 256
 # the validation pass of each epoch attends to at most this many training points
 _VALIDATION_KEYS = 2048
 # Rows mapped at once by the learned map (fewer when working_memory is smaller).
@@ -443,13 +448,16 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
     def _batch_and_candidates(self, n_train, n_values, itemsize):
         """Minibatch size and candidate keys per minibatch (the minibatch included).
 
-        ``"auto"``: minibatches of 1,024 points (capped by ``working_memory``; a larger explicit
-        batch is split into gradient-accumulated chunks by ``train_metric``), each attending to
-        itself and to half of the other points, at most 1,024 of them (ModernNCA's sampling).
+        ``"auto"``: minibatches of 1,024 points (256 with ``metric="tabular"``; capped by
+        ``working_memory``; a larger explicit batch is split into gradient-accumulated chunks
+        by ``train_metric``), each attending to itself and to half of the other points, at
+        most 1,024 of them (256 with ``metric="tabular"``; ModernNCA's sampling).
         """
-        batch = min(n_train, _AUTO_BATCH if self.batch_size == "auto" else self.batch_size)
+        auto_batch, auto_others = ((_TABULAR_BATCH, _TABULAR_CANDIDATES) if self.metric == "tabular"
+                                   else (_AUTO_BATCH, _AUTO_CANDIDATES))
+        batch = min(n_train, auto_batch if self.batch_size == "auto" else self.batch_size)
         if self.sample_rate == "auto":
-            others = min(math.ceil(_AUTO_CANDIDATE_SHARE * (n_train - batch)), _AUTO_CANDIDATES)
+            others = min(math.ceil(_AUTO_CANDIDATE_SHARE * (n_train - batch)), auto_others)
             n_candidates = min(n_train, batch + others)
         else:
             n_candidates = max(1, int(math.ceil(self.sample_rate * n_train)))

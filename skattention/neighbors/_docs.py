@@ -67,8 +67,8 @@ LEARNING = """n_components : int, default=None
     max_iter : int, default=100
         Maximum number of epochs.
     batch_size : int or "auto", default="auto"
-        Training points per minibatch. ``"auto"``: 1,024 (all of them when fewer; fewer when a
-        step would not fit ``working_memory``).
+        Training points per minibatch. ``"auto"``: 256 with ``metric="tabular"``, else 1,024
+        (all of them when fewer; fewer when a step would not fit ``working_memory``).
     learning_rate : float, default=1e-2
         AdamW learning rate.
     weight_decay : float, default=2e-4
@@ -76,8 +76,8 @@ LEARNING = """n_components : int, default=None
     sample_rate : float in (0, 1] or "auto", default="auto"
         Fraction of the training points used as candidate keys for each minibatch: the batch
         itself plus a random sample of the others (each point excluded from its own
-        candidates). ``"auto"``: the batch and half of the other points, at most 1,024 of them
-        (ModernNCA's sampling).
+        candidates). ``"auto"``: the batch and half of the other points, at most 256 of them
+        with ``metric="tabular"``, else 1,024 (ModernNCA's sampling).
     early_stopping : bool, default=True
         Hold out ``validation_fraction`` of the training data (stratified for classes) and stop
         when the loss on it has not improved by ``tol`` for ``n_iter_no_change`` epochs,

@@ -55,7 +55,8 @@ class MetricAttentionTransformer(
     max_iter : int, default=100
         Maximum number of epochs.
     batch_size : int or "auto", default="auto"
-        Training points per minibatch; ``"auto"``: 1,024 (all of them when fewer).
+        Training points per minibatch; ``"auto"``: 256 with ``metric="tabular"``, else 1,024
+        (all of them when fewer).
     learning_rate : float, default=1e-2
         AdamW learning rate.
     weight_decay : float, default=2e-4

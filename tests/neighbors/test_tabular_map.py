@@ -73,11 +73,12 @@ def test_tabular_map_embeds_category_codes_not_one_hot():
     assert np.isfinite(clf.predict_proba(queries)).all()
 
 
-# n samples -> 15% validation (rounded up) -> n_train = 300, 2000, 10000 training points
+# n samples -> 15% validation (rounded up) -> n_train = 200, 300, 2000, 10000 training points
 @pytest.mark.parametrize("n, batch, candidates", [
-    (353, 300, 300),            # one minibatch of everything
-    (2353, 1024, 1024 + 488),   # the minibatch and half of the 976 others
-    (11765, 1024, 2048),        # the minibatch and 1,024 others
+    (236, 200, 200),            # one minibatch of everything
+    (353, 256, 256 + 22),       # the minibatch and half of the 44 others
+    (2353, 256, 512),           # the minibatch and 256 others
+    (11765, 256, 512),
 ])
 def test_training_defaults(monkeypatch, n, batch, candidates):
     seen = {}
