@@ -479,16 +479,31 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
         values_1t = torch.cat([values, values.new_ones((values.shape[0], 1))], 1).T.contiguous()
         uniform_prior = not bool(log_prior.any())
 
-    def weighted_loss(pred, rows):
-        return (weight_val[rows] * _loss(pred, values_val[rows], loss)).sum()
+    def terms(pred, rows):
+        """The rows' weighted loss and (classes) the largest probability of a wrong class."""
+        target = values_val[rows]
+        wrong = pred.masked_fill(target > 0, 0.0).amax() if loss == "log_loss" else 0.0
+        return float((weight_val[rows] * _loss(pred, target, loss)).sum()), float(wrong)
+
+    # Classes: one pseudo-error more, Laplace's rule of succession: the validation point
+    # likeliest to be wrong counted once as if it were (the loss of its likeliest wrong class,
+    # with the mean weight). Without it, a validation split that the map separates perfectly
+    # (small or easy sets) is fitted best by T -> 0, and the test set's rare errors then get
+    # probabilities near 0 (log-loss 0.4-0.9 on wdbc, 65 validation points, against 0.1-0.3
+    # for HistGradientBoosting).
+    pseudo_weight = float(total) / weight_val.shape[0] if loss == "log_loss" else 0.0
+
+    def objective(loss_sum, wrong):
+        pseudo = -math.log(max(wrong, _LOG_EPS)) if pseudo_weight else 0.0
+        return (loss_sum + pseudo_weight * pseudo) / (float(total) + pseudo_weight)
 
     def val_losses(log_ts):
         if scores is None:
-            return [float(weighted_loss(attention(
+            return [objective(*terms(attention(
                 queries, keys, values, metric=metric_map.kind, temperature=math.exp(log_t),
                 log_prior=log_prior, on_empty="zero", device=X.device, dtype=X.dtype,
-            ), slice(None)) / total) for log_t in log_ts]
-        sums = [0.0] * len(log_ts)
+            ), slice(None))) for log_t in log_ts]
+        sums, wrongs = [0.0] * len(log_ts), [0.0] * len(log_ts)
         for rows in cache_row_slices(*scores.shape, scores.device):
             chunk = scores[rows]
             z = torch.empty_like(chunk)
@@ -502,9 +517,10 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
                     z.sub_(z.amax(1, keepdim=True))
                 # (the flush: this calibration took 0.88 s without it, 0.53 s with, on magic)
                 sums_1 = torch.nn.functional.linear(flush_tiny_(z).exp_(), values_1t)
-                pred = sums_1[:, :-1] / sums_1[:, -1:]
-                sums[j] += float(weighted_loss(pred, rows))
-        return [s / float(total) for s in sums]
+                loss_sum, wrong = terms(sums_1[:, :-1] / sums_1[:, -1:], rows)
+                sums[j] += loss_sum
+                wrongs[j] = max(wrongs[j], wrong)
+        return [objective(*pair) for pair in zip(sums, wrongs, strict=True)]
 
     best, best_loss = float(log_temperature), math.inf
     for half, step in _CALIBRATION_GRIDS:

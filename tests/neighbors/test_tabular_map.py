@@ -116,14 +116,44 @@ def test_calibrated_temperature_minimises_the_validation_loss():
 
     @torch.no_grad()
     def loss_at(t):
+        # the validation log-loss with one pseudo-error: the likeliest wrong class of any point
         pred = torch.softmax(-torch.cdist(phi(X[val]), phi(X[train])) / t, 1) @ values[train]
-        return float(-torch.log((pred * values[val]).sum(1)).mean())
+        losses = -torch.log((pred * values[val]).sum(1))
+        wrong = pred.masked_fill(values[val] > 0, 0.0).max()
+        return float((losses.sum() - torch.log(wrong)) / (len(losses) + 1))
 
     t = float(torch.exp(log_t))
     assert t != 1.0
     assert best == pytest.approx(loss_at(t), rel=1e-4)
     for factor in [0.5, 0.8, 1.25, 2.0]:
         assert best <= loss_at(t * factor) + 1e-6
+
+
+def test_a_perfectly_separated_validation_split_keeps_a_finite_temperature():
+    # Validation points all far on their class's side: their log-loss alone falls towards 0
+    # as T -> 0, and the test set's rare errors would then get probabilities near 0. The one
+    # pseudo-error of the calibration (its likeliest wrong class) keeps T where that error
+    # would still cost little.
+    g = torch.Generator().manual_seed(2)
+    labels = torch.arange(120) % 2
+    X = torch.randn(120, 2, generator=g) * 0.3
+    X[:, 0] += 3.0 * labels
+    values = torch.nn.functional.one_hot(labels, 2).float()
+    phi = build_map("tabular", n_components=2, n_numeric=2, cardinalities=[],
+                    numeric_embedding="none")
+    with torch.no_grad():
+        phi.linear.weight.copy_(torch.eye(2))
+        phi.linear.bias.zero_()
+    weight = torch.ones(120)
+    log_t = torch.tensor(0.0)
+    calibrate_temperature(phi, log_t, X[:80], values[:80], weight[:80],
+                          (X[80:], values[80:], weight[80:]), "log_loss")
+    with torch.no_grad():
+        pred = torch.softmax(-torch.cdist(X[80:], X[:80]) / torch.exp(log_t), 1) @ values[:80]
+    assert (pred.argmax(1) == labels[80:]).all()  # the split is perfectly separated
+    # the likeliest wrong class keeps a probability a test error would not be ruined by
+    assert float(pred.masked_fill(values[80:] > 0, 0.0).max()) > 1e-3
+    assert float(log_t) > -2.0
 
 
 def test_duplicated_rows_train_finite():
