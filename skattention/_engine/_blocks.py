@@ -31,9 +31,9 @@ class OnlineSoftmax:
         shift = torch.where(torch.isfinite(new_m), new_m, 0.0)
         alpha = batch_exp(self.m - shift)
         if inplace and z.shape[1] % _EXP_VECTOR == 0:
-            p = flush_tiny_(z.sub_(shift[:, None])).exp_()
+            p = flushed_exp(z.sub_(shift[:, None]), inplace=True)
         else:
-            p = batch_exp(flush_tiny_(z - shift[:, None]))
+            p = flushed_exp(z - shift[:, None])
         self.l = self.l * alpha + p.sum(1)
         self.o = self.o * alpha[:, None] + _rows_times(p, v)
         self.m = new_m
@@ -47,8 +47,7 @@ class OnlineSoftmax:
         result depends on its own data only): its weights then stay at most 1, as in the plain
         path, so a weighted sum overflows no sooner than there. A row whose running sum grows
         large over several blocks folds it into its shift."""
-        flush_tiny_(z)
-        p = z.exp_() if z.shape[1] % _EXP_VECTOR == 0 else batch_exp(z)
+        p = flushed_exp(z, inplace=z.shape[1] % _EXP_VECTOR == 0)
         block_l = p.sum(1)
         ok = block_l <= _LARGE_SUM  # False for inf and NaN too
         all_ok = bool(ok.all())
@@ -123,11 +122,30 @@ def flush_below(dtype):
 def flush_tiny_(z):
     """``z`` (logits less their row's largest, or less a running shift at most that) with
     the entries below :func:`flush_below` set to ``-inf``, in place: their weights become 0
-    instead of numbers beyond the dtype's precision. torch's ``exp`` is 40 to 170 times slower
-    on arguments below about -87 (float32; results subnormal or 0), and products with
-    subnormal weights about 100 times slower (measured): a sharp temperature puts many of a
-    row's keys there."""
+    instead of numbers beyond the dtype's precision (for ``torch.softmax``, whose exponential
+    is fast on ``-inf``; see :func:`flushed_exp` for ``exp``)."""
     return torch.nn.functional.threshold_(z, flush_below(z.dtype), NEG_INF)
+
+
+def flushed_exp(z, inplace=False):
+    """``exp(z)`` of logits less their row's largest (or less a running shift at most that),
+    with the weights at most ``exp(flush_below)`` set to 0; in place when ``inplace`` (the
+    caller knows the rows fill whole exp vectors or need not be rounded alike in any batch),
+    else as :func:`batch_exp`, rounded alike in any batch.
+
+    torch's ``exp`` is 40 to 170 times slower on arguments below about -87 (float32; results
+    subnormal or 0) and 20 to 40 times slower on ``-inf`` than on normal ones, and products
+    with subnormal weights about 100 times slower (measured): a sharp temperature puts many of
+    a row's keys there. So the arguments are clamped a unit below the cut (their exponentials
+    stay normal numbers), and the weights at most the cut's exponential are then zeroed: three
+    fast passes whatever the values."""
+    low = flush_below(z.dtype)
+    if inplace:
+        p = z.clamp_min_(low - 1.0).exp_()
+    else:
+        p = batch_exp(z.clamp_min(low - 1.0))
+    zero = torch.nn.functional.threshold if p.requires_grad else torch.nn.functional.threshold_
+    return zero(p, math.exp(low), 0.0)
 
 
 def flushed_softmax(z, row_max):
@@ -173,7 +191,7 @@ class _SingleBlockSoftmax(torch.autograd.Function):
             z.sub_(z.amax(1, keepdim=True))
             # (measured: a regressor on residual targets, whose sharper attention put many
             # weights below exp(-60), ran this pass and the backward up to 4 times slower)
-            flush_tiny_(z).exp_()
+            flushed_exp(z, inplace=True)
             z.div_(z.sum(1, keepdim=True))
             # z @ v as v^T's rows against z's: BLAS's (rows x keys) @ (keys x few) is about
             # 8 times slower than this form for a few values (measured, float32).

@@ -22,7 +22,7 @@ import math
 import torch
 
 from ._attention import attention
-from ._blocks import flush_tiny_
+from ._blocks import flushed_exp
 from ._budget import budget_bytes, cache_row_slices, plan_rows
 from ._scores import Scorer
 
@@ -515,8 +515,9 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
                 else:
                     torch.add(log_prior, chunk, alpha=math.exp(-log_t), out=z)
                     z.sub_(z.amax(1, keepdim=True))
-                # (the flush: this calibration took 0.88 s without it, 0.53 s with, on magic)
-                sums_1 = torch.nn.functional.linear(flush_tiny_(z).exp_(), values_1t)
+                # (the flush: this calibration took 0.88 s without it, 0.53 s with, on magic;
+                # values^T @ p^T: 4 times faster than p @ values for a few values, measured)
+                sums_1 = (values_1t @ flushed_exp(z, inplace=True).T).T
                 loss_sum, wrong = terms(sums_1[:, :-1] / sums_1[:, -1:], rows)
                 sums[j] += loss_sum
                 wrongs[j] = max(wrongs[j], wrong)
