@@ -5,6 +5,8 @@
     python benchmarks/bench_tabular.py --models attention --recipe dropout=0.1 --tag drop01
     python benchmarks/bench_tabular.py --report               # summary from the cached JSON
     python benchmarks/bench_tabular.py --quick               # smoke test: 2 small sets, 1 seed
+    python benchmarks/bench_tabular.py --split dev --models skattention:b512 \
+        --set skattention.neighbors._base:_TABULAR_BATCH=512 --out /tmp/b512.json
 
 Datasets and their DEV / HELD-OUT assignment are in ``tabular_datasets.py``. Every model sees the
 same 75/25 splits (stratified for classification), one per seed (3 seeds by default), on the raw
@@ -32,7 +34,9 @@ LightGBM):
 """
 
 import argparse
+import ast
 import fcntl
+import importlib
 import json
 import os
 import pathlib
@@ -430,6 +434,20 @@ def _overrides(items):
     return recipe
 
 
+def _set_constants(items):
+    """Apply ``module:NAME=value`` overrides (``value`` a Python literal) to module constants
+    before any model is built: defaults that are not estimator parameters, e.g.
+    ``skattention.neighbors._base:_TABULAR_BATCH=512`` (store such runs under a tag)."""
+    for item in items:
+        target, _, value = item.partition("=")
+        module, _, name = target.partition(":")
+        mod = importlib.import_module(module)
+        if not hasattr(mod, name):
+            raise SystemExit(f"--set: {module} has no {name}")
+        setattr(mod, name, ast.literal_eval(value))
+        print(f"set {module}.{name} = {getattr(mod, name)!r}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -455,6 +473,9 @@ def main():
     parser.add_argument("--variant", nargs="+", action="append", default=[],
                         metavar=("TAG", "K=V"),
                         help="with --timing: recipe overrides of a model attention:TAG")
+    parser.add_argument("--set", nargs="*", default=[], metavar="MODULE:NAME=VALUE",
+                        help="override module constants (defaults that are not estimator "
+                             "parameters), e.g. skattention.neighbors._base:_TABULAR_BATCH=512")
     parser.add_argument("--also", nargs="*", default=[],
                         help="other result files merged into the summary (read only)")
     args = parser.parse_args()
@@ -469,6 +490,7 @@ def main():
     variants = {tag: _overrides(items) for tag, *items in args.variant}
     if args.tag:
         models = [f"attention:{args.tag}" if m == "attention" else m for m in models]
+    _set_constants(args.set)
     out_path = pathlib.Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
