@@ -481,3 +481,21 @@ def test_sharp_temperature_matches_the_reference(dtype, working_memory):
                     temperature=0.02, working_memory=working_memory, backend="stream")
     tol = 1e-4 if dtype == torch.float32 else 1e-10
     torch.testing.assert_close(out.double(), expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_online_softmax_keeps_a_nan_logit_visible(inplace):
+    # The flush of tiny weights (threshold: NaN is not at most the cut, so it stays NaN) must
+    # keep a NaN logit (a bug upstream) visible in its row's output, which attention reports,
+    # not turn it into a weight of 0 (as a where(p > cut, p, 0) would).
+    from skattention._engine._blocks import OnlineSoftmax
+
+    z = torch.zeros(4, 32)
+    z[:, 1:] = -100.0  # far below the flush
+    z[2, 5] = math.nan
+    v = torch.ones(32, 1)
+    state = OnlineSoftmax(4, 1, z)
+    state.update(z.clone(), v, inplace)
+    out = state.result()
+    assert torch.isnan(out[2]).all()
+    torch.testing.assert_close(out[[0, 1, 3]], torch.ones(3, 1), rtol=0, atol=0)
