@@ -460,8 +460,9 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     """Set ``log_temperature`` (in place) to the value with the lowest validation loss of the
     trained map: the validation points of ``validation = (X_val, values_val, weight_val)``
     attend to all training points ``X``. A grid of ``log T`` over +-2.5 around the current value
-    (step 0.5), then grids of step 0.1 and 0.02 around the best point found so far.
-    Returns the validation loss at the chosen temperature."""
+    (step 0.5), then grids of step 0.1 and 0.02 around the best point found so far. For
+    ``loss="log_loss"`` the validation loss counts one pseudo-error more (see below).
+    Returns the minimised objective: the validation loss, with that pseudo-error."""
     X_val, values_val, weight_val = validation
     metric_map.eval()
     keys, queries = metric_map.key(X), metric_map.query(X_val)
