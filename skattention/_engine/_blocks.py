@@ -119,19 +119,12 @@ def flush_below(dtype):
     return -600.0 if dtype == torch.float64 else -60.0
 
 
-def flush_tiny_(z):
-    """``z`` (logits less their row's largest, or less a running shift at most that) with
-    the entries below :func:`flush_below` set to ``-inf``, in place: their weights become 0
-    instead of numbers beyond the dtype's precision (for ``torch.softmax``, whose exponential
-    is fast on ``-inf``; see :func:`flushed_exp` for ``exp``)."""
-    return torch.nn.functional.threshold_(z, flush_below(z.dtype), NEG_INF)
-
-
 def flushed_exp(z, inplace=False):
     """``exp(z)`` of logits less their row's largest (or less a running shift at most that),
     with the weights at most ``exp(flush_below)`` set to 0; in place when ``inplace`` (the
     caller knows the rows fill whole exp vectors or need not be rounded alike in any batch),
-    else as :func:`batch_exp`, rounded alike in any batch.
+    else as :func:`batch_exp`, rounded alike in any batch (:func:`flushed_softmax` for
+    ``torch.softmax``, whose exponential is fast on ``-inf``).
 
     torch's ``exp`` is 40 to 170 times slower on arguments below about -87 (float32; results
     subnormal or 0) and 20 to 40 times slower on ``-inf`` than on normal ones, and products
@@ -150,9 +143,11 @@ def flushed_exp(z, inplace=False):
 
 def flushed_softmax(z, row_max):
     """``softmax(z, 1)`` of logits whose rows' largest entries are ``row_max`` (finite), with
-    the weights below ``exp(flush_below)`` of a row's largest set to 0 (:func:`flush_tiny_`).
+    the weights below ``exp(flush_below)`` of a row's largest set to 0: their logits become
+    ``-inf``, on which softmax's exponential is fast (``torch.exp`` is not: :func:`flushed_exp`).
     Otherwise the same numbers: softmax subtracts each row's largest itself, here 0."""
-    return torch.softmax(flush_tiny_(z - row_max.detach()[:, None]), 1)
+    shifted = z - row_max.detach()[:, None]
+    return torch.softmax(torch.nn.functional.threshold_(shifted, flush_below(z.dtype), NEG_INF), 1)
 
 
 def _outer_rows(a, b, out):

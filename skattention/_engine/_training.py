@@ -307,8 +307,7 @@ def train_metric(
     """
     history = history or TrainingHistory()
     device, n = X.device, X.shape[0]
-    # unit weights: no log-prior at all (adding zeros is one more pass over every score block)
-    log_prior = torch.log(weight) if bool((weight != 1).any()) else None
+    log_prior = _key_log_prior(weight)
     groups = [{"params": list(metric_map.parameters()), "weight_decay": weight_decay}]
     if log_temperature.requires_grad:
         groups.append({"params": [log_temperature], "weight_decay": 0.0})
@@ -466,7 +465,7 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     X_val, values_val, weight_val = validation
     metric_map.eval()
     keys, queries = metric_map.key(X), metric_map.query(X_val)
-    log_prior, total = torch.log(weight), weight_val.sum()
+    log_prior, total = _key_log_prior(weight), weight_val.sum()
     # Every candidate temperature scales the same scores: computed once when they, the logits
     # and their softmax fit the working memory (an attention call per temperature otherwise),
     # and each cache-sized chunk of them is scored at every temperature of a grid while it is
@@ -478,7 +477,6 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
         scores = scorer.logits(scorer.prepare_queries(queries), 0, scorer.n_keys, scale=1.0)
         # [values, 1]^T: one product gives each row's weighted values and its normaliser
         values_1t = torch.cat([values, values.new_ones((values.shape[0], 1))], 1).T.contiguous()
-        uniform_prior = not bool(log_prior.any())
 
     def terms(pred, rows):
         """The rows' weighted loss and (classes) the largest probability of a wrong class."""
@@ -508,10 +506,10 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
         for rows in cache_row_slices(*scores.shape, scores.device):
             chunk = scores[rows]
             z = torch.empty_like(chunk)
-            if uniform_prior:  # max(scores / T) = max(scores) / T: one shift for every T
+            if log_prior is None:  # max(scores / T) = max(scores) / T: one shift for every T
                 shifted = chunk - chunk.amax(1, keepdim=True)
             for j, log_t in enumerate(log_ts):
-                if uniform_prior:
+                if log_prior is None:
                     torch.mul(shifted, math.exp(-log_t), out=z)
                 else:
                     torch.add(log_prior, chunk, alpha=math.exp(-log_t), out=z)
@@ -536,6 +534,12 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     best = min(max(best, 0.5 * math.log(info.tiny)), 0.5 * math.log(info.max))
     log_temperature.fill_(best)
     return best_loss
+
+
+def _key_log_prior(weight):
+    """The sample weights as the keys' log-prior; ``None`` for unit weights (a prior of zeros
+    changes nothing and adding it is one more pass over every score block)."""
+    return torch.log(weight) if bool((weight != 1).any()) else None
 
 
 def _exp_in_range(log_t):
