@@ -390,6 +390,24 @@ def test_training_with_a_temperature_outside_float32(log_t):
     assert history.n_iter == 2 and np.isfinite(history.loss_curve).all()
 
 
+def test_training_whose_images_overflow_says_it_diverged():
+    """A training step does not check its internal tensors (the map's images) as the public
+    attention does; a map whose images overflow float32 gives a non-finite minibatch loss,
+    which is a clear ValueError, not NaN parameters or a torch traceback."""
+    from skattention._engine import build_map, train_metric
+
+    X = torch.randn(10, 2, generator=torch.Generator().manual_seed(0))
+    values = torch.nn.functional.one_hot(torch.arange(10) % 2).float()
+    metric_map = build_map("linear", np.eye(2) * 1e30)  # squared distances overflow float32
+    with pytest.raises(ValueError, match="Training diverged"):
+        train_metric(
+            metric_map, torch.tensor(0.0, requires_grad=True), X, values, "log_loss",
+            torch.ones(10), max_iter=1, batch_size=5, n_candidates=8, learning_rate=1e-2,
+            weight_decay=0.0, n_iter_no_change=10, tol=0.0,
+            generator=torch.Generator().manual_seed(0),
+        )
+
+
 @pytest.mark.parametrize(
     "name", ["MetricAttentionClassifier", "MetricAttentionRegressor", "MetricAttentionTransformer"]
 )

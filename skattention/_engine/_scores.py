@@ -16,6 +16,8 @@ alone. :meth:`Scorer.margin` bounds their rounding error and :meth:`Scorer.exact
 coordinates) that ``_exact.py`` settles the close calls with.
 """
 
+import functools
+
 import torch
 
 from ._budget import CPU_BLOCK_ENTRIES, plan_rows
@@ -58,7 +60,7 @@ class Scorer:
         ``-||phi(q) - phi(k)||^2``.
     """
 
-    def __init__(self, keys, metric):
+    def __init__(self, keys, metric, check_finite=True):
         self.metric = metric
         self.n_features = keys.shape[1]
         self.phi = metric if callable(metric) else None
@@ -73,12 +75,10 @@ class Scorer:
             # -||k||^2, the per-key offset of the partial score.
             self.key_offset = -(keys * keys).sum(1)
             self.coef = 2.0
-            key_sq = -self.key_offset
         else:
             self.shift = None
             self.key_offset = None
             self.coef = 1.0
-            key_sq = (keys * keys).sum(1)
         # [k; -||k||^2], transposed: partial scores as one product of [coef q, 1] (no bias
         # copy into the score block); None under autograd and for "dot"
         self.keys_aug_t = None
@@ -101,16 +101,27 @@ class Scorer:
                 self.keys_aug_t, self.keys_t = self.keys_t, self.keys_t[:-1]
             self.keys = self.keys_t.T
         self.n_keys, self.dim = keys.shape
-        if not bool(torch.isfinite(keys).all()) or (
+        # (``check_finite=False``: a training step, whose keys are the map's images of checked
+        # inputs and whose loss is checked instead: the two passes and their reductions were
+        # a tenth of a step's time on two threads)
+        if check_finite and (not bool(torch.isfinite(keys).all()) or (
             self.key_offset is not None and not bool(torch.isfinite(self.key_offset).all())
-        ):
+        )):
             raise ValueError(
                 "Key coordinates overflow the compute dtype once squared; rescale the data "
                 "or use dtype=torch.float64."
             )
-        # the largest ||k||^2 (centred), for the rounding margin of the fast scores
-        self.max_key_sq = float(key_sq.detach().max()) if self.n_keys else 0.0
         self._remembered = {}
+
+    @functools.cached_property
+    def max_key_sq(self):
+        """The largest ``||k||^2`` of the (centred) keys, for the rounding margin of the fast
+        scores (:meth:`margin`); computed when first needed (a host synchronisation)."""
+        if not self.n_keys:
+            return 0.0
+        key_sq = -self.key_offset if self.key_offset is not None else (
+            self.keys * self.keys).sum(1)
+        return float(key_sq.detach().max())
 
     def remembered(self, name, source, build, *key):
         """``build()``, remembered on these keys under ``name`` while ``source`` (a per-key

@@ -22,8 +22,8 @@ import math
 import torch
 
 from ._attention import attention
-from ._blocks import flushed_exp
-from ._budget import budget_bytes, cache_row_slices, plan_rows
+from ._blocks import flushed_exp, mask_self, single_block_attention
+from ._budget import CPU_WHOLE_ROW_KEYS, budget_bytes, cache_row_slices, plan_rows
 from ._scores import Scorer
 
 _LOG_EPS = 1e-7  # floor of a propagated class probability inside the log-loss
@@ -340,20 +340,23 @@ def train_metric(
         # working_memory is split into chunks whose gradients are accumulated (same sum).
         rows = batch_rows(candidates.numel(), values.shape[1], keys.shape[1], X.element_size())
         prior = None if log_prior is None else log_prior[cand_d]
+        scorer, cand_values = Scorer(keys, metric_map.kind, check_finite=False), values[cand_d]
         optimizer.zero_grad(set_to_none=True)
         batch_loss, w_sum = 0.0, w.sum()
         for s in range(0, batch.numel(), rows):
             e = min(batch.numel(), s + rows)
-            out = attention(
-                queries[s:e], keys, values[cand_d], metric=metric_map.kind,
-                temperature=temperature, log_prior=prior, exclude_self=own_d[s:e],
-                on_empty="zero", device=device, dtype=X.dtype,
-            )
+            out = _minibatch_attention(queries[s:e], scorer, cand_values, temperature, prior,
+                                       own_d[s:e])
             per_point = _loss(out, values[batch_d[s:e]], loss)
             part = (w[s:e] * per_point).sum() / w_sum
             part.backward(retain_graph=e < batch.numel())
             batch_loss += float(part.detach())
             del out, per_point, part  # free this chunk's scores before the next chunk's
+        if not math.isfinite(batch_loss):
+            raise ValueError(
+                "Training diverged: the minibatch loss is not finite (the map's images overflow "
+                "the compute dtype); lower learning_rate, rescale the data or use float64."
+            )
         return batch_loss, float(w_sum)
 
     def snapshot():
@@ -403,6 +406,25 @@ def train_network(net, X, y, *, max_iter, batch_size, learning_rate, weight_deca
         net, optimizer, max_iter=max_iter, step=step, callbacks=callbacks,
         batches=lambda: order().split(batch_size),
     )
+
+
+def _minibatch_attention(queries, scorer, values, temperature, log_prior, own):
+    """The attention of a training step: :func:`attention` of the minibatch ``queries`` over
+    the candidate keys prepared in ``scorer``, each query's own key ``own`` excluded, computed
+    as its streaming backend computes it (one block of every key), without the public entry's
+    checks of its arguments: they are internal tensors of the step, whose loss is checked
+    instead, and at 256 x 512 candidates those checks and the dispatch took about a tenth of a
+    step. Where that backend would do otherwise (more keys than one block holds, a row that
+    could be left without a key) it is :func:`attention` itself."""
+    if scorer.n_keys <= CPU_WHOLE_ROW_KEYS:
+        out = single_block_attention(
+            scorer, scorer.centre(queries), values, 1.0 / temperature, log_prior,
+            lambda z, rows: mask_self(z, own[rows], slice(None), 0, scorer.n_keys, inplace=True))
+        if out is not None:
+            return out
+    return attention(queries, scorer.raw, values, metric=scorer.metric, temperature=temperature,
+                     log_prior=log_prior, exclude_self=own, on_empty="zero",
+                     device=queries.device, dtype=queries.dtype)
 
 
 def batch_rows(n_candidates, n_values, dim, itemsize, working_memory=None):
