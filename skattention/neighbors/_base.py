@@ -69,6 +69,16 @@ _TABULAR_BATCH = 256
 _TABULAR_CANDIDATES = 256
 # the validation pass of each epoch attends to at most this many training points
 _VALIDATION_KEYS = 2048
+# Validation and the kept model use an exponential moving average of the parameters (this
+# decay per step, less where an epoch has fewer than 10 steps: the average spans at most an
+# epoch), whose validation loss is smooth enough to stop after 3 epochs without improvement
+# (the default n_iter_no_change). Chosen on the tabular benchmark's DEV sets (19 datasets, seeds
+# 0-4, against the parameters themselves with patience 5): 15-31% fewer epochs, family means
+# within 0.001 (accuracy, ROC-AUC, R^2) and 0.0016 (log-loss); metric="mlp" and "linear" on the
+# continuous DEV sets (seeds 0-2): accuracy and ROC-AUC within 0.0005, log-loss within 0.0015.
+# (A decay of 0.9 whatever the epoch's length was as good on DEV but lagged by epochs behind a
+# linear map trained one step an epoch: see train_metric.)
+_AVERAGE_DECAY = 0.9
 # Rows mapped at once by the learned map (fewer when working_memory is smaller).
 _EMBED_CHUNK = 65536
 # Query arrays of at most this many rows take the few-rows path of predict (one block).
@@ -123,7 +133,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
                  n_components=None, numeric_embedding="auto", hidden_size=256, n_blocks=1,
                  activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
                  learning_rate=1e-2, weight_decay=2e-4, sample_rate="auto", early_stopping=True,
-                 validation_fraction=0.15, n_iter_no_change=5, tol=1e-4, warm_start=False,
+                 validation_fraction=0.15, n_iter_no_change=3, tol=1e-4, warm_start=False,
                  random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
                  categorical_features="from_dtype"):
         self.metric = metric
@@ -387,6 +397,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
                     learning_rate=self.learning_rate, weight_decay=self.weight_decay,
                     n_iter_no_change=self.n_iter_no_change, tol=self.tol, generator=generator,
                     max_validation_keys=_VALIDATION_KEYS, history=previous,
+                    average=_AVERAGE_DECAY,
                     optimizer_state=getattr(self, "_optimizer_state", None) if warm else None,
                     callbacks=[report, EpochTasks(self, lambda: self._epoch_attributes(
                         X, metric_map, log_t))],

@@ -82,12 +82,15 @@ LEARNING = """n_components : int, default=None
         Hold out ``validation_fraction`` of the training data (stratified for classes) and stop
         when the loss on it has not improved by ``tol`` for ``n_iter_no_change`` epochs,
         restoring the best epoch; each epoch's validation points attend to a fixed sample of at
-        most 2,048 training points. Without it, the same rule applies to the training loss. The
-        validation points also calibrate ``temperature="auto"`` after training. Prediction
-        attends to all the points given to ``fit``, the validation points included.
+        most 2,048 training points. What is validated, and kept, is an exponential moving average
+        of the parameters over the training steps (decay 0.9 per step), whose validation loss
+        varies less from epoch to epoch than the parameters' own. Without early stopping, the
+        same rule applies to the training loss (and the parameters themselves). The validation
+        points also calibrate ``temperature="auto"`` after training. Prediction attends to all
+        the points given to ``fit``, the validation points included.
     validation_fraction : float in (0, 1), default=0.15
         Held-out fraction for early stopping.
-    n_iter_no_change : int, default=5
+    n_iter_no_change : int, default=3
         Epochs without improvement before stopping.
     tol : float, default=1e-4
         Minimum improvement of the validation score (or training loss).

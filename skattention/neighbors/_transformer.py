@@ -68,7 +68,7 @@ class MetricAttentionTransformer(
         Stop on the loss of a held-out validation set (see :class:`MetricAttentionClassifier`).
     validation_fraction : float in (0, 1), default=0.15
         Held-out fraction for early stopping.
-    n_iter_no_change : int, default=5
+    n_iter_no_change : int, default=3
         Epochs without improvement before stopping.
     tol : float, default=1e-4
         Minimum improvement.
@@ -138,7 +138,7 @@ class MetricAttentionTransformer(
                  numeric_embedding="auto", hidden_size=256, n_blocks=1, activation="relu",
                  dropout=0.0, max_iter=100, batch_size="auto", learning_rate=1e-2,
                  weight_decay=2e-4, sample_rate="auto", early_stopping=True,
-                 validation_fraction=0.15, n_iter_no_change=5, tol=1e-4, warm_start=False,
+                 validation_fraction=0.15, n_iter_no_change=3, tol=1e-4, warm_start=False,
                  random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
                  categorical_features="from_dtype"):
         # n_neighbors and radius, the base's prediction-time priors, keep their default None: a

@@ -96,7 +96,8 @@ def test_training_defaults(monkeypatch, n, batch, candidates):
         MetricAttentionClassifier(random_state=0).fit(X, y)
     assert (seen["batch_size"], seen["n_candidates"]) == (batch, candidates)
     assert seen["learning_rate"] == 1e-2 and seen["weight_decay"] == 2e-4
-    assert seen["n_iter_no_change"] == 5 and seen["max_validation_keys"] == 2048
+    assert seen["n_iter_no_change"] == 3 and seen["max_validation_keys"] == 2048
+    assert seen["average"] == 0.9
     assert len(seen["validation"][0]) == math.ceil(0.15 * n)
 
 
