@@ -31,16 +31,19 @@ _SMALL_CALL_WORK = 1 << 22
 _AHEAD_PER_WORKER = 2
 
 
-@contextlib.contextmanager
 def small_calls_single_threaded(spec):
     """Run a small CPU call (a few queries: a web service's single row) on the calling thread's
     one core: its kernels are too short for a parallel region to pay, and on a busy machine every
     region waits for a descheduled thread (measured: a single-row predict 5.5 ms with two torch
     threads under load, 1.35 ms with one). The caller's thread count is restored afterwards."""
-    threads = torch.get_num_threads()
     width = spec.scorer.dim + (spec.values.shape[1] if spec.values is not None else 0)
-    small = spec.n_queries * spec.n_keys * width < _SMALL_CALL_WORK
-    if spec.device.type != "cpu" or threads < 2 or not small:
+    return small_work_single_threaded(spec.n_queries * spec.n_keys * width, spec.device)
+
+
+@contextlib.contextmanager
+def small_work_single_threaded(work, device):
+    """:func:`small_calls_single_threaded` of a call of ``work`` multiply-adds on ``device``."""
+    if device.type != "cpu" or torch.get_num_threads() < 2 or not work < _SMALL_CALL_WORK:
         yield
         return
     with one_thread():

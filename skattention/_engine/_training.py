@@ -24,6 +24,7 @@ import torch
 from ._attention import attention
 from ._blocks import flushed_exp, mask_self, single_block_attention
 from ._budget import CPU_WHOLE_ROW_KEYS, budget_bytes, cache_row_slices, plan_rows
+from ._parallel import small_work_single_threaded
 from ._scores import Scorer
 
 _LOG_EPS = 1e-7  # floor of a propagated class probability inside the log-loss
@@ -345,6 +346,8 @@ def train_metric(
         keys = metric_map.key(X[cand_d])
         queries = keys[own_d] if symmetric else metric_map.query(X[batch_d])
         temperature = _exp_in_range(log_temperature)
+        if not log_temperature.requires_grad:
+            temperature = float(temperature)  # a fixed temperature: a float, as attention() has it
         # Under autograd a step's scores stay alive until backward: a batch too large for
         # working_memory is split into chunks whose gradients are accumulated (same sum).
         rows = batch_rows(candidates.numel(), values.shape[1], keys.shape[1], X.element_size())
@@ -411,6 +414,11 @@ def train_metric(
         batches=lambda: torch.randperm(n, generator=generator).split(batch_size),
         callbacks=[stopping, *callbacks, *swap_back],
     )
+    if swap_back and stopping.best_state is None:
+        # no epoch of this fit beat the best of an earlier one (warm start): keep the last
+        # validated parameters, the average, rather than live ones no epoch validated
+        stepper.swap_in()
+        stepper.live = None
     return history, optimizer.state_dict()
 
 
@@ -485,9 +493,12 @@ def _minibatch_attention(queries, scorer, values, temperature, log_prior, own):
     step. Where that backend would do otherwise (more keys than one block holds, a row that
     could be left without a key) it is :func:`attention` itself."""
     if scorer.n_keys <= CPU_WHOLE_ROW_KEYS:
-        out = single_block_attention(
-            scorer, scorer.centre(queries), values, 1.0 / temperature, log_prior,
-            lambda z, rows: mask_self(z, own[rows], slice(None), 0, scorer.n_keys, inplace=True))
+        work = queries.shape[0] * scorer.n_keys * (scorer.dim + values.shape[1])
+        with small_work_single_threaded(work, queries.device):  # as attention() runs it
+            out = single_block_attention(
+                scorer, scorer.centre(queries), values, 1.0 / temperature, log_prior,
+                lambda z, rows: mask_self(z, own[rows], slice(None), 0, scorer.n_keys,
+                                          inplace=True))
         if out is not None:
             return out
     return attention(queries, scorer.raw, values, metric=scorer.metric, temperature=temperature,

@@ -83,8 +83,9 @@ LEARNING = """n_components : int, default=None
         when the loss on it has not improved by ``tol`` for ``n_iter_no_change`` epochs,
         restoring the best epoch; each epoch's validation points attend to a fixed sample of at
         most 2,048 training points. What is validated, and kept, is an exponential moving average
-        of the parameters over the training steps (decay 0.9 per step), whose validation loss
-        varies less from epoch to epoch than the parameters' own. Without early stopping, the
+        of the parameters over the training steps (decay 0.9 per step, at most
+        ``1 - 1 / steps_per_epoch``: it spans at most an epoch), whose validation loss varies
+        less from epoch to epoch than the parameters' own. Without early stopping, the
         same rule applies to the training loss (and the parameters themselves). The validation
         points also calibrate ``temperature="auto"`` after training. Prediction attends to all
         the points given to ``fit``, the validation points included.

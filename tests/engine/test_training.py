@@ -1,9 +1,10 @@
 """The training loop's averaged parameters (``train_metric(average=...)``)."""
 
 import numpy as np
+import pytest
 import torch
 
-from skattention._engine import build_map, train_metric
+from skattention._engine import _training, attention, build_map, train_metric
 from skattention._engine._training import Adam, _AveragingOptimizer
 
 
@@ -66,3 +67,72 @@ def test_epochs_of_one_step_are_not_averaged():
     history, weight, log_t = _train(0.9, batch_size=200)
     assert history.validation_losses == plain_history.validation_losses
     assert torch.equal(weight, plain_weight) and log_t == plain_t
+
+
+def _old_step_attention(queries, scorer, values, temperature, log_prior, own):
+    """A training step's attention as it was computed before its own entry: the public one."""
+    return attention(queries, scorer.raw, values, metric=scorer.metric, temperature=temperature,
+                     log_prior=log_prior, exclude_self=own, on_empty="zero",
+                     device=queries.device, dtype=queries.dtype)
+
+
+@pytest.mark.parametrize("kind", ["linear", "mlp", "dot", "tabular"])
+@pytest.mark.parametrize("learned", [True, False])
+@pytest.mark.parametrize("zero_weight", [False, True])
+def test_training_steps_compute_what_the_public_attention_computes(
+        monkeypatch, kind, learned, zero_weight):
+    """The step's own attention entry (no argument checks) gives every training loss of the
+    public entry to the bit: learned or fixed temperature (a fixed one other than 1 is a float,
+    as the public entry makes it), every map kind, zero sample weights (-inf priors)."""
+    X, values = _problem()
+    weight = torch.ones(240)
+    if zero_weight:
+        weight[::7] = 0.0
+
+    def fit():
+        torch.manual_seed(0)
+        if kind == "tabular":
+            metric_map = build_map("tabular", n_components=3, n_numeric=3, cardinalities=[])
+        else:
+            metric_map = build_map(kind, np.eye(3))
+        log_t = torch.tensor(-0.7, requires_grad=learned)
+        history, _ = train_metric(
+            metric_map, log_t, X, values, "log_loss", weight, max_iter=2, batch_size=64,
+            n_candidates=150, learning_rate=5e-2, weight_decay=0.0, n_iter_no_change=100,
+            tol=0.0, generator=torch.Generator().manual_seed(0))
+        return history.loss_curve
+
+    new = fit()
+    monkeypatch.setattr(_training, "_minibatch_attention", _old_step_attention)
+    assert new == fit()
+
+
+def test_a_warm_start_without_improvement_keeps_the_last_validated_parameters():
+    """When no epoch of a continued fit beats the best of the earlier one, nothing is restored:
+    the map is left with the average the last epoch validated, not the live parameters that no
+    epoch validated."""
+    from skattention._engine._training import validation_score
+
+    X, values = _problem()
+    train, val = slice(0, 200), slice(200, 240)
+    validation = (X[val], values[val], torch.ones(40))
+    torch.manual_seed(0)
+    metric_map = build_map("mlp", np.eye(3))
+    log_t = torch.tensor(0.0, requires_grad=True)
+    kwargs = dict(validation=validation, batch_size=20, n_candidates=200, weight_decay=0.0,
+                  n_iter_no_change=100, tol=0.0, average=0.9)
+    history, state = train_metric(
+        metric_map, log_t, X[train], values[train], "log_loss", torch.ones(200), max_iter=8,
+        learning_rate=5e-2, generator=torch.Generator().manual_seed(0), **kwargs)
+    best = history.best_validation_loss
+    with torch.no_grad():  # a map moved far from its best: no epoch of the next fit improves
+        for p in metric_map.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(2)) * 3.0)
+    history, _ = train_metric(
+        metric_map, log_t, X[train], values[train], "log_loss", torch.ones(200), max_iter=2,
+        learning_rate=5e-2, generator=torch.Generator().manual_seed(1), history=history,
+        optimizer_state=state, **kwargs)
+    assert history.best_validation_loss == best < min(history.validation_losses[-2:])
+    _, final = validation_score(metric_map, log_t, X[train], values[train], None, validation,
+                                "log_loss")
+    assert final == history.validation_losses[-1]
