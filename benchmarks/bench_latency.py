@@ -114,7 +114,9 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--frame", action="store_true",
                         help="fit on and predict one-row pandas DataFrames (named columns)")
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--out", default=None,
+                        help="results file (default: results/latency.json, with --frame "
+                             "results/latency_frame.json)")
     args = parser.parse_args(argv)
     if args.quick:
         args.n_train, args.calls, args.max_iter = 500, 20, 2
@@ -157,8 +159,9 @@ def main(argv=None):
         rows.append({"model": name, "median_ms": 1e3 * median, "p90_ms": 1e3 * p90,
                      "ratio_to_hgb": ratio})
     if not args.quick:
-        pathlib.Path(args.out).write_text(json.dumps({"setup": header, "results": rows}, indent=1))
-        print(f"wrote {args.out}")
+        out = args.out or RESULTS.with_name("latency_frame.json" if args.frame else RESULTS.name)
+        pathlib.Path(out).write_text(json.dumps({"setup": header, "results": rows}, indent=1))
+        print(f"wrote {out}")
     return rows
 
 

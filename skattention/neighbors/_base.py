@@ -707,7 +707,8 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         X = self._numeric_frame_rows(X) if frame else self._check_X(X, reset=False)
         if X is None:
             return None
-        block = self._layout.dense(self._encoder.transform(X),
+        encoded = self._encoder.encode_float_rows(X)
+        block = self._layout.dense(self._encoder.transform(X) if encoded is None else encoded,
                                    np.float32 if X.dtype == np.float32 else np.float64)
         metric_map, keys, values, log_prior = self._ready_for_queries()
         Z = torch.as_tensor(block, dtype=keys.raw.dtype, device=keys.raw.device)

@@ -140,3 +140,41 @@ def test_prepared_keys_with_inference_mode_tensors(data):
     for _ in range(2):
         torch.testing.assert_close(attention(queries, outside, V, temperature=2.0), expected,
                                    rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n_rows", [1, 3, 4, 5])
+@pytest.mark.parametrize("with_prior", [False, True])
+@pytest.mark.parametrize("vector_values", [False, True])
+def test_a_few_rows_over_prepared_keys_equal_the_general_path(
+        data, dtype, n_rows, with_prior, vector_values):
+    """A few query tensors over prepared "euclidean" keys take attention()'s short lane (no
+    spec, no planning): the same numbers as raw keys through the general path, as a tensor,
+    including every row of the same queries in a larger batch."""
+    queries, keys, values = data
+    Q = torch.as_tensor(queries[:n_rows], dtype=dtype)
+    V = torch.as_tensor(values[:, 0] if vector_values else values, dtype=dtype)
+    prior = torch.as_tensor(np.log(np.arange(1, 301) / 300.0), dtype=dtype) if with_prior else None
+    prepared = prepare_keys(keys, metric="euclidean", device="cpu", dtype=dtype)
+    kwargs = dict(metric="euclidean", temperature=0.7, log_prior=prior)
+    fast = attention(Q, prepared, V, **kwargs)
+    general = attention(Q, torch.as_tensor(keys, dtype=dtype), V, **kwargs)
+    assert isinstance(fast, torch.Tensor) and fast.shape == general.shape
+    assert torch.equal(fast, general)
+    batch = attention(torch.as_tensor(queries, dtype=dtype), prepared, V, **kwargs)
+    assert torch.equal(fast, batch[:n_rows])
+
+
+def test_a_few_bad_rows_over_prepared_keys_are_reported_by_the_general_path(data):
+    queries, keys, values = data
+    prepared = prepare_keys(keys, metric="euclidean", device="cpu", dtype="float32")
+    Q = torch.as_tensor(queries[:1], dtype=torch.float32)
+    V = torch.as_tensor(values, dtype=torch.float32)
+    with pytest.raises(ValueError, match="queries contains NaN"):
+        attention(Q * np.nan, prepared, V, metric="euclidean", temperature=0.7)
+    with pytest.raises(ValueError, match="features"):
+        attention(Q[:, :2], prepared, V, metric="euclidean", temperature=0.7)
+    with pytest.raises(ValueError, match="values has 299 rows"):
+        attention(Q, prepared, V[1:], metric="euclidean", temperature=0.7)
+    with pytest.raises(ValueError, match="dtype"):
+        attention(Q, prepared, V, metric="euclidean", temperature=0.7, dtype="float64")
