@@ -209,10 +209,12 @@ class TabularMap(MetricMap):
         numbers = x[:, : self.n_numeric]
         if self.plr:
             z = 2 * math.pi * self.frequencies * numbers[..., None]
-            z = torch.relu(self.periodic(torch.cat([torch.cos(z), torch.sin(z)], -1)))
+            # (the layers' own function, not their modules' calls: a tenth of a single row's map)
+            z = torch.relu(nn.functional.linear(torch.cat([torch.cos(z), torch.sin(z)], -1),
+                                                self.periodic.weight, self.periodic.bias))
             numbers = z.flatten(1)
         if numbers.shape[1]:
-            out = self.linear(numbers)
+            out = nn.functional.linear(numbers, self.linear.weight, self.linear.bias)
         else:
             out = self.linear.bias.expand(x.shape[0], -1)
         if self.embedding is not None:
