@@ -149,7 +149,7 @@ def attention(
     if (isinstance(keys, Scorer) and n_neighbors is None and radius is None
             and exclude_self is False and not return_weights and backend == "auto"):
         out = _few_rows_over_prepared_keys(queries, keys, values, metric, temperature,
-                                           log_prior, device, dtype, working_memory)
+                                           log_prior, on_empty, device, dtype, working_memory)
         if out is not None:
             return out
     spec = make_spec(
@@ -210,7 +210,7 @@ def attention(
 
 
 def _few_rows_over_prepared_keys(queries, scorer, values, metric, temperature, log_prior,
-                                 device, dtype, working_memory):
+                                 on_empty, device, dtype, working_memory):
     """Dense attention of a few query rows (a tensor, at most ``ROW_MULTIPLE``: a web
     service's single row) over keys prepared for the ``"euclidean"`` kind (a learned tabular
     metric's predict), computed as the streaming backend computes it (one block of every key,
@@ -218,7 +218,9 @@ def _few_rows_over_prepared_keys(queries, scorer, values, metric, temperature, l
     of the general path (a quarter of a single-row call). ``None`` where the general path
     applies (it then checks the arguments and says what is wrong): anything else, a result
     that is not finite, values or a prior not remembered on the keys checked."""
-    if (scorer.squared or not isinstance(queries, torch.Tensor) or queries.ndim != 2
+    if (scorer.squared or scorer.n_keys == 0 or not isinstance(queries, torch.Tensor)
+            or queries.ndim != 2 or on_empty not in ("raise", "zero")
+            or (torch.is_grad_enabled() and scorer.keys.requires_grad)
             or not 0 < queries.shape[0] <= ROW_MULTIPLE or queries.requires_grad
             or queries.dtype != scorer.raw.dtype or queries.device != scorer.raw.device
             or queries.shape[1] != scorer.n_features or scorer.n_keys > CPU_WHOLE_ROW_KEYS
@@ -227,13 +229,16 @@ def _few_rows_over_prepared_keys(queries, scorer, values, metric, temperature, l
             or not isinstance(values, torch.Tensor) or values.requires_grad
             or not (log_prior is None or isinstance(log_prior, torch.Tensor))):
         return None
-    check_prepared(scorer, metric, device, dtype)
     dev, dt = scorer.raw.device, scorer.raw.dtype
-    V = _remembered(scorer, "values", values,
-                    lambda: as_tensor(values, "values", dev, dt, ndims=(1, 2)))
-    prior_vec, prior_fn, key_mask = _remembered(
-        scorer, "log_prior", log_prior,
-        lambda: _checked_log_prior(log_prior, scorer.n_keys, dev, dt))
+    try:  # any error is the general path's to report, in its order
+        check_prepared(scorer, metric, device, dtype)
+        V = _remembered(scorer, "values", values,
+                        lambda: as_tensor(values, "values", dev, dt, ndims=(1, 2)))
+        prior_vec, prior_fn, key_mask = _remembered(
+            scorer, "log_prior", log_prior,
+            lambda: _checked_log_prior(log_prior, scorer.n_keys, dev, dt))
+    except (ValueError, TypeError):
+        return None
     if V.shape[0] != scorer.n_keys or key_mask is not None or (
             prior_vec is not None and prior_vec.requires_grad):
         return None

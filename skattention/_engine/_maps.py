@@ -209,12 +209,10 @@ class TabularMap(MetricMap):
         numbers = x[:, : self.n_numeric]
         if self.plr:
             z = 2 * math.pi * self.frequencies * numbers[..., None]
-            # (the layers' own function, not their modules' calls: a tenth of a single row's map)
-            z = torch.relu(nn.functional.linear(torch.cat([torch.cos(z), torch.sin(z)], -1),
-                                                self.periodic.weight, self.periodic.bias))
+            z = torch.relu(self.periodic(torch.cat([torch.cos(z), torch.sin(z)], -1)))
             numbers = z.flatten(1)
         if numbers.shape[1]:
-            out = nn.functional.linear(numbers, self.linear.weight, self.linear.bias)
+            out = self.linear(numbers)
         else:
             out = self.linear.bias.expand(x.shape[0], -1)
         if self.embedding is not None:

@@ -178,3 +178,25 @@ def test_a_few_bad_rows_over_prepared_keys_are_reported_by_the_general_path(data
         attention(Q, prepared, V[1:], metric="euclidean", temperature=0.7)
     with pytest.raises(ValueError, match="dtype"):
         attention(Q, prepared, V, metric="euclidean", temperature=0.7, dtype="float64")
+
+
+def test_the_short_lane_leaves_to_the_general_path_what_it_does_not_cover(data):
+    """Keys that require grad, a bad on_empty, no keys, several bad arguments at once: the
+    general path's result or error, as without the short lane."""
+    queries, keys, values = data
+    Q = torch.as_tensor(queries[:1], dtype=torch.float32)
+    V = torch.as_tensor(values, dtype=torch.float32)
+    K = torch.as_tensor(keys, dtype=torch.float32).requires_grad_()
+    out = attention(Q, prepare_keys(K, metric="euclidean"), V, metric="euclidean",
+                    temperature=0.7)
+    assert out.requires_grad  # the general path's differentiable one-block softmax
+    torch.testing.assert_close(out, attention(Q, K, V, metric="euclidean", temperature=0.7),
+                               rtol=0, atol=0)
+    prepared = prepare_keys(keys, metric="euclidean", device="cpu", dtype="float32")
+    with pytest.raises(ValueError, match="on_empty"):
+        attention(Q, prepared, V, metric="euclidean", temperature=0.7, on_empty="bogus")
+    with pytest.raises(ValueError, match="keys is empty"):
+        attention(Q, prepare_keys(torch.zeros((0, 3)), metric="euclidean"),
+                  torch.zeros((0, 2)), metric="euclidean", temperature=0.7)
+    with pytest.raises(ValueError, match="queries contains NaN"):
+        attention(Q * np.nan, prepared, V * np.nan, metric="euclidean", temperature=0.7)
