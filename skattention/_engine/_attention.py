@@ -18,21 +18,21 @@ import math
 
 import torch
 
-from ._blocks import product_values
-from ._budget import _CPU_ROW_PASS_ENTRIES, CPU_WHOLE_ROW_KEYS, budget_bytes
+from ._blocks import pair_bytes
+from ._budget import budget_bytes
 from ._inputs import (
-    _checked_log_prior,
-    _remembered,
-    as_tensor,
     check_prepared,
     check_weights_count,
+    checked_log_prior,
+    checked_values,
     make_spec,
+    values_for_products,
 )
 from ._knn import knn_attention, nearest_keys
-from ._parallel import one_thread, small_calls_single_threaded
+from ._parallel import small_calls_single_threaded, small_work_single_threaded
 from ._scores import ROW_MULTIPLE, Scorer
 from ._sdpa import sdpa_attention, sdpa_pays
-from ._stream import one_block_attention, shifted_stream_pays, stream_attention
+from ._stream import dense_plan, one_block_attention, shifted_stream_pays, stream_attention
 
 _BACKENDS = ("auto", "stream", "sdpa")
 
@@ -213,57 +213,42 @@ def _few_rows_over_prepared_keys(queries, scorer, values, metric, temperature, l
                                  on_empty, device, dtype, working_memory):
     """Dense attention of a few query rows (a tensor, at most ``ROW_MULTIPLE``: a web
     service's single row) over keys prepared for the ``"euclidean"`` kind (a learned tabular
-    metric's predict), computed as the streaming backend computes it (one block of every key,
-    :func:`one_block_attention`), without the spec, the backend choice and the block planning
-    of the general path (a quarter of a single-row call). ``None`` where the general path
-    applies (it then checks the arguments and says what is wrong): anything else, a result
-    that is not finite, values or a prior not remembered on the keys checked."""
+    metric's predict), computed as the streaming backend computes it when its plan holds every
+    key in one block (:func:`one_block_attention`), without the spec and the backend choice of
+    the general path (a quarter of a single-row call). ``None`` where the general path applies
+    (it then checks the arguments and says what is wrong): anything else, a result that is
+    not finite."""
     if (scorer.squared or scorer.n_keys == 0 or not isinstance(queries, torch.Tensor)
             or queries.ndim != 2 or on_empty not in ("raise", "zero")
             or (torch.is_grad_enabled() and scorer.keys.requires_grad)
             or not 0 < queries.shape[0] <= ROW_MULTIPLE or queries.requires_grad
             or queries.dtype != scorer.raw.dtype or queries.device != scorer.raw.device
-            or queries.shape[1] != scorer.n_features or scorer.n_keys > CPU_WHOLE_ROW_KEYS
-            or queries.shape[0] * scorer.n_keys > _CPU_ROW_PASS_ENTRIES
+            or queries.shape[1] != scorer.n_features
             or not isinstance(temperature, float) or not 0.0 < temperature < math.inf
             or not isinstance(values, torch.Tensor) or values.requires_grad
             or not (log_prior is None or isinstance(log_prior, torch.Tensor))):
         return None
+    n_q, n_k = queries.shape[0], scorer.n_keys
     dev, dt = scorer.raw.device, scorer.raw.dtype
     try:  # any error is the general path's to report, in its order
         check_prepared(scorer, metric, device, dtype)
-        V = _remembered(scorer, "values", values,
-                        lambda: as_tensor(values, "values", dev, dt, ndims=(1, 2)))
-        prior_vec, prior_fn, key_mask = _remembered(
-            scorer, "log_prior", log_prior,
-            lambda: _checked_log_prior(log_prior, scorer.n_keys, dev, dt))
-    except (ValueError, TypeError):
+        V = checked_values(scorer, values, n_k, dev, dt)
+        prior_vec, _, key_mask = checked_log_prior(scorer, log_prior, n_k, dev, dt)
+        _, bq, bk = dense_plan(n_q, n_k, queries.shape[1], V.shape[1] if V.ndim == 2 else 1,
+                               pair_bytes(queries.element_size()), None, dev, True,
+                               budget_bytes(working_memory), queries.element_size())
+    except (ValueError, TypeError, MemoryError):
         return None
-    if V.shape[0] != scorer.n_keys or key_mask is not None or (
+    if bk < n_k or n_q > bq or key_mask is not None or (
             prior_vec is not None and prior_vec.requires_grad):
         return None
-    squeeze = V.ndim == 1
-    V = V[:, None] if squeeze else V
-    # the general path's budget for its one key block (``plan_blocks`` with stream_attention's
-    # ``score_pair_bytes`` and bytes per query row)
-    item = queries.element_size()
-    pair, row = 3 * item + 2, item * (2 * V.shape[1] + 4 + 2 * queries.shape[1])
-    if queries.shape[0] * (scorer.n_keys * pair + row) > budget_bytes(working_memory):
-        return None
-    values_mm = _remembered(scorer, "values_mm", values, lambda: product_values(V))
-    if queries.shape[0] * scorer.n_keys > _TORCH_GRAIN:  # as small_calls_single_threaded
-        with one_thread():
-            out = one_block_attention(scorer, queries, temperature, prior_vec, values_mm,
-                                      V.shape[1])
-    else:  # below torch's grain every kernel runs on the calling thread anyway
-        out = one_block_attention(scorer, queries, temperature, prior_vec, values_mm, V.shape[1])
+    squeeze, V, values_mm = values_for_products(scorer, values, V)
+    with small_work_single_threaded(n_q * n_k * (scorer.dim + V.shape[1]), dev):
+        out = one_block_attention(scorer, queries, temperature, prior_vec, values_mm,
+                                  V.shape[1])
     if out is None:
         return None
     return out[:, 0] if squeeze else out
-
-
-# Elements below which torch runs an elementwise kernel on the calling thread.
-_TORCH_GRAIN = 32768
 
 
 def kneighbors(

@@ -111,6 +111,12 @@ def single_block_attention(scorer, q, v, scale, log_prior, mask=None):
     return _SingleBlockSoftmax.apply(partial, scorer.query_offset(q), scale, log_prior, v, mask)
 
 
+def self_mask(own, n_keys):
+    """The ``mask`` of :func:`single_block_attention` that excludes key ``own[i]`` from the
+    block's row ``i`` (``-1``: none)."""
+    return lambda z, rows: mask_self(z, own[rows], slice(None), 0, n_keys, inplace=True)
+
+
 def flush_below(dtype):
     """The log-weight (relative to a row's largest) under which every softmax here sets a
     weight to 0: far below the dtype's precision (such weights change no sum of a row's
@@ -375,8 +381,12 @@ class Radius:
 
 def score_pair_bytes(spec):
     """Scratch bytes per (query, key) entry of a score block: the block and its temporaries."""
-    item = spec.queries.element_size()
-    return 3 * item + 2 + (spec.radius.pair_bytes(item) if spec.radius else 0)
+    return pair_bytes(spec.queries.element_size(), spec.radius)
+
+
+def pair_bytes(item, radius=None):
+    """:func:`score_pair_bytes` of queries of ``item`` bytes per number and a ``radius``."""
+    return 3 * item + 2 + (radius.pair_bytes(item) if radius else 0)
 
 
 def query_index(spec, rows, device):

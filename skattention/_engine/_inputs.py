@@ -87,14 +87,7 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
         raise ValueError(
             f"queries have {Q.shape[1]} features but keys have {key_features}; they must match."
         )
-    V = None
-    if values is not None:
-        V = _remembered(prepared, "values", values,
-                        lambda: as_tensor(values, "values", dev, dt, ndims=(1, 2)))
-        if V.shape[0] != n_k:
-            raise ValueError(
-                f"values has {V.shape[0]} rows but there are {n_k} keys; they must match."
-            )
+    V = None if values is None else checked_values(prepared, values, n_k, dev, dt)
     if not (callable(metric) or (isinstance(metric, str) and metric in ENGINE_METRICS)):
         raise ValueError(
             f"metric={metric!r} is not supported; use one of {ENGINE_METRICS} or a callable."
@@ -105,8 +98,7 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
         if metric == "dot":
             raise ValueError("radius needs a distance metric; metric='dot' has none.")
         radius = check_radius(radius, n_q, n_k, dev, dt)
-    prior_vec, prior_fn, key_mask = _remembered(
-        prepared, "log_prior", log_prior, lambda: _checked_log_prior(log_prior, n_k, dev, dt))
+    prior_vec, prior_fn, key_mask = checked_log_prior(prepared, log_prior, n_k, dev, dt)
     self_index = check_exclude_self(exclude_self, n_q, n_k, dev)
     budget = budget_bytes(working_memory)
     spec = Spec(
@@ -118,10 +110,7 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
     spec.key_mask = key_mask
     if V is None:
         return spec
-    spec.squeeze = V.ndim == 1
-    spec.values = V[:, None] if spec.squeeze else V
-    spec.values_mm = _remembered(prepared, "values_mm", values,
-                                 lambda: product_values(spec.values))
+    spec.squeeze, spec.values, spec.values_mm = values_for_products(prepared, values, V)
     spec.temperature = check_temperature(temperature, dev, dt)
     if on_empty not in ("raise", "zero"):
         raise ValueError(f"on_empty must be 'raise' or 'zero', got {on_empty!r}.")
@@ -144,6 +133,33 @@ def prepare_keys(keys, *, metric="sqeuclidean", device="auto", dtype=None):
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, keys)
     return Scorer(as_tensor(keys, "keys", dev, dt, ndims=(2,)), metric)
+
+
+def checked_values(prepared, values, n_keys, device, dtype):
+    """``values`` as a tensor on ``device`` and ``dtype``, checked (finite, 1-D or 2-D, a row
+    per key); remembered on ``prepared`` keys (``None``: none)."""
+    V = _remembered(prepared, "values", values,
+                    lambda: as_tensor(values, "values", device, dtype, ndims=(1, 2)))
+    if V.shape[0] != n_keys:
+        raise ValueError(
+            f"values has {V.shape[0]} rows but there are {n_keys} keys; they must match."
+        )
+    return V
+
+
+def values_for_products(prepared, values, V):
+    """``(squeeze, values, values_mm)`` of the checked values ``V``: whether they were 1-D,
+    as columns, and as products take them (``product_values``, remembered on ``prepared``)."""
+    squeeze = V.ndim == 1
+    V = V[:, None] if squeeze else V
+    return squeeze, V, _remembered(prepared, "values_mm", values, lambda: product_values(V))
+
+
+def checked_log_prior(prepared, log_prior, n_keys, device, dtype):
+    """``(prior_vec, prior_fn, key_mask)`` of ``log_prior`` (:func:`_checked_log_prior`),
+    remembered on ``prepared`` keys (``None``: none)."""
+    return _remembered(prepared, "log_prior", log_prior,
+                       lambda: _checked_log_prior(log_prior, n_keys, device, dtype))
 
 
 def _remembered(prepared, name, source, build):

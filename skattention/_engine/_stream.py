@@ -24,6 +24,7 @@ from ._blocks import (
     raw_scores,
     scaled,
     score_pair_bytes,
+    self_mask,
     single_block_attention,
 )
 from ._budget import CPU_WHOLE_ROW_KEYS, plan_blocks
@@ -53,13 +54,8 @@ def stream_attention(spec, state_only=False):
     # on them directly. The block is fresh, so masking it in place is safe under autograd too.
     # (T = 0 is a selection: the k-NN backend's.)
     need_raw = uniform or spec.radius is not None or spec.prior_fn is not None
-    query_bytes = item * (2 * dv + 4 + 2 * Q.shape[1]) + (n_weights or 0) * 3 * (2 * item + 8)
-    plan = dict(
-        pair_bytes=score_pair_bytes(spec), row_bytes=query_bytes, device=Q.device,
-        what="dense attention", hint="use a smaller n_neighbors", cache_sized=inplace,
-        whole_rows_up_to=CPU_WHOLE_ROW_KEYS,
-    )
-    bq, bk = plan_blocks(n_q, n_k, budget=spec.budget, **plan)
+    plan, bq, bk = dense_plan(n_q, n_k, Q.shape[1], dv, score_pair_bytes(spec), n_weights,
+                              Q.device, inplace, spec.budget, item)
     workers, bq, bk = parallel_plan(spec, n_q, n_k, bq, bk, plan)
     # One block holds every key: one softmax (fewer ops to differentiate). Not for the uniform
     # limit, whose weights are summed unnormalised and divided once, so that equal vote counts
@@ -95,9 +91,7 @@ def stream_attention(spec, state_only=False):
         state = OnlineSoftmax(qe - qs, V_mm.shape[1], q, blocks=not single_block)
         top = TopK(qe - qs, n_weights, q, with_aux=uniform) if n_weights else None
         if single_block and spec.grad and not need_raw:
-            mask = None if spec.self_index is None else (
-                lambda z, part: mask_self(z, spec.self_index[qs:qe][part], slice(None), 0,
-                                          n_k, inplace=True))
+            mask = None if spec.self_index is None else self_mask(spec.self_index[qs:qe], n_k)
             out = single_block_attention(scorer, q, V, 1.0 / T, spec.prior_vec, mask)
             if out is not None:
                 return out, None, None
@@ -171,6 +165,21 @@ def stream_attention(spec, state_only=False):
             V.new_zeros(0), V.new_zeros(0), V.new_zeros((0, dv))
         )
     return backend_result(outs, weights, indices, n_weights, V)
+
+
+def dense_plan(n_q, n_k, dim, n_values, pair_bytes, n_weights, device, inplace, budget,
+               item):
+    """``(plan, bq, bk)``: the :func:`plan_blocks` arguments of dense attention of ``n_q``
+    queries of ``dim`` numbers of ``item`` bytes over ``n_k`` keys with ``n_values`` values
+    (``pair_bytes`` per score, the ``n_weights`` largest weights of each query tracked), and
+    its query and key blocks."""
+    query_bytes = item * (2 * n_values + 4 + 2 * dim) + (n_weights or 0) * 3 * (2 * item + 8)
+    plan = dict(
+        pair_bytes=pair_bytes, row_bytes=query_bytes, device=device, what="dense attention",
+        hint="use a smaller n_neighbors", cache_sized=inplace,
+        whole_rows_up_to=CPU_WHOLE_ROW_KEYS,
+    )
+    return (plan, *plan_blocks(n_q, n_k, budget=budget, **plan))
 
 
 def one_block_attention(scorer, Q, T, prior_vec, values_mm, dv):

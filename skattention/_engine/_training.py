@@ -22,7 +22,7 @@ import math
 import torch
 
 from ._attention import attention
-from ._blocks import flushed_exp, mask_self, single_block_attention
+from ._blocks import flushed_exp, self_mask, single_block_attention
 from ._budget import CPU_WHOLE_ROW_KEYS, budget_bytes, cache_row_slices, plan_rows
 from ._parallel import small_work_single_threaded
 from ._scores import Scorer
@@ -417,8 +417,7 @@ def train_metric(
     if swap_back and stopping.best_state is None:
         # no epoch of this fit beat the best of an earlier one (warm start): keep the last
         # validated parameters, the average, rather than live ones no epoch validated
-        stepper.swap_in()
-        stepper.live = None
+        stepper.keep_average()
     return history, optimizer.state_dict()
 
 
@@ -443,6 +442,11 @@ class _AveragingOptimizer:
             self.live = [p.detach().clone() for p in self.params]
             for a, p in zip(self.averages, self.params, strict=True):
                 p.copy_(a)
+
+    def keep_average(self):
+        """The averages in the parameters' place for good (the live values dropped)."""
+        self.swap_in()
+        self.live = None
 
     def swap_out(self):
         if self.live is None:
@@ -495,10 +499,9 @@ def _minibatch_attention(queries, scorer, values, temperature, log_prior, own):
     if scorer.n_keys <= CPU_WHOLE_ROW_KEYS:
         work = queries.shape[0] * scorer.n_keys * (scorer.dim + values.shape[1])
         with small_work_single_threaded(work, queries.device):  # as attention() runs it
-            out = single_block_attention(
-                scorer, scorer.centre(queries), values, 1.0 / temperature, log_prior,
-                lambda z, rows: mask_self(z, own[rows], slice(None), 0, scorer.n_keys,
-                                          inplace=True))
+            out = single_block_attention(scorer, scorer.centre(queries), values,
+                                         1.0 / temperature, log_prior,
+                                         self_mask(own, scorer.n_keys))
         if out is not None:
             return out
     return attention(queries, scorer.raw, values, metric=scorer.metric, temperature=temperature,
