@@ -285,15 +285,16 @@ class TopK:
         if rows.numel() == 0:
             return
         full = rows.numel() == r.shape[0]
-        sub = r if full else r[rows]
+        # index_select: half the time of advanced indexing for these row gathers
+        sub = r if full else r.index_select(0, rows)
         val, pos = sub.topk(min(self.k, sub.shape[1]), dim=1)
-        old_r = self.r if full else self.r[rows]
-        old_i = self.i if full else self.i[rows]
+        old_r = self.r if full else self.r.index_select(0, rows)
+        old_i = self.i if full else self.i.index_select(0, rows)
         merged_r, order = torch.cat([old_r, val], 1).topk(self.k, dim=1)
         merged_i = torch.cat([old_i, pos + start], 1).gather(1, order)
         if self.aux is not None:
-            sub_aux = aux if full else aux[rows]
-            old_a = self.aux if full else self.aux[rows]
+            sub_aux = aux if full else aux.index_select(0, rows)
+            old_a = self.aux if full else self.aux.index_select(0, rows)
             merged_a = torch.cat([old_a, sub_aux.gather(1, pos)], 1).gather(1, order)
         if full:
             self.r, self.i = merged_r, merged_i
@@ -414,10 +415,10 @@ def _masked(s, mask, inplace):
     return s.masked_fill_(mask, NEG_INF) if inplace else s.masked_fill(mask, NEG_INF)
 
 
-def raw_scores(spec, q, rows, ks, ke, q_index, inplace):
+def raw_scores(spec, q, rows, ks, ke, q_index, inplace, augmented=None):
     """Partial scores of a block (query rows ``rows``, a slice or an index tensor) with every
-    mask applied (-inf), and the callable prior's bias."""
-    s = spec.scorer.block(q, ks, ke)
+    mask applied (-inf), and the callable prior's bias (``augmented``: ``Scorer.block``'s)."""
+    s = spec.scorer.block(q, ks, ke, augmented=augmented)
     if spec.radius is not None:
         s = _masked(s, spec.radius.outside(s, ks, ke), inplace)
     if spec.self_index is not None:

@@ -37,16 +37,32 @@ def sort_exact(f, index, k):
     return f, torch.where(torch.isfinite(f), index, -1)
 
 
-def merge_exact(best_f, best_i, block_f, start):
-    """Merge a key block's exact values ``block_f`` (rows x block, ``inf``: not a candidate;
-    keys ``start, start + 1, ...``) into running ``(best_f, best_i)`` sorted by (f, index).
+def merge_exact(best_f, best_i, cand_f, cand_i):
+    """Merge candidates ``(cand_f, cand_i)`` (rows x n, exact values and key indices; ``inf``
+    / ``-1`` for padding) into running ``(best_f, best_i)`` sorted by (f, index).
 
-    Earlier blocks hold lower indices, so a stable sort of ``[best, block]`` keeps the order.
+    Every candidate's index must exceed the indices already in ``best`` and increase along its
+    row (keys visited in order): a stable sort of ``[best, candidates]`` then keeps exact ties
+    in index order.
     """
     k = best_f.shape[1]
-    block_i = torch.arange(start, start + block_f.shape[1], device=block_f.device)
-    cat_f = torch.cat([best_f, block_f], 1)
-    cat_i = torch.cat([best_i, block_i.expand(block_f.shape[0], -1)], 1)
+    cat_f = torch.cat([best_f, cand_f], 1)
+    cat_i = torch.cat([best_i, cand_i], 1)
     order = torch.sort(cat_f, dim=1, stable=True).indices[:, :k]
     best_f = cat_f.gather(1, order)
     return best_f, torch.where(torch.isfinite(best_f), cat_i.gather(1, order), -1)
+
+
+def row_packed(rows, n_rows, *columns, fill):
+    """Entries given as ``(rows[n], columns[c][n])`` (``rows`` ascending, as ``nonzero`` gives
+    them) packed into ``n_rows x width`` tensors, each row's entries first in their order and
+    then ``fill[c]``; ``width`` is the largest count of a row."""
+    counts = torch.bincount(rows, minlength=n_rows)
+    width = int(counts.max()) if rows.numel() else 0
+    slot = torch.arange(rows.numel(), device=rows.device) - (torch.cumsum(counts, 0) - counts)[rows]
+    packed = []
+    for values, value in zip(columns, fill, strict=True):
+        out = values.new_full((n_rows, width), value)
+        out[rows, slot] = values
+        packed.append(out)
+    return packed

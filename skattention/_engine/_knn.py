@@ -26,16 +26,18 @@ from ._blocks import (
     score_pair_bytes,
 )
 from ._budget import CPU_BLOCK_ENTRIES, cpu_block_rows, plan_blocks, plan_rows
-from ._exact import merge_exact, sort_exact
+from ._exact import merge_exact, row_packed, sort_exact
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
 
 
-# Candidates kept on the fast scores: k and one more (a few more for large k), so that a row whose
+# Candidates kept on the fast scores: k and two more (a few more for large k), so that a row whose
 # k-th exact distance is clearly closer than every key left out is settled without a second pass
-# over the keys; the top-k merge is the hot loop, so few extra candidates keep it fast.
+# over the keys (measured on 10,000 queries of 32 Gaussian dimensions: one more leaves 1% of the
+# rows to a second pass, two more 0.05%); the top-k merge is the hot loop, so few extra
+# candidates keep it fast.
 def _n_candidates(k, n_keys):
-    return min(n_keys, k + 1 + k // 8)
+    return min(n_keys, k + 2 + k // 8)
 
 
 def nearest_blocks(spec, k, query_bytes, what):
@@ -88,9 +90,10 @@ def _select(spec, q, q_raw, rows, q_index, k, m, bk):
     if spec.radius is not None:
         spec.radius.start_block(scorer, q, q_raw, rows, spec.budget, lenient=True)
     top = TopK(q.shape[0], m, q)
+    augmented = scorer.augmented(q)
     for ks in range(0, scorer.n_keys, bk):
         ke = min(scorer.n_keys, ks + bk)
-        s, _ = raw_scores(spec, q, rows, ks, ke, q_index, inplace=True)
+        s, _ = raw_scores(spec, q, rows, ks, ke, q_index, inplace=True, augmented=augmented)
         top.update(s, ks)
     valid = top.r > NEG_INF
     f = scorer.exact_f(q_raw, top.i, spec.budget)
@@ -119,26 +122,34 @@ def _exact_pass(spec, q, q_raw, rows, bound, k, bk):
     keys whose fast f is within the margin of ``bound`` (an upper bound on the k-th exact f) are
     computed exactly and merged in (distance, index) order."""
     scorer, n_k = spec.scorer, spec.scorer.n_keys
-    item = q.element_size()
-    # per row: the fast block, its candidate mask, the exact block and the sort of the merge
+    # per entry: the fast block and its candidate mask
+    pair_bytes = score_pair_bytes(spec) + 2
+    # These are few rows (near ties): on the CPU their key blocks hold a cache-sized block's
+    # entries, not bk keys a row (a block's dozen ops per 1,024 keys would cost more than its
+    # scores). The selection is exact whatever the widths.
+    width = bk
+    if q.device.type == "cpu":
+        width = max(bk, min(n_k, CPU_BLOCK_ENTRIES // q.shape[0], spec.budget // pair_bytes))
     chunk = plan_rows(
-        q.shape[0], row_bytes=bk * (score_pair_bytes(spec) + 8 * 6 + 2 * item),
-        budget=spec.budget, max_rows=cpu_block_rows(bk),
+        q.shape[0], row_bytes=width * pair_bytes, budget=spec.budget,
+        max_rows=cpu_block_rows(width),
     )
     parts_f, parts_i = [], []
     for start in range(0, q.shape[0], chunk):
         sl = slice(start, start + chunk)
         qc, qrc, rc = q[sl], q_raw[sl], rows[sl]
+        n_c = qc.shape[0]
         q_index = query_index(spec, rc, q.device)
         if spec.radius is not None:
             spec.radius.start_block(scorer, qc, qrc, rc, spec.budget, lenient=True)
         qoff_margin = (scorer.query_offset(qc) - scorer.margin(qc))[:, None]
-        best_f = torch.full((qc.shape[0], k), math.inf, dtype=torch.float64, device=q.device)
-        best_i = torch.full((qc.shape[0], k), -1, dtype=torch.long, device=q.device)
+        best_f = torch.full((n_c, k), math.inf, dtype=torch.float64, device=q.device)
+        best_i = torch.full((n_c, k), -1, dtype=torch.long, device=q.device)
         limit = bound[sl].clone()
-        for ks in range(0, n_k, bk):
-            ke = min(n_k, ks + bk)
-            s, _ = raw_scores(spec, qc, rc, ks, ke, q_index, inplace=True)
+        augmented = scorer.augmented(qc)
+        for ks in range(0, n_k, width):
+            ke = min(n_k, ks + width)
+            s, _ = raw_scores(spec, qc, rc, ks, ke, q_index, inplace=True, augmented=augmented)
             # exact f >= fast f - margin: only these can be among the k nearest
             possible = (qoff_margin - s <= limit.to(s.dtype)[:, None]) & (s > NEG_INF)
             r, c = possible.nonzero(as_tuple=True)
@@ -147,10 +158,8 @@ def _exact_pass(spec, q, q_raw, rows, bound, k, bk):
             fe = scorer.exact_pairs(qrc, r, c + ks, spec.budget)
             if spec.radius is not None:
                 fe = torch.where(fe <= spec.radius.exact_r2(r, c + ks), fe, math.inf)
-            block = torch.full((qc.shape[0], ke - ks), math.inf, dtype=torch.float64,
-                               device=q.device)
-            block[r, c] = fe
-            best_f, best_i = merge_exact(best_f, best_i, block, ks)
+            cand_f, cand_i = row_packed(r, n_c, fe, c + ks, fill=(math.inf, -1))
+            best_f, best_i = merge_exact(best_f, best_i, cand_f, cand_i)
             limit = torch.minimum(limit, best_f[:, -1])
         parts_f.append(best_f)
         parts_i.append(best_i)

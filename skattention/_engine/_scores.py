@@ -219,18 +219,26 @@ class Scorer:
             return (q * q).sum(1)
         return torch.zeros(q.shape[0], dtype=q.dtype, device=q.device)
 
-    def block(self, q, start, stop, scale=1.0, log_prior=None):
+    def augmented(self, q):
+        """The query block :meth:`block` multiplies with augmented keys, ``[coef q, 1]`` with
+        padded rows (``None`` without them): a loop over key blocks prepares it once per query
+        block and passes it as ``block(..., augmented=)``."""
+        if self.keys_aug_t is None:
+            return None
+        return padded_rows(torch.cat([q * self.coef, q.new_ones((q.shape[0], 1))], 1))
+
+    def block(self, q, start, stop, scale=1.0, log_prior=None, augmented=None):
         """``scale * partial_score(q, keys[start:stop]) + log_prior[start:stop]``.
 
         One ``addmm`` for a float ``scale``; a tensor ``scale`` (a learned temperature) keeps
-        its autograd graph.
+        its autograd graph. ``augmented``: ``self.augmented(q)``, if already computed.
         """
         rows = q.shape[0]
         if (self.keys_aug_t is not None and log_prior is None
                 and not isinstance(scale, torch.Tensor) and scale == 1.0):
             # partial scores [coef q, 1] . [k, -||k||^2] (coef = 2: exact scaling); the fast
             # scores' margin (``margin``) covers the one more term of the sum
-            q_aug = padded_rows(torch.cat([q * self.coef, q.new_ones((rows, 1))], 1))
+            q_aug = self.augmented(q) if augmented is None else augmented
             return torch.mm(q_aug, self.keys_aug_t[:, start:stop])[:rows]
         q = padded_rows(q)
         kt = self.keys_t[:, start:stop]

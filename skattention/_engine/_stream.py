@@ -96,6 +96,7 @@ def stream_attention(spec, state_only=False):
             if out is not None:
                 return out, None, None
         q_shift = None
+        augmented = scorer.augmented(q) if need_raw else None
         for ks in range(0, n_k, bk):
             ke = min(n_k, ks + bk)
             if q_shift is not None:
@@ -113,7 +114,7 @@ def stream_attention(spec, state_only=False):
                 state.add_shifted(z, V_mm[ks:ke], redo)
                 continue
             if need_raw:
-                s, bias = raw_scores(block, q, rows, ks, ke, q_index, inplace)
+                s, bias = raw_scores(block, q, rows, ks, ke, q_index, inplace, augmented)
                 prior = block_prior(spec.prior_vec, bias, ks, ke, s)
                 if uniform:
                     z = aux = torch.where(s > NEG_INF, prior.expand_as(s), NEG_INF)

@@ -17,12 +17,14 @@ def stable_nearest(Q, K, k):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("working_memory", [None, 0.002])
-def test_many_tied_keys_go_through_the_exact_pass(dtype, working_memory):
-    # 300 copies of each of a few points (offset far from the origin, so the fast scores round):
-    # every row's k-th distance is tied with hundreds of keys, the candidates cannot settle it.
+@pytest.mark.parametrize("n_keys", [1500, 40_000])
+def test_many_tied_keys_go_through_the_exact_pass(dtype, working_memory, n_keys):
+    # n_keys / 5 copies of each of a few points (offset far from the origin, so the fast scores
+    # round): every row's k-th distance is tied with hundreds of keys, the candidates cannot
+    # settle it. 40,000 keys: the second pass spans several of its wide key blocks.
     rng = np.random.default_rng(0)
     base = 1000.0 + rng.integers(0, 4, size=(5, 3)).astype(float)
-    K = base[rng.integers(0, 5, 1500)]
+    K = base[rng.integers(0, 5, n_keys)]
     Q = 1000.0 + rng.integers(-1, 5, size=(40, 3)).astype(float)
     budget = working_memory or skattention.get_config()["working_memory"]
     with skattention.config_context(working_memory=budget):
