@@ -58,13 +58,15 @@ def _mib(n_bytes):
 
 
 def plan_blocks(n_rows, n_cols, *, pair_bytes, row_bytes=0, budget, device, what, hint,
-                cache_sized=True, whole_rows=False, whole_rows_up_to=0):
+                cache_sized=True, whole_rows=False, whole_rows_up_to=0,
+                cpu_cols=_CPU_KEY_BLOCK):
     """``(rows, cols)`` of blocks of an ``n_rows x n_cols`` loop whose scratch fits ``budget``.
 
-    Columns first: on the CPU (``cache_sized``) at most 1024 columns and ``CPU_BLOCK_ENTRIES``
-    entries per block, which keeps the block in cache; elsewhere, or under autograd where every
-    block stays alive in the graph anyway, up to 16384 columns and as many rows as the budget
-    allows (fewer, larger blocks: fewer ops). Columns are halved until one row fits.
+    Columns first: on the CPU (``cache_sized``) at most ``cpu_cols`` (1024) columns and
+    ``CPU_BLOCK_ENTRIES`` entries per block, which keeps the block in cache; elsewhere, or under
+    autograd where every block stays alive in the graph anyway, up to 16384 columns and as many
+    rows as the budget allows (fewer, larger blocks: fewer ops). Columns are halved until one
+    row fits.
     ``whole_rows``: every block spans all columns (callers that fill whole output rows).
     ``whole_rows_up_to``: on the CPU, up to this many columns are one block of a quarter of
     ``CPU_BLOCK_ENTRIES`` (a whole softmax row and its temporaries stay in cache, and a query
@@ -78,7 +80,7 @@ def plan_blocks(n_rows, n_cols, *, pair_bytes, row_bytes=0, budget, device, what
             raise memory_error(what, per_row, budget, hint, per="per row")
         return max(1, min(n_rows, budget // per_row)), cols
     if device.type == "cpu" and cache_sized:
-        cols, target = min(n_cols, _CPU_KEY_BLOCK), CPU_BLOCK_ENTRIES
+        cols, target = min(n_cols, cpu_cols), CPU_BLOCK_ENTRIES
         if n_cols <= whole_rows_up_to:
             cols, target = n_cols, _CPU_ROW_PASS_ENTRIES
     else:
