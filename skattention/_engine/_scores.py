@@ -260,7 +260,11 @@ class Scorer:
         if bias is None:
             s = torch.mm(q, kt)[:rows]
             return s if self.coef * scale == 1.0 else s.mul_(self.coef * scale)
-        return torch.addmm(bias, q, kt, alpha=self.coef * scale)[:rows]
+        # The factor on the (small) query block, not as addmm's alpha: MKL applies alpha in a
+        # way that depends on the number of rows (measured: a row among 4 to 100 rows rounded
+        # otherwise than among 1,000), and a row's result must not depend on its batch.
+        alpha = self.coef * scale
+        return torch.addmm(bias, q if alpha == 1.0 else q * alpha, kt)[:rows]
 
     def logits(self, q, start, stop, scale, log_prior=None):
         """``scale * score(q, keys[start:stop]) + log_prior[start:stop]``: the softmax logits

@@ -131,6 +131,25 @@ def test_outputs_do_not_depend_on_the_batch(two_threads, data, kwargs, dtype):
     np.testing.assert_array_equal(few, whole[1020:1030])
 
 
+@pytest.mark.parametrize("n_keys", [1500, 20_000])  # one key block; several
+@pytest.mark.parametrize("metric", ["sqeuclidean", "dot"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_streamed_logits_of_real_numbers_do_not_depend_on_the_batch(two_threads, n_keys,
+                                                                    metric, dtype):
+    # Integer coordinates multiply exactly whatever the product's kernel; real ones do not:
+    # a logit block scaled by addmm's alpha rounded a row among 4 to 100 rows otherwise than
+    # among 1,000 (found on the float64 dense benchmark).
+    rng = np.random.default_rng(1)
+    keys, values = rng.normal(size=(n_keys, 8)), rng.normal(size=(n_keys, 3))
+    queries = rng.normal(size=(1000, 8))
+    kw = dict(temperature=0.37, metric=metric, backend="stream", device="cpu", dtype=dtype)
+    whole = attention(queries, keys, values, **kw)
+    for i in [0, 1, 999]:
+        np.testing.assert_array_equal(attention(queries[i : i + 1], keys, values, **kw)[0],
+                                      whole[i])
+    np.testing.assert_array_equal(attention(queries[3:40], keys, values, **kw), whole[3:40])
+
+
 def test_cpu_threads_sets_mkl_for_the_calling_thread_and_restores_it():
     # A thread's MKL count is its own (torch.set_num_threads sets the calling thread's); a
     # worker thread starts with none and MKL's default (every core), which OpenMP's limit does
