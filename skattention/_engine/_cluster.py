@@ -24,6 +24,7 @@ import torch
 
 from ._budget import budget_bytes, cpu_block_rows, plan_rows
 from ._progress import progress_bar, write
+from ._scores import padded_rows
 
 # Accelerators: at most this many points per block.
 _ACCEL_BLOCK_ROWS = 1 << 20
@@ -123,8 +124,11 @@ def kmeans_step(X, centers, sample_weight, *, temperature=0.0, log_prior=None, u
     for s in range(0, n, rows):
         e = min(n, s + rows)
         x = X[s:e] if shift is None else X[s:e] - shift
-        # ||c||^2 - 2 x.c: the distance up to the per-row constant ||x||^2 (scikit-learn's form)
-        partial = torch.addmm(c_norm, x, ct, alpha=-2.0)
+        # ||c||^2 - 2 x.c: the distance up to the per-row constant ||x||^2 (scikit-learn's
+        # form); rows padded as the attention products pad them, so that a point's label does
+        # not depend on its batch (MKL rounded one or two rows otherwise than a block of them:
+        # single-row predictions of float32 points near a boundary differed from the batch's)
+        partial = torch.addmm(c_norm, padded_rows(x), ct, alpha=-2.0)[: e - s]
         best, lab = partial.min(1)
         labels[s:e] = lab
         min_sq[s:e] = (best + (x * x).sum(1)).clamp_(min=0)
