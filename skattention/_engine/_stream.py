@@ -88,7 +88,7 @@ def stream_attention(spec, state_only=False):
         block = block_spec(spec)
         if block.radius is not None:
             block.radius.start_block(scorer, q, q_raw, rows, spec.budget)
-        state = OnlineSoftmax(qe - qs, V_mm.shape[1], q, blocks=not single_block)
+        state = OnlineSoftmax(qe - qs, dv, V_mm, q, blocks=not single_block)
         top = TopK(qe - qs, n_weights, q, with_aux=uniform) if n_weights else None
         if single_block and spec.grad and not need_raw:
             mask = None if spec.self_index is None else self_mask(spec.self_index[qs:qe], n_k)

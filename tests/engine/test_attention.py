@@ -488,14 +488,14 @@ def test_online_softmax_keeps_a_nan_logit_visible(inplace):
     # The flush of tiny weights (threshold: NaN is not at most the cut, so it stays NaN) must
     # keep a NaN logit (a bug upstream) visible in its row's output, which attention reports,
     # not turn it into a weight of 0 (as a where(p > cut, p, 0) would).
-    from skattention._engine._blocks import OnlineSoftmax
+    from skattention._engine._blocks import OnlineSoftmax, product_values
 
     z = torch.zeros(4, 32)
     z[:, 1:] = -100.0  # far below the flush
     z[2, 5] = math.nan
-    v = torch.ones(32, 1)
-    state = OnlineSoftmax(4, 1, z)
+    v = product_values(torch.ones(32, 1))
+    state = OnlineSoftmax(4, 1, v, z)
     state.update(z.clone(), v, inplace)
-    out = state.result()
+    out = state.result()[:, :1]
     assert torch.isnan(out[2]).all()
     torch.testing.assert_close(out[[0, 1, 3]], torch.ones(3, 1), rtol=0, atol=0)
