@@ -242,9 +242,9 @@ def _few_rows_over_prepared_keys(queries, scorer, values, metric, temperature, l
     if bk < n_k or n_q > bq or key_mask is not None or (
             prior_vec is not None and prior_vec.requires_grad):
         return None
-    squeeze, V, values_mm = values_for_products(scorer, values, V)
+    squeeze, V, values_mm_of = values_for_products(scorer, values, V)
     with small_work_single_threaded(n_q * n_k * (scorer.dim + V.shape[1]), dev):
-        out = one_block_attention(scorer, queries, temperature, prior_vec, values_mm,
+        out = one_block_attention(scorer, queries, temperature, prior_vec, values_mm_of(),
                                   V.shape[1])
     if out is None:
         return None

@@ -6,6 +6,7 @@ the temperature and the scratch budget. Backends read the spec and nothing else.
 single values (temperature, counts, radius) are shared with the kernels of ``_kernels.py``.
 """
 
+import functools
 import math
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -24,7 +25,8 @@ class Spec:
     """One validated attention (or k-NN) problem on its compute device and dtype.
 
     ``values`` is 2-D (``squeeze`` says whether the caller's was 1-D), ``values_mm`` the same
-    as products take them (``_blocks.product_values``); ``temperature`` a float,
+    as products take them (``_blocks.product_values``, built on first use: only the streaming
+    backend's products need the copy); ``temperature`` a float,
     or a 0-d tensor when it is learned; ``prior_vec`` a per-key log-prior, ``prior_fn`` a
     callable one, ``key_mask`` the keys ``prior_vec`` masks (``None`` when none is);
     ``self_index`` the key each query excludes (``-1``: none); ``n_weights`` how many weights to
@@ -37,7 +39,7 @@ class Spec:
     queries: torch.Tensor
     scorer: Scorer
     values: torch.Tensor = None
-    values_mm: torch.Tensor = None
+    values_mm_of: object = None
     squeeze: bool = False
     as_numpy: bool = True
     temperature: object = 1.0
@@ -52,6 +54,10 @@ class Spec:
     budget: int = 0
     progress: object = False
     grad: bool = False
+
+    @functools.cached_property
+    def values_mm(self):
+        return self.values_mm_of()
 
     @property
     def n_queries(self):
@@ -110,7 +116,7 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
     spec.key_mask = key_mask
     if V is None:
         return spec
-    spec.squeeze, spec.values, spec.values_mm = values_for_products(prepared, values, V)
+    spec.squeeze, spec.values, spec.values_mm_of = values_for_products(prepared, values, V)
     spec.temperature = check_temperature(temperature, dev, dt)
     if on_empty not in ("raise", "zero"):
         raise ValueError(f"on_empty must be 'raise' or 'zero', got {on_empty!r}.")
@@ -148,11 +154,13 @@ def checked_values(prepared, values, n_keys, device, dtype):
 
 
 def values_for_products(prepared, values, V):
-    """``(squeeze, values, values_mm)`` of the checked values ``V``: whether they were 1-D,
-    as columns, and as products take them (``product_values``, remembered on ``prepared``)."""
+    """``(squeeze, values, values_mm_of)`` of the checked values ``V``: whether they were 1-D,
+    as columns, and a function giving them as products take them (``product_values``,
+    remembered on ``prepared``; a copy, made only when called)."""
     squeeze = V.ndim == 1
     V = V[:, None] if squeeze else V
-    return squeeze, V, _remembered(prepared, "values_mm", values, lambda: product_values(V))
+    return squeeze, V, lambda: _remembered(prepared, "values_mm", values,
+                                           lambda: product_values(V))
 
 
 def checked_log_prior(prepared, log_prior, n_keys, device, dtype):

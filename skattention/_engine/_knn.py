@@ -46,6 +46,10 @@ def _n_candidates(k, n_keys):
 # 10,000 x 32, 20,000 x 5,000 x 8, 50,000 x 4,000 x 128, 200,000 x 3,000 x 16). Exact
 # whatever the width.
 _CPU_SELECTION_KEYS = 512
+# Scratch bytes of one candidate key of the second pass: its index pair from nonzero (16), its
+# exact value and key index (16), their packing per row (24) and the merge's concatenations,
+# sort and gathers (about 64).
+_CANDIDATE_BYTES = 128
 
 
 def nearest_blocks(spec, k, query_bytes, what):
@@ -80,7 +84,8 @@ def nearest_blocks(spec, k, query_bytes, what):
         q_index = query_index(spec, slice(qs, qe), q.device)
         with torch.no_grad():
             f, idx = _select(
-                block_spec(spec), q.detach(), q_raw.detach(), slice(qs, qe), q_index, k, m, bk
+                block_spec(spec), q.detach(), q_raw.detach(), slice(qs, qe), q_index, k, m, bk,
+                spec.budget // workers,
             )
         return qs, qe, q, q_index, f, idx
 
@@ -91,9 +96,10 @@ def nearest_blocks(spec, k, query_bytes, what):
     )
 
 
-def _select(spec, q, q_raw, rows, q_index, k, m, bk):
+def _select(spec, q, q_raw, rows, q_index, k, m, bk, budget):
     """Exact k nearest of a query block: ``m`` candidates on the fast scores, settled exactly;
-    rows whose candidates may miss a key go through :func:`_exact_pass`."""
+    rows whose candidates may miss a key go through :func:`_exact_pass` (within ``budget``
+    bytes: the worker's share)."""
     scorer = spec.scorer
     if spec.radius is not None:
         spec.radius.start_block(scorer, q, q_raw, rows, spec.budget, lenient=True)
@@ -120,27 +126,28 @@ def _select(spec, q, q_raw, rows, q_index, k, m, bk):
     if local.numel():
         global_rows = local + rows.start
         f[local], idx[local] = _exact_pass(
-            spec, q[local], q_raw[local], global_rows, f[local, k - 1], k, bk
+            spec, q[local], q_raw[local], global_rows, f[local, k - 1], k, bk, budget
         )
     return f, idx
 
 
-def _exact_pass(spec, q, q_raw, rows, bound, k, bk):
+def _exact_pass(spec, q, q_raw, rows, bound, k, bk, budget):
     """The k nearest of query rows ``rows`` (an index tensor) by a second pass over every key:
     keys whose fast f is within the margin of ``bound`` (an upper bound on the k-th exact f) are
-    computed exactly and merged in (distance, index) order."""
+    computed exactly and merged in (distance, index) order, within ``budget`` bytes."""
     scorer, n_k = spec.scorer, spec.scorer.n_keys
-    # per entry: the fast block and its candidate mask
-    pair_bytes = score_pair_bytes(spec) + 2
+    # per entry: the fast block and its candidate mask, and as a candidate (every key of a
+    # block can be one: tied keys) its exact value and its part in the packing and the merge
+    pair_bytes = score_pair_bytes(spec) + 2 + _CANDIDATE_BYTES
     # These are few rows (near ties): on the CPU their key blocks hold a cache-sized block's
     # entries, not bk keys a row (a block's dozen ops per 1,024 keys would cost more than its
     # scores). The selection is exact whatever the widths.
-    width = bk
+    fits = max(1, budget // pair_bytes)
+    width = min(bk, fits)
     if q.device.type == "cpu":
-        width = max(bk, min(n_k, CPU_BLOCK_ENTRIES // q.shape[0], spec.budget // pair_bytes))
+        width = max(width, min(n_k, CPU_BLOCK_ENTRIES // q.shape[0], fits))
     chunk = plan_rows(
-        q.shape[0], row_bytes=width * pair_bytes, budget=spec.budget,
-        max_rows=cpu_block_rows(width),
+        q.shape[0], row_bytes=width * pair_bytes, budget=budget, max_rows=cpu_block_rows(width),
     )
     parts_f, parts_i = [], []
     for start in range(0, q.shape[0], chunk):

@@ -16,8 +16,9 @@ def stable_nearest(Q, K, k):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("working_memory", [None, 0.002])
-@pytest.mark.parametrize("n_keys", [1500, 40_000])
+@pytest.mark.parametrize(
+    ("n_keys", "working_memory"), [(1500, None), (1500, 0.002), (40_000, None), (40_000, 0.05)]
+)
 def test_many_tied_keys_go_through_the_exact_pass(dtype, working_memory, n_keys):
     # n_keys / 5 copies of each of a few points (offset far from the origin, so the fast scores
     # round): every row's k-th distance is tied with hundreds of keys, the candidates cannot
@@ -83,3 +84,35 @@ def test_ball_sums_include_the_boundary(dtype):
     counts, sums = ball_sums(points[:1], points, 5.0, points, dtype=dtype)
     assert counts.tolist() == [2]
     torch.testing.assert_close(sums, torch.tensor([[3.0, 4.0]], dtype=dtype))
+
+
+@pytest.mark.parametrize("working_memory", [1, 4])
+def test_the_exact_pass_keeps_its_candidates_within_the_budget(monkeypatch, working_memory):
+    # Every key tied with the query's nearest: every key of a second-pass block is a
+    # candidate, with its exact value, packing and merge (found in review: 8 MiB asked, about
+    # 52 MiB used over a million tied keys).
+    from skattention._engine import _knn
+
+    widths, inside = [], []
+    exact_pass, raw_scores = _knn._exact_pass, _knn.raw_scores
+
+    def recording_pass(*args, **kwargs):
+        inside.append(True)
+        try:
+            return exact_pass(*args, **kwargs)
+        finally:
+            inside.pop()
+
+    def recording_scores(spec, q, rows, ks, ke, *args, **kwargs):
+        if inside:
+            widths.append(q.shape[0] * (ke - ks))
+        return raw_scores(spec, q, rows, ks, ke, *args, **kwargs)
+
+    monkeypatch.setattr(_knn, "_exact_pass", recording_pass)
+    monkeypatch.setattr(_knn, "raw_scores", recording_scores)
+    K = np.full((300_000, 1), 1000.0, dtype=np.float32)
+    Q = np.full((3, 1), 1000.5, dtype=np.float32)
+    d2, idx = kneighbors(Q, K, 2, working_memory=working_memory)
+    np.testing.assert_array_equal(idx, [[0, 1]] * 3)
+    assert widths  # the second pass ran
+    assert max(widths) * _knn._CANDIDATE_BYTES <= working_memory * 2**20
