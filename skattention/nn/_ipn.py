@@ -84,7 +84,9 @@ class IPN(nn.Module):
             ``None``: the samples of ``x`` attend to each other. Otherwise each sample of ``x``
             attends to the context and to itself only.
         chunk_size : int, default=None
-            With a context, queries per attention call (bounds memory; no effect on the result).
+            With a context, queries per attention call (bounds memory; the same result up to
+            rounding: a call's keys are the context and the chunk's queries, so the last bits of
+            a query's logits can depend on the chunk, about 1e-15 in float64).
             ``None``: as many as fit ``working_memory`` (``skattention.config_context``), at
             most 1024.
 
