@@ -178,8 +178,12 @@ def _remembered(prepared, name, source, build):
 
 def _checked_log_prior(log_prior, n_keys, device, dtype):
     """``(prior_vec, prior_fn, key_mask)``: :func:`check_log_prior` and the keys a per-key
-    prior masks (``None`` when it masks none)."""
+    prior masks (``None`` when it masks none). A fixed per-key prior of zeros (unit weights)
+    is no prior: the same attention, with fewer operations (a k-NN block skips the
+    multiplicities, a dense block the bias)."""
     prior_vec, prior_fn = check_log_prior(log_prior, n_keys, device, dtype)
+    if prior_vec is not None and not prior_vec.requires_grad and not bool(prior_vec.any()):
+        prior_vec = None
     key_mask = None
     if prior_vec is not None:
         masked = torch.isneginf(prior_vec)

@@ -630,16 +630,8 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
                 return array
             return torch.tensor(array, device=device, dtype=dtype)
 
-        def prior_tensor(array, device, dtype):
-            # unit weights (no sample or class weights): no prior, which the engine computes
-            # with fewer operations (a k-NN predict skips the multiplicities, a dense one
-            # the bias of every score block)
-            if isinstance(array, np.ndarray) and not array.any():
-                return None
-            return to_tensor(array, device, dtype)
-
         return (self._on_device("values", self._fit_values, device, dtype, to_tensor),
-                self._on_device("log_prior", log_prior, device, dtype, prior_tensor))
+                self._on_device("log_prior", log_prior, device, dtype, to_tensor))
 
     def _embed(self, X, side="query"):
         """Inputs mapped into the space where attention scores are computed (NumPy)."""
