@@ -68,9 +68,14 @@ def measure(models, X_rows, warmup=5):
         for i in range(warmup):
             model.predict(take[i : i + 1])
     times = {name: [] for name in models}
+    names = list(models)
     for i in range(len(X_rows)):
         row = take[i : i + 1]
-        for name, model in models.items():
+        # the order rotates call by call: each model follows every other one equally often
+        # (a call after one that streamed megabytes finds less of its own data in the caches)
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            model = models[name]
             start = time.perf_counter()
             model.predict(row)
             times[name].append(time.perf_counter() - start)

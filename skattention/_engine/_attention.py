@@ -243,12 +243,17 @@ def _few_rows_over_prepared_keys(queries, scorer, values, metric, temperature, l
             prior_vec is not None and prior_vec.requires_grad):
         return None
     squeeze, V, values_mm_of = values_for_products(scorer, values, V)
-    with small_work_single_threaded(n_q * n_k * (scorer.dim + V.shape[1]), dev):
-        out = one_block_attention(scorer, queries, temperature, prior_vec, values_mm_of(),
+    values_mm = values_mm_of()  # remembered on the keys: built outside inference mode
+    # Inference mode: no view or version tracking on the call's dozen ops (measured: a
+    # single-row predict of the default classifier 37 us faster, of about 550). Its tensors
+    # stay inside: the result is returned as an ordinary tensor, which autograd may use.
+    with torch.inference_mode(), small_work_single_threaded(
+            n_q * n_k * (scorer.dim + V.shape[1]), dev):
+        out = one_block_attention(scorer, queries, temperature, prior_vec, values_mm,
                                   V.shape[1])
     if out is None:
         return None
-    return out[:, 0] if squeeze else out
+    return (out[:, 0] if squeeze else out).clone()
 
 
 def kneighbors(

@@ -52,8 +52,10 @@ def small_work_single_threaded(work, device):
 
 @contextlib.contextmanager
 def one_thread():
-    """torch's CPU kernels on one thread in the calling thread only (:func:`cpu_threads`)."""
-    with cpu_threads(1):
+    """torch's CPU kernels on one thread in the calling thread only (:func:`cpu_threads`, of
+    torch's OpenMP runtime alone: another library's copy, such as scikit-learn's, runs none of
+    these kernels, and each runtime costs three library calls a small call)."""
+    with _openmp_threads(1, torch_only=True), _mkl_threads(1):
         yield
 
 
@@ -74,33 +76,52 @@ def cpu_threads(n):
         yield
 
 
+# The counts this thread's enclosing contexts set (``omp``, ``mkl``): a nested context asking
+# for the same count changes nothing and makes no library call (a single-row predict entered
+# three, measured 10 to 20 us each when the calls' code was out of the cache).
+_pinned = threading.local()
+
+
 @contextlib.contextmanager
-def _openmp_threads(n):
-    """The calling thread's OpenMP count of every OpenMP runtime loaded set to ``n``, restored
-    afterwards (``omp_set_num_threads`` is per thread). The runtimes are found once through
-    threadpoolctl and called directly: its ``limit`` took about 30 microseconds a call, a
-    tenth of a single-row predict."""
+def _openmp_threads(n, torch_only=False):
+    """The calling thread's OpenMP count of every OpenMP runtime loaded (``torch_only``:
+    torch's) set to ``n``, restored afterwards (``omp_set_num_threads`` is per thread). The
+    runtimes are found once through threadpoolctl and called directly: its ``limit`` took
+    about 30 microseconds a call, a tenth of a single-row predict."""
+    scopes = ("omp_torch",) if torch_only else ("omp_torch", "omp_all")
+    enclosing = [getattr(_pinned, scope, None) for scope in scopes]
+    if all(count == n for count in enclosing):
+        yield
+        return
     runtimes = _openmp_runtimes()
     if runtimes is None:  # threadpoolctl without its libraries' handles: its own limit
         with _openmp_controller().limit(limits=n):
             yield
         return
-    before = [get() for get, _ in runtimes]
-    for _, set_threads in runtimes:
+    if torch_only:
+        runtimes = tuple(r for r in runtimes if r[2]) or runtimes
+    before = [get() for get, _, _ in runtimes]
+    for _, set_threads, _ in runtimes:
         set_threads(n)
+    for scope in scopes:
+        setattr(_pinned, scope, n)
     try:
         yield
     finally:
-        for (_, set_threads), count in zip(runtimes, before, strict=True):
+        for (_, set_threads, _), count in zip(runtimes, before, strict=True):
             set_threads(count)
+        for scope, count in zip(scopes, enclosing, strict=True):
+            setattr(_pinned, scope, count)
 
 
 @functools.cache
 def _openmp_runtimes():
-    """``(omp_get_max_threads, omp_set_num_threads)`` of each OpenMP runtime threadpoolctl
-    finds (torch's, and scikit-learn's own copy); none without threadpoolctl; ``None`` where
-    its controllers do not expose their library handles (``dynlib``, threadpoolctl 3's)."""
+    """``(omp_get_max_threads, omp_set_num_threads, torchs)`` of each OpenMP runtime
+    threadpoolctl finds (torch's, and scikit-learn's own copy), ``torchs`` whether the library
+    lies in torch's folder; none without threadpoolctl; ``None`` where its controllers do not
+    expose their library handles (``dynlib``, threadpoolctl 3's)."""
     controller = _openmp_controller()
+    torch_dir = pathlib.Path(torch.__file__).resolve().parent
     runtimes = []
     try:
         for library in [] if controller is None else controller.lib_controllers:
@@ -108,7 +129,8 @@ def _openmp_runtimes():
             get, set_threads = dynlib.omp_get_max_threads, dynlib.omp_set_num_threads
             get.argtypes, get.restype = [], ctypes.c_int
             set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
-            runtimes.append((get, set_threads))
+            torchs = torch_dir in pathlib.Path(library.filepath).resolve().parents
+            runtimes.append((get, set_threads, torchs))
     except AttributeError:
         return None
     return tuple(runtimes)
@@ -117,15 +139,18 @@ def _openmp_runtimes():
 @contextlib.contextmanager
 def _mkl_threads(n):
     """MKL's thread-local count set to ``n`` in the calling thread, restored afterwards."""
+    enclosing = getattr(_pinned, "mkl", None)
     set_mkl_local = _mkl_set_num_threads_local()
-    if set_mkl_local is None:
+    if set_mkl_local is None or enclosing == n:
         yield
         return
     before = set_mkl_local(n)
+    _pinned.mkl = n
     try:
         yield
     finally:
         set_mkl_local(before)
+        _pinned.mkl = enclosing
 
 
 @functools.cache

@@ -713,7 +713,9 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         metric_map, keys, values, log_prior = self._ready_for_queries()
         Z = torch.as_tensor(block, dtype=keys.raw.dtype, device=keys.raw.device)
         if metric_map is not None:
-            with torch.no_grad():
+            # inference mode: no view or version tracking on the map's ops; the engine reads
+            # the images and returns an ordinary tensor
+            with torch.inference_mode():
                 Z = metric_map.images(Z)
         kwargs = self._engine_kwargs()
         kwargs["log_prior"] = log_prior

@@ -207,6 +207,57 @@ def test_score_products_round_a_row_alike_in_any_block(dtype, dim):
                 assert torch.equal(parts, whole[: parts.shape[0]])
 
 
+def test_nested_thread_contexts_make_no_library_calls_and_restore_the_counts(monkeypatch):
+    # a single-row call enters the single-thread context in the estimator, the engine and the
+    # map: only the outermost changes the libraries' counts, and every count comes back
+    runtimes = _parallel._openmp_runtimes()
+    set_local = _parallel._mkl_set_num_threads_local()
+    if not runtimes or set_local is None:
+        pytest.skip("needs threadpoolctl's OpenMP handles and MKL")
+    calls = []
+
+    def counted(fn, name):
+        def call(*args):
+            calls.append(name)
+            return fn(*args)
+        return call
+
+    monkeypatch.setattr(_parallel, "_openmp_runtimes", lambda: tuple(
+        (counted(get, "get"), counted(set_threads, "set"), torchs)
+        for get, set_threads, torchs in runtimes))
+    monkeypatch.setattr(_parallel, "_mkl_set_num_threads_local",
+                        lambda: counted(set_local, "mkl"))
+    before = [get() for get, _, _ in runtimes]
+    with _parallel.one_thread():
+        outer = len(calls)
+        assert outer > 0 and torch.get_num_threads() == 1
+        with _parallel.one_thread(), _parallel._mkl_threads(1):
+            assert len(calls) == outer
+        with _parallel.cpu_threads(2):  # another count: set, then restored
+            assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 1
+        with _parallel._mkl_threads(1):
+            assert set_local(1) == 1
+    assert [get() for get, _, _ in runtimes] == before
+    assert not any(getattr(_parallel._pinned, name, None) for name in ("omp_torch", "omp_all",
+                                                                       "mkl"))
+
+
+def test_one_thread_sets_torchs_openmp_runtime_only():
+    # scikit-learn's own OpenMP runtime (its wheels bundle one) runs none of torch's kernels:
+    # the engine's single-thread context leaves it alone; cpu_threads (n_jobs) sets every one
+    runtimes = _parallel._openmp_runtimes()
+    if not runtimes or not any(torchs for _, _, torchs in runtimes):
+        pytest.skip("no OpenMP runtime found in torch's folder")
+    with threadpool_limits(2, user_api="openmp"):
+        with _parallel.one_thread():
+            assert [get() for get, _, _ in runtimes] == [
+                1 if torchs else 2 for _, _, torchs in runtimes]
+        with _parallel.cpu_threads(1):
+            assert [get() for get, _, _ in runtimes] == [1] * len(runtimes)
+        assert [get() for get, _, _ in runtimes] == [2] * len(runtimes)
+
+
 def test_cpu_threads_without_the_runtimes_handles_uses_threadpoolctl(monkeypatch):
     # threadpoolctl's controllers expose their libraries (dynlib) in version 3; without them
     # the count is set through threadpoolctl's own limit

@@ -165,6 +165,31 @@ def test_a_few_rows_over_prepared_keys_equal_the_general_path(
     assert torch.equal(fast, batch[:n_rows])
 
 
+def test_the_short_lane_returns_an_ordinary_tensor_and_remembers_none_of_inference_mode(data):
+    """The short lane computes in inference mode; what it returns, and what it remembers on
+    the keys for later calls, are ordinary tensors that autograd may use (an inference
+    tensor cannot be saved for a backward pass)."""
+    queries, keys, values = data
+    prepared = prepare_keys(keys, metric="euclidean", device="cpu", dtype="float32")
+    V = torch.as_tensor(values, dtype=torch.float32)
+    Q = torch.as_tensor(queries, dtype=torch.float32)
+    out = attention(Q[:1], prepared, V, metric="euclidean", temperature=0.7)
+    assert torch.equal(out, attention(Q, prepared, V, metric="euclidean", temperature=0.7)[:1])
+    assert not out.is_inference()
+    weight = torch.ones(1, requires_grad=True)
+    (weight * out * out).sum().backward()  # saves `out` for the backward pass
+    torch.testing.assert_close(weight.grad, (out * out).sum().reshape(1))
+    remembered = [entry[3] for entry in prepared._remembered.values()]
+    tensors = [t for entry in remembered for t in (entry if isinstance(entry, tuple)
+                                                   else (entry,))
+               if isinstance(t, torch.Tensor)]
+    assert tensors and not any(t.is_inference() for t in tensors)
+    # a differentiable call over the same prepared keys and values after the short lane
+    Q = Q[:7].clone().requires_grad_()
+    attention(Q, prepared, V, metric="euclidean", temperature=0.7).sum().backward()
+    assert Q.grad is not None and bool(torch.isfinite(Q.grad).all())
+
+
 def test_a_few_bad_rows_over_prepared_keys_are_reported_by_the_general_path(data):
     queries, keys, values = data
     prepared = prepare_keys(keys, metric="euclidean", device="cpu", dtype="float32")
