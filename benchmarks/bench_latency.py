@@ -69,12 +69,13 @@ def measure(models, X_rows, warmup=5):
             model.predict(take[i : i + 1])
     times = {name: [] for name in models}
     names = list(models)
+    order = np.random.default_rng(0)
     for i in range(len(X_rows)):
         row = take[i : i + 1]
-        # the order rotates call by call: each model follows every other one equally often
-        # (a call after one that streamed megabytes finds less of its own data in the caches)
-        shift = i % len(names)
-        for name in names[shift:] + names[:shift]:
+        # a new order for every row: each model follows every other one about equally often (a
+        # call finds less of its code and data in the caches after one that streamed megabytes,
+        # more after one that ran the same library code)
+        for name in order.permutation(names):
             model = models[name]
             start = time.perf_counter()
             model.predict(row)

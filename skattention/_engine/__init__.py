@@ -18,7 +18,7 @@ from ._kernels import (
     sqdist_log_histogram,
 )
 from ._maps import ResidualBlock, build_map
-from ._parallel import cpu_threads
+from ._parallel import cpu_threads, rows_single_threaded
 from ._progress import progress_bar, track, write
 from ._scores import LEARNED_METRICS, METRICS
 from ._sdpa import augmented_coordinates, scaled_dot_product
@@ -83,6 +83,7 @@ __all__ = [
     "budget_bytes",
     "check_temperature",
     "cpu_threads",
+    "rows_single_threaded",
     "plan_rows",
     "progress_bar",
     "resolve_device",

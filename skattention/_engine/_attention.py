@@ -29,7 +29,7 @@ from ._inputs import (
     values_for_products,
 )
 from ._knn import knn_attention, nearest_keys
-from ._parallel import small_calls_single_threaded, small_work_single_threaded
+from ._parallel import rows_single_threaded, small_calls_single_threaded
 from ._scores import ROW_MULTIPLE, Scorer
 from ._sdpa import sdpa_attention, sdpa_pays
 from ._stream import dense_plan, one_block_attention, shifted_stream_pays, stream_attention
@@ -247,8 +247,7 @@ def _few_rows_over_prepared_keys(queries, scorer, values, metric, temperature, l
     # Inference mode: no view or version tracking on the call's dozen ops (measured: a
     # single-row predict of the default classifier 37 us faster, of about 550). Its tensors
     # stay inside: the result is returned as an ordinary tensor, which autograd may use.
-    with torch.inference_mode(), small_work_single_threaded(
-            n_q * n_k * (scorer.dim + V.shape[1]), dev):
+    with torch.inference_mode(), rows_single_threaded(scorer, n_q, V.shape[1]):
         out = one_block_attention(scorer, queries, temperature, prior_vec, values_mm,
                                   V.shape[1])
     if out is None:

@@ -50,6 +50,14 @@ def small_work_single_threaded(work, device):
         yield
 
 
+def rows_single_threaded(prepared, n_rows, n_values):
+    """:func:`small_work_single_threaded` of ``n_rows`` queries over ``prepared`` keys
+    (``Scorer``) with ``n_values`` values: a caller that maps a few rows before their attention
+    (an estimator's learned map) enters it once around both."""
+    return small_work_single_threaded(n_rows * prepared.n_keys * (prepared.dim + n_values),
+                                      prepared.raw.device)
+
+
 @contextlib.contextmanager
 def one_thread():
     """torch's CPU kernels on one thread in the calling thread only (:func:`cpu_threads`, of

@@ -27,6 +27,7 @@ from .._engine import (
     prepare_keys,
     progress_bar,
     resolve_device,
+    rows_single_threaded,
     seeded_torch_rng,
     train_metric,
 )
@@ -711,15 +712,17 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         block = self._layout.dense(self._encoder.transform(X) if encoded is None else encoded,
                                    np.float32 if X.dtype == np.float32 else np.float64)
         metric_map, keys, values, log_prior = self._ready_for_queries()
-        Z = torch.as_tensor(block, dtype=keys.raw.dtype, device=keys.raw.device)
-        if metric_map is not None:
-            # inference mode: no view or version tracking on the map's ops; the engine reads
-            # the images and returns an ordinary tensor
-            with torch.inference_mode():
-                Z = metric_map.images(Z)
         kwargs = self._engine_kwargs()
         kwargs["log_prior"] = log_prior
-        out = attention(Z, keys, values, on_empty="raise", progress=self.verbose, **kwargs)
+        Z = torch.as_tensor(block, dtype=keys.raw.dtype, device=keys.raw.device)
+        # one thread setting around the map and the attention (each would set its own)
+        with rows_single_threaded(keys, Z.shape[0], 1 if values.ndim == 1 else values.shape[1]):
+            if metric_map is not None:
+                # inference mode: no view or version tracking on the map's ops; the engine
+                # reads the images and returns an ordinary tensor
+                with torch.inference_mode():
+                    Z = metric_map.images(Z)
+            out = attention(Z, keys, values, on_empty="raise", progress=self.verbose, **kwargs)
         out = np.asarray(out.cpu().numpy(), dtype=np.float64)
         return self._plus_value_offsets(out, [self._value_offset(block)])
 
