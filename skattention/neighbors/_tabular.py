@@ -403,6 +403,8 @@ class _CodesLayout:
 
     def dense(self, block, dtype):
         """``(len(block), width)`` array of ``dtype``."""
+        if not block.categories.shape[1]:  # numbers only: one conversion, not three
+            return block.numeric.astype(dtype)
         return np.hstack([block.numeric.astype(dtype, copy=False),
                           block.categories.astype(dtype)])
 
