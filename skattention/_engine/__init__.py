@@ -9,7 +9,7 @@ from ._attention import attention, kneighbors
 from ._budget import budget_bytes, plan_rows
 from ._cluster import anneal, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
 from ._device import resolve_device, resolve_dtype, seeded_torch_rng
-from ._inputs import check_temperature, prepare_keys
+from ._inputs import averaging_dtype, check_temperature, prepare_keys
 from ._kernels import (
     ball_counts,
     ball_sums,
@@ -76,6 +76,7 @@ __all__ = [
     "train_network",
     # the nn layer's SDPA on augmented coordinates
     "augmented_coordinates",
+    "averaging_dtype",
     "scaled_dot_product",
     # names, checks, devices, threads, memory and progress
     "LEARNED_METRICS",

@@ -127,7 +127,11 @@ def attention(
     Returns
     -------
     out : ndarray or Tensor of shape (n_queries,) or (n_queries, n_values)
-        NumPy when ``queries`` is not a tensor, else a tensor on the compute device.
+        NumPy when ``queries`` is not a tensor, else a tensor on the compute device. In the
+        compute dtype, except float64 values at ``temperature`` ``inf`` or ``0`` (uniform
+        weights over the selected keys, the configurations equal to scikit-learn's neighbour
+        estimators): they are averaged, and returned, in float64 whatever the compute dtype,
+        as scikit-learn averages float64 targets for float32 inputs.
     weights : ndarray or Tensor of shape (n_queries, n_weights)
         Only with ``return_weights=True``.
     indices : ndarray or Tensor of int64, shape (n_queries, n_weights)
@@ -140,11 +144,11 @@ def attention(
     >>> keys = np.array([[0.0], [1.0], [10.0]])
     >>> values = np.array([0.0, 1.0, 2.0])
     >>> attention(np.array([[0.2]]), keys, values, n_neighbors=2, temperature=np.inf)
-    array([0.5], dtype=float32)
+    array([0.5])
     >>> out, w, idx = attention(np.array([[0.2]]), keys, values, temperature=0,
     ...                         return_weights=True, n_weights=2)
     >>> out, idx
-    (array([0.], dtype=float32), array([[0, 1]]))
+    (array([0.]), array([[0, 1]]))
     """
     if (isinstance(keys, Scorer) and n_neighbors is None and radius is None
             and exclude_self is False and not return_weights and backend == "auto"):

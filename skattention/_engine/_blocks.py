@@ -27,8 +27,10 @@ class OnlineSoftmax:
         if not blocks:  # :meth:`single` sets the state from the one block
             return
         self.m = torch.full((n_rows,), NEG_INF, dtype=like.dtype, device=like.device)
-        self.l = torch.zeros(n_rows, dtype=like.dtype, device=like.device)
-        self.o = torch.zeros(n_rows, values_mm.shape[1], dtype=like.dtype, device=like.device)
+        # sums in the values' dtype, which may be wider than the logits' (_rows_times)
+        self.l = torch.zeros(n_rows, dtype=values_mm.dtype, device=like.device)
+        self.o = torch.zeros(n_rows, values_mm.shape[1], dtype=values_mm.dtype,
+                             device=like.device)
 
     def update(self, z, v, inplace):
         new_m = torch.maximum(self.m, z.amax(1))
@@ -273,7 +275,11 @@ def product_values(v):
 
 def _rows_times(p, v_mm):
     """``p @ v_mm`` for :func:`product_values` ``v_mm``, each row rounded as in any other batch
-    (see ``_scores.padded_rows``); every column of ``v_mm``."""
+    (see ``_scores.padded_rows``); every column of ``v_mm``. Weights ``p`` are taken to the
+    values' dtype where it is wider (float64 values averaged at temperature inf or 0,
+    ``_inputs.averaging_dtype``: weights 0 and 1, exact in either)."""
+    if p.dtype != v_mm.dtype:
+        p = p.to(v_mm.dtype)
     return (padded_rows(p) @ v_mm)[: p.shape[0]]
 
 

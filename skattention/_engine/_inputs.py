@@ -93,7 +93,9 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
         raise ValueError(
             f"queries have {Q.shape[1]} features but keys have {key_features}; they must match."
         )
-    V = None if values is None else checked_values(prepared, values, n_k, dev, dt)
+    T = None if values is None else check_temperature(temperature, dev, dt)
+    V = None if values is None else checked_values(prepared, values, n_k, dev,
+                                                   averaging_dtype(values, T, dt))
     if not (callable(metric) or (isinstance(metric, str) and metric in ENGINE_METRICS)):
         raise ValueError(
             f"metric={metric!r} is not supported; use one of {ENGINE_METRICS} or a callable."
@@ -117,7 +119,7 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
     if V is None:
         return spec
     spec.squeeze, spec.values, spec.values_mm_of = values_for_products(prepared, values, V)
-    spec.temperature = check_temperature(temperature, dev, dt)
+    spec.temperature = T
     if on_empty not in ("raise", "zero"):
         raise ValueError(f"on_empty must be 'raise' or 'zero', got {on_empty!r}.")
     spec.on_empty = on_empty
@@ -141,11 +143,28 @@ def prepare_keys(keys, *, metric="sqeuclidean", device="auto", dtype=None):
     return Scorer(as_tensor(keys, "keys", dev, dt, ndims=(2,)), metric)
 
 
+def averaging_dtype(values, temperature, dtype):
+    """The dtype the values are averaged in: ``dtype`` (the compute dtype), except float64
+    values at temperature ``inf`` or ``0`` (the selections that equal scikit-learn's neighbour
+    estimators: uniform weights over the selected keys), which keep float64 whatever the
+    compute dtype, as scikit-learn averages its float64 targets for float32 inputs (a float32
+    average differed from KNeighborsRegressor's by up to 1.5e-7 relative). Scores and
+    selections stay in ``dtype``; values that require grad keep it too."""
+    if (dtype == torch.float64 or not isinstance(temperature, float)
+            or temperature not in (0.0, math.inf)):
+        return dtype
+    if isinstance(values, torch.Tensor):
+        float64 = values.dtype == torch.float64 and not values.requires_grad
+    else:
+        float64 = isinstance(values, np.ndarray) and values.dtype == np.float64
+    return torch.float64 if float64 else dtype
+
+
 def checked_values(prepared, values, n_keys, device, dtype):
     """``values`` as a tensor on ``device`` and ``dtype``, checked (finite, 1-D or 2-D, a row
     per key); remembered on ``prepared`` keys (``None``: none)."""
     V = _remembered(prepared, "values", values,
-                    lambda: as_tensor(values, "values", device, dtype, ndims=(1, 2)))
+                    lambda: as_tensor(values, "values", device, dtype, ndims=(1, 2)), dtype)
     if V.shape[0] != n_keys:
         raise ValueError(
             f"values has {V.shape[0]} rows but there are {n_keys} keys; they must match."
@@ -160,7 +179,7 @@ def values_for_products(prepared, values, V):
     squeeze = V.ndim == 1
     V = V[:, None] if squeeze else V
     return squeeze, V, lambda: _remembered(prepared, "values_mm", values,
-                                           lambda: product_values(V))
+                                           lambda: product_values(V), V.dtype)
 
 
 def checked_log_prior(prepared, log_prior, n_keys, device, dtype):
@@ -170,10 +189,10 @@ def checked_log_prior(prepared, log_prior, n_keys, device, dtype):
                        lambda: _checked_log_prior(log_prior, n_keys, device, dtype))
 
 
-def _remembered(prepared, name, source, build):
-    """``build()``, remembered on prepared keys for the same unmodified ``source`` tensor
-    (``Scorer.remembered``; the call's device and dtype are the prepared keys')."""
-    return build() if prepared is None else prepared.remembered(name, source, build)
+def _remembered(prepared, name, source, build, *key):
+    """``build()``, remembered on prepared keys for the same unmodified ``source`` tensor and
+    ``key`` (``Scorer.remembered``; the call's device is the prepared keys')."""
+    return build() if prepared is None else prepared.remembered(name, source, build, *key)
 
 
 def _checked_log_prior(log_prior, n_keys, device, dtype):

@@ -232,7 +232,8 @@ def knn_attention(spec):
     k = spec.n_neighbors if spec.n_neighbors is not None else (n_weights or 1)
     n_select = _keys_to_select(spec, k)
     dv = V.shape[1]
-    gather_bytes = n_select * Q.element_size() * (dv + (scorer.dim if spec.grad else 0) + 6)
+    gather_bytes = n_select * (V.element_size() * dv
+                               + Q.element_size() * ((scorer.dim if spec.grad else 0) + 6))
     what = f"k-NN attention with n_neighbors={k}" if spec.n_neighbors else "1-NN attention"
     outs, weights, indices = [], [], []
     for qs, _, q, q_index, f, idx in nearest_blocks(spec, n_select, gather_bytes, what):
@@ -287,9 +288,11 @@ def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_ro
     p = batch_exp(z - torch.where(torch.isfinite(m), m, 0.0))
     total = p.sum(1)
     empty = empty_rows_of(total)
-    # Sum first, divide once: equal vote counts stay exactly equal.
+    # Sum first, divide once: equal vote counts stay exactly equal. The values' dtype may be
+    # wider than the scores' (``_inputs.averaging_dtype``): the sum and the division in it.
     total = torch.where(total > 0, total, 1.0)[:, None]
-    out = torch.bmm(p[:, None, :], values).squeeze(1) / total
+    out = (torch.bmm(p[:, None, :].to(values.dtype), values).squeeze(1)
+           / total.to(values.dtype))
     # keys past the k units of a weighted selection are not selected
     selected = torch.where(torch.isneginf(prior), -1, idx)
     return torch.where(empty[:, None], 0.0, out), p / total, selected

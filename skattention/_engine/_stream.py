@@ -205,7 +205,8 @@ def _top_weights(top, state, empty, uniform):
     else:
         logw = top.r
     shift = torch.where(torch.isfinite(state.m), state.m, 0.0)
-    w = torch.exp(logw - shift[:, None]) / torch.where(state.l > 0, state.l, 1.0)[:, None]
+    total = torch.where(state.l > 0, state.l, 1.0).to(logw.dtype)  # sums may be float64
+    w = torch.exp(logw - shift[:, None]) / total[:, None]
     w = torch.where(empty[:, None], 0.0, w)
     return torch.where(top.r > NEG_INF, w, 0.0)
 

@@ -18,6 +18,7 @@ from .._engine import (
     METRICS,
     ProgressReport,
     attention,
+    averaging_dtype,
     batch_rows,
     budget_bytes,
     build_map,
@@ -284,7 +285,10 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         # each output's labels as columns of the side-by-side one-hot blocks
         offsets = np.cumsum([0] + [c.size for c in per_output])
         self._fit_y = np.column_stack(encoded) + offsets[:-1]
-        values = np.zeros((X.shape[0], offsets[-1]), dtype=X.dtype)
+        # float64 whatever X: the exact configurations average them in float64, as
+        # scikit-learn counts its votes (the engine converts them to the compute dtype
+        # elsewhere)
+        values = np.zeros((X.shape[0], offsets[-1]))
         values[np.arange(X.shape[0])[:, None], self._fit_y] = 1
         single = self._fit_y.shape[1] == 1
         self._fit_attention(
@@ -623,15 +627,18 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
     def _engine_per_key(self, keys, log_prior):
         """``(values, log_prior)``: the fitted values and the per-key log-prior as tensors on
         the device and dtype of the prepared ``keys``, converted once per fit; the engine
-        remembers them checked, so a single-row predict does not check them again."""
+        remembers them checked, so a single-row predict does not check them again. The values
+        keep float64 where the engine averages them in float64 (``averaging_dtype``: the
+        configurations equal to scikit-learn's neighbour estimators)."""
         device, dtype = keys.raw.device, keys.raw.dtype
+        values_dtype = averaging_dtype(self._fit_values, float(self.temperature_), dtype)
 
         def to_tensor(array, device, dtype):
             if array is None or not isinstance(array, np.ndarray):
                 return array
             return torch.tensor(array, device=device, dtype=dtype)
 
-        return (self._on_device("values", self._fit_values, device, dtype, to_tensor),
+        return (self._on_device("values", self._fit_values, device, values_dtype, to_tensor),
                 self._on_device("log_prior", log_prior, device, dtype, to_tensor))
 
     def _embed(self, X, side="query"):

@@ -212,11 +212,17 @@ def test_gradcheck_tiny_case():
 def test_numpy_in_numpy_out_and_1d_values():
     rng = np.random.default_rng(0)
     K = rng.normal(size=(50, 3))
-    out = attention(K[:5], K, np.arange(50.0), temperature=0)
+    out = attention(K[:5], K, np.arange(50.0), temperature=1.0)
     assert isinstance(out, np.ndarray) and out.shape == (5,) and out.dtype == np.float32
-    np.testing.assert_array_equal(out, np.arange(5.0))
-    out64 = attention(K[:5], K, np.arange(50.0), temperature=0, dtype="float64")
+    out64 = attention(K[:5], K, np.arange(50.0), temperature=1.0, dtype="float64")
     assert out64.dtype == np.float64
+    # float64 values at temperature 0 or inf (the exact selections) are averaged, and
+    # returned, in float64 whatever the compute dtype; float32 values in float32
+    out = attention(K[:5], K, np.arange(50.0), temperature=0)
+    assert isinstance(out, np.ndarray) and out.shape == (5,) and out.dtype == np.float64
+    np.testing.assert_array_equal(out, np.arange(5.0))
+    out32 = attention(K[:5], K, np.arange(50.0, dtype=np.float32), temperature=0)
+    assert out32.dtype == np.float32
 
 
 def test_kneighbors_matches_sorted_distances():

@@ -225,3 +225,20 @@ def test_the_short_lane_leaves_to_the_general_path_what_it_does_not_cover(data):
                   torch.zeros((0, 2)), metric="euclidean", temperature=0.7)
     with pytest.raises(ValueError, match="queries contains NaN"):
         attention(Q * np.nan, prepared, V * np.nan, metric="euclidean", temperature=0.7)
+
+
+def test_prepared_keys_remember_values_per_averaging_dtype(data):
+    """The same float64 values over the same float32 keys: averaged in float64 at temperature
+    inf, converted to float32 at a finite one; what the keys remember for one call is not
+    handed to the other."""
+    queries, keys, values = data
+    prepared = prepare_keys(keys, dtype="float32")
+    V = torch.as_tensor(values, dtype=torch.float64)
+    Q = torch.as_tensor(queries, dtype=torch.float32)
+    for _ in range(2):
+        exact = attention(Q, prepared, V, n_neighbors=3, temperature=np.inf)
+        soft = attention(Q, prepared, V, temperature=1.0)
+        assert exact.dtype == torch.float64 and soft.dtype == torch.float32
+        assert torch.equal(exact, attention(Q, keys, V, n_neighbors=3, temperature=np.inf,
+                                            dtype="float32"))
+        assert torch.equal(soft, attention(Q, keys, V, temperature=1.0, dtype="float32"))
