@@ -31,7 +31,8 @@ class Spec:
     callable one, ``key_mask`` the keys ``prior_vec`` masks (``None`` when none is);
     ``self_index`` the key each query excludes (``-1``: none); ``n_weights`` how many weights to
     return (``None``: none); ``budget`` the scratch budget in bytes; ``grad`` whether the result
-    is differentiated.
+    is differentiated; ``prepared`` whether the keys came prepared (``prepare_keys``: what is
+    built for them, such as the k-NN selection's key cells, serves later calls too).
     """
 
     device: torch.device
@@ -54,6 +55,7 @@ class Spec:
     budget: int = 0
     progress: object = False
     grad: bool = False
+    prepared: bool = False
 
     @functools.cached_property
     def values_mm(self):
@@ -114,6 +116,7 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
         n_neighbors=n_neighbors,
         radius=radius, prior_vec=prior_vec, prior_fn=prior_fn, self_index=self_index,
         budget=budget, progress=progress, as_numpy=not isinstance(queries, torch.Tensor),
+        prepared=prepared is not None,
     )
     spec.key_mask = key_mask
     if V is None:

@@ -26,6 +26,7 @@ from ._blocks import (
     score_pair_bytes,
 )
 from ._budget import CPU_BLOCK_ENTRIES, cpu_block_rows, plan_blocks, plan_rows
+from ._cells import key_cells
 from ._exact import merge_exact, row_packed, sort_exact
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
@@ -68,8 +69,14 @@ def nearest_blocks(spec, k, query_bytes, what):
         pair_bytes=score_pair_bytes(spec), row_bytes=row_bytes, device=Q.device, what=what,
         hint="use a smaller n_neighbors",
     )
+    cells = _cells_for(spec, k)
+    if cells is not None:  # the lower bounds of every key block for each row of a block
+        plan["row_bytes"] += 16 * cells.n_blocks
     bq, bk = plan_blocks(n_q, n_k, budget=spec.budget, cpu_cols=_CPU_SELECTION_KEYS, **plan)
     workers, bq, bk = parallel_plan(spec, n_q, n_k, bq, bk, plan)
+    if cells is not None:
+        yield from _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what)
+        return
     if n_q * n_k <= CPU_BLOCK_ENTRIES and bk < n_k:
         # A few queries (a single row): all keys in one cache-sized block, one top-k instead of
         # one per 1,024 keys. Selections are exact whatever the blocks, so this changes no
@@ -94,6 +101,108 @@ def nearest_blocks(spec, k, query_bytes, what):
         map_blocks(select, starts, workers, spec.grad), spec.progress, total=len(starts), desc=what,
         unit="block",
     )
+
+
+def _cells_for(spec, k):
+    """The key cells of the selection (``_cells.py``) where they apply and are expected to pay:
+    exact k nearest of many queries on the CPU, with no mask or prior, over prepared keys (the
+    cells are built once for them) of a distance kind."""
+    if (not spec.prepared or spec.device.type != "cpu" or spec.grad or spec.radius is not None
+            or spec.self_index is not None or spec.prior_fn is not None
+            or spec.prior_vec is not None or spec.key_mask is not None):
+        return None
+    cells = key_cells(spec.scorer, spec.n_queries, spec.budget / 2**20)
+    if cells is None or not cells.pays(spec.scorer.map_queries(spec.queries), k, spec.budget):
+        return None
+    return cells
+
+
+def _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what):
+    """:func:`nearest_blocks` over key cells: the queries grouped by cell (a block of queries
+    then has nearby keys in common, and far key blocks to skip), selected block by block
+    (:func:`_select_in_cells`), and yielded in their own order. A query's selection is exact
+    whatever its block, so the grouping changes no result. Where the first block skips too few
+    keys to pay (keys without cluster structure), the others take :func:`_select`."""
+    scorer, Q = spec.scorer, spec.queries
+    n_q = Q.shape[0]
+    order = torch.argsort(cells.cell_of(scorer.map_queries(Q), spec.budget / 2**20),
+                          stable=True)
+    pruning = [True]
+
+    def select(qs):
+        qe = min(n_q, qs + bq)
+        q_raw = Q.index_select(0, order[qs:qe])
+        with torch.no_grad():
+            if pruning[0]:
+                f, idx, computed = _select_in_cells(spec, cells, q_raw, k, m, bk,
+                                                    spec.budget // workers)
+                if computed > _CELLS_PAY_BELOW:
+                    pruning[0] = False
+            else:
+                f, idx = _select(block_spec(spec), scorer.centre(q_raw), q_raw, slice(qs, qe),
+                                 None, k, m, bk, spec.budget // workers)
+        return qs, qe, f, idx
+
+    f_all = torch.empty((n_q, k), dtype=torch.float64, device=Q.device)
+    idx_all = torch.empty((n_q, k), dtype=torch.long, device=Q.device)
+    starts = range(0, n_q, bq)
+    for qs, qe, f, idx in track(map_blocks(select, starts, workers, spec.grad), spec.progress,
+                                total=len(starts), desc=what, unit="block"):
+        f_all[order[qs:qe]], idx_all[order[qs:qe]] = f, idx
+    for qs in starts:
+        qe = min(n_q, qs + bq)
+        q = scorer.prepare_queries(Q[qs:qe])
+        yield qs, qe, q, query_index(spec, slice(qs, qe), q.device), f_all[qs:qe], idx_all[qs:qe]
+
+
+# A query block over key cells that computes more than this fraction of the keys: the cells do
+# not pay (measured: a Gaussian cloud without clusters computes all of them).
+_CELLS_PAY_BELOW = 0.6
+
+
+def _select_in_cells(spec, cells, q_raw, k, m, bk, budget):
+    """:func:`_select` of a block of raw queries over key cells: ``(f, idx, computed)``, the
+    exact k nearest (original key indices) and the fraction of the keys whose scores were
+    computed.
+
+    Key blocks go nearest first (by their smallest lower bound over the rows); one is skipped
+    when every row's lower bound for it exceeds the row's bound on its final k-th nearest: the
+    fast ``f`` of its ``m``-th candidate so far plus twice the rounding margin (each of its
+    final ``m`` candidates has an exact ``f`` at most that). A skipped key is then farther
+    than the k-th nearest, never tied with it, and the settling below (whose bound covers the
+    computed keys) stays exact; a row whose candidates could miss a computed key gets the
+    exact pass over all keys."""
+    ps = cells.scorer
+    q = ps.centre(q_raw)
+    top = TopK(q.shape[0], m, q)
+    augmented = ps.augmented(q)
+    offset = ps.query_offset(q).double()
+    slack = 2 * ps.margin(q).double()
+    lower = cells.lower_bounds(q_raw)
+    nearest = lower.amin(0)
+    computed = 0
+    for j in torch.argsort(nearest).tolist():
+        bound = offset - top.r[:, -1].double() + slack
+        if float(nearest[j]) > float(bound.max()):
+            break  # every later block is at least as far from every row
+        if not bool((lower[:, j] <= bound).any()):
+            continue
+        ks, ke = cells.bounds[j], cells.bounds[j + 1]
+        top.update(ps.block(q, ks, ke, augmented=augmented), ks)
+        computed += ke - ks
+    valid = top.r > NEG_INF
+    index = torch.where(valid, cells.perm[top.i.clamp(min=0)], -1)
+    f = spec.scorer.exact_f(q_raw, index, spec.budget)
+    f, idx = sort_exact(torch.where(valid, f, math.inf), index, k)
+    last = ps.query_offset(q) - top.r[:, -1]
+    unsettled = (top.r[:, -1] > NEG_INF) & ~(last - ps.margin(q) > f[:, k - 1])
+    local = unsettled.nonzero().squeeze(1)
+    if local.numel():
+        rows = spec.scorer.centre(q_raw[local])
+        f[local], idx[local] = _exact_pass(
+            spec, rows, q_raw[local], local, f[local, k - 1], k, bk, budget
+        )
+    return f, idx, computed / ps.n_keys
 
 
 def _select(spec, q, q_raw, rows, q_index, k, m, bk, budget):
