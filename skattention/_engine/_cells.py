@@ -29,8 +29,13 @@ _LLOYD_STEPS = 6
 # a sampled query may not rule out up to which they do.
 _PAY_SAMPLE = 128
 _PAYS_UP_TO = 0.3
-# Cells hold the keys again in cell order: not for more than this many key entries.
-MAX_CELL_ENTRIES = 1 << 26
+# Cells hold the keys again in cell order (about 3.5 times their memory: the reordered keys
+# in the two layouts of a Scorer, and the permutation): not for more than this many key
+# entries (about 230 MB more for float32 keys).
+MAX_CELL_ENTRIES = 1 << 24
+# At most this many cells (their chain holds a square matrix of their distances); a cell of
+# more keys is cut into more blocks.
+_MAX_CELLS = 1024
 # Calls the cells serve: at least this many queries, key blocks and query-key pairs (about
 # 0.2 s of selection on 2 cores: building the cells, once per prepared keys, took 0.08 s over
 # 100,000 x 32 keys, and telling whether they pay 13 ms a call).
@@ -44,15 +49,17 @@ class KeyCells:
 
     Attributes: ``scorer`` the keys in cell order (a :class:`Scorer` of their own), ``perm``
     the original index of each of them, ``bounds`` the block boundaries (a list, ``n_blocks +
-    1`` positions), ``shift`` / ``centres`` / ``radii`` the blocks' centres (float64, less
-    ``shift``) and radii (float64), ``cell_centres`` the cells' k-means centres (less
-    ``shift``, compute dtype) by which queries are grouped.
+    1`` positions) of blocks of at most ``block_keys`` keys, ``shift`` / ``centres`` /
+    ``radii`` the blocks' centres (float64, less ``shift``) and radii (float64),
+    ``cell_centres`` the cells' k-means centres (less ``shift``, compute dtype) by which
+    queries are grouped. ``working_memory`` (MiB) bounds the scratch of the build.
     """
 
     def __init__(self, scorer, working_memory):
         raw = scorer.raw.detach()
         n, d = raw.shape
-        n_cells = max(2, n // CELL_KEYS)
+        self.block_keys = CELL_KEYS
+        n_cells = min(_MAX_CELLS, max(2, n // CELL_KEYS))
         gen = torch.Generator(device=raw.device).manual_seed(0)
         pick = torch.randperm(n, generator=gen, device=raw.device)[: _SAMPLE_PER_CELL * n_cells]
         sample = raw[pick]
@@ -72,8 +79,8 @@ class KeyCells:
         self.perm = torch.argsort(labels, stable=True)
         counts = torch.bincount(labels, minlength=n_cells).tolist()
         bounds, start = [], 0
-        for count in counts:  # each cell cut into nearly equal blocks of at most CELL_KEYS
-            pieces = -(-count // CELL_KEYS)
+        for count in counts:  # each cell cut into nearly equal blocks of at most block_keys
+            pieces = -(-count // self.block_keys)
             bounds.extend(start + count * j // pieces for j in range(pieces))
             start += count
         self.bounds = [*bounds, n]
@@ -85,7 +92,9 @@ class KeyCells:
         block_of = torch.repeat_interleave(torch.arange(sizes.numel(), device=raw.device), sizes)
         shift64 = self.shift.double()
         sums = torch.zeros((sizes.numel(), d), dtype=torch.float64, device=raw.device)
-        chunk = max(1, (1 << 22) // max(1, d))  # float64 copies of a few MB of keys at once
+        # float64 copies of keys and their differences, a few within the budget at once
+        budget = int(working_memory * 2**20)
+        chunk = max(1, budget // (32 * max(1, d)))
         for s in range(0, n, chunk):
             keys = self.scorer.raw[s : s + chunk].double() - shift64
             sums.index_add_(0, block_of[s : s + chunk], keys)

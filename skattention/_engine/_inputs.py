@@ -152,7 +152,8 @@ def averaging_dtype(values, temperature, dtype):
     estimators: uniform weights over the selected keys), which keep float64 whatever the
     compute dtype, as scikit-learn averages its float64 targets for float32 inputs (a float32
     average differed from KNeighborsRegressor's by up to 1.5e-7 relative). Scores and
-    selections stay in ``dtype``; values that require grad keep it too."""
+    selections stay in ``dtype``; values that require grad keep it too. With a per-key
+    log-prior the weights themselves (``exp`` of the prior) still come from ``dtype``."""
     if (dtype == torch.float64 or not isinstance(temperature, float)
             or temperature not in (0.0, math.inf)):
         return dtype

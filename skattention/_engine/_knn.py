@@ -70,13 +70,21 @@ def nearest_blocks(spec, k, query_bytes, what):
         hint="use a smaller n_neighbors",
     )
     cells = _cells_for(spec, k)
-    if cells is not None:  # the lower bounds of every key block for each row of a block
-        plan["row_bytes"] += 16 * cells.n_blocks
+    if cells is not None:
+        # the lower bounds of every key block for each row (and their temporaries); cell
+        # blocks take whole cell blocks of keys: a budget too small for either leaves the cells
+        cell_plan = dict(plan, row_bytes=row_bytes + _BOUND_BYTES * cells.n_blocks)
+        try:
+            bq, bk = plan_blocks(n_q, n_k, budget=spec.budget, cpu_cols=_CPU_SELECTION_KEYS,
+                                 **cell_plan)
+        except MemoryError:
+            bq = bk = 0
+        if bk >= cells.block_keys:
+            workers, bq, bk = parallel_plan(spec, n_q, n_k, bq, bk, cell_plan)
+            yield from _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what)
+            return
     bq, bk = plan_blocks(n_q, n_k, budget=spec.budget, cpu_cols=_CPU_SELECTION_KEYS, **plan)
     workers, bq, bk = parallel_plan(spec, n_q, n_k, bq, bk, plan)
-    if cells is not None:
-        yield from _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what)
-        return
     if n_q * n_k <= CPU_BLOCK_ENTRIES and bk < n_k:
         # A few queries (a single row): all keys in one cache-sized block, one top-k instead of
         # one per 1,024 keys. Selections are exact whatever the blocks, so this changes no
@@ -125,13 +133,14 @@ def _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what):
     keys to pay (keys without cluster structure), the others take :func:`_select`."""
     scorer, Q = spec.scorer, spec.queries
     n_q = Q.shape[0]
-    order = torch.argsort(cells.cell_of(scorer.map_queries(Q), spec.budget / 2**20),
-                          stable=True)
     pruning = [True]
+    # Queries are grouped within chunks of the call (the chunk's selections are held until
+    # they are back in order: at most a quarter of the budget, and at least one block).
+    chunk = max(bq, (spec.budget // 4) // (16 * k) // bq * bq)
 
-    def select(qs):
-        qe = min(n_q, qs + bq)
-        q_raw = Q.index_select(0, order[qs:qe])
+    def select(start, order):
+        rows = order[start : start + bq]
+        q_raw = Q.index_select(0, rows)
         with torch.no_grad():
             if pruning[0]:
                 f, idx, computed = _select_in_cells(spec, cells, q_raw, k, m, bk,
@@ -139,25 +148,39 @@ def _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what):
                 if computed > _CELLS_PAY_BELOW:
                     pruning[0] = False
             else:
-                f, idx = _select(block_spec(spec), scorer.centre(q_raw), q_raw, slice(qs, qe),
-                                 None, k, m, bk, spec.budget // workers)
-        return qs, qe, f, idx
+                f, idx = _select(block_spec(spec), scorer.centre(q_raw), q_raw,
+                                 slice(start, start + rows.numel()), None, k, m, bk,
+                                 spec.budget // workers)
+        return rows, f, idx
 
-    f_all = torch.empty((n_q, k), dtype=torch.float64, device=Q.device)
-    idx_all = torch.empty((n_q, k), dtype=torch.long, device=Q.device)
     starts = range(0, n_q, bq)
-    for qs, qe, f, idx in track(map_blocks(select, starts, workers, spec.grad), spec.progress,
-                                total=len(starts), desc=what, unit="block"):
-        f_all[order[qs:qe]], idx_all[order[qs:qe]] = f, idx
-    for qs in starts:
-        qe = min(n_q, qs + bq)
-        q = scorer.prepare_queries(Q[qs:qe])
-        yield qs, qe, q, query_index(spec, slice(qs, qe), q.device), f_all[qs:qe], idx_all[qs:qe]
+    progress = iter(track(range(len(starts)), spec.progress, total=len(starts), desc=what,
+                          unit="block"))
+    for cs in range(0, n_q, chunk):
+        ce = min(n_q, cs + chunk)
+        order = cs + torch.argsort(
+            cells.cell_of(scorer.map_queries(Q[cs:ce]), spec.budget / 2**20), stable=True)
+        f_chunk = torch.empty((ce - cs, k), dtype=torch.float64, device=Q.device)
+        idx_chunk = torch.empty((ce - cs, k), dtype=torch.long, device=Q.device)
+        for rows, f, idx in map_blocks(lambda start, order=order: select(start, order),
+                                       range(0, ce - cs, bq), workers, spec.grad):
+            f_chunk[rows - cs], idx_chunk[rows - cs] = f, idx
+            next(progress, None)
+        for qs in range(cs, ce, bq):
+            qe = min(ce, qs + bq)
+            q = scorer.prepare_queries(Q[qs:qe])
+            yield (qs, qe, q, query_index(spec, slice(qs, qe), q.device),
+                   f_chunk[qs - cs : qe - cs], idx_chunk[qs - cs : qe - cs])
+    for _ in progress:  # closes the bar
+        pass
 
 
 # A query block over key cells that computes more than this fraction of the keys: the cells do
 # not pay (measured: a Gaussian cloud without clusters computes all of them).
 _CELLS_PAY_BELOW = 0.6
+# Scratch bytes per row and key block of the blocks' lower bounds (``KeyCells.lower_bounds``:
+# four float64 temporaries alive at once, and the block order).
+_BOUND_BYTES = 40
 
 
 def _select_in_cells(spec, cells, q_raw, k, m, bk, budget):

@@ -155,3 +155,28 @@ def test_the_estimators_predict_the_same_over_cells(small_cells, monkeypatch):
         ref = model.kneighbors(Xq)
     np.testing.assert_array_equal(neighbours[1], ref[1])
     np.testing.assert_array_equal(neighbours[0], ref[0])
+
+
+def test_a_budget_too_small_for_the_bounds_takes_the_plain_loop(small_cells, monkeypatch):
+    # the blocks' lower bounds take 40 bytes per row and block: with 1,250 blocks a row needs
+    # 50 KB, more than the budget; the plain loop fits it (found in review: MemoryError)
+    rng = np.random.default_rng(7)
+    keys = clustered(rng, 20000, 3, "float32", True)
+    queries = clustered(rng, 300, 3, "float32", True)
+    got = kneighbors(queries, prepare_keys(keys), 5, working_memory=0.03)
+    assert small_cells[0] == [1] and not small_cells[1]
+    np.testing.assert_array_equal(got[1], kneighbors(queries, keys, 5)[1])
+
+
+def test_the_number_of_cells_is_capped(small_cells, monkeypatch):
+    # the cells' chain holds a square matrix of their distances: at most _MAX_CELLS cells, a
+    # cell of more keys cut into more blocks
+    monkeypatch.setattr(_cells, "_MAX_CELLS", 8)
+    rng = np.random.default_rng(8)
+    keys = clustered(rng, 3000, 4, "float64", False)
+    cells = _cells.KeyCells(prepare_keys(keys, dtype="float64"), 1.0)
+    assert cells.cell_centres.shape[0] == 8 and cells.n_blocks >= 3000 // 16
+    assert max(np.diff(cells.bounds)) <= 16
+    queries = clustered(rng, 400, 4, "float64", False)
+    got = kneighbors(queries, prepare_keys(keys, dtype="float64"), 6, dtype="float64")
+    np.testing.assert_array_equal(got[1], kneighbors(queries, keys, 6, dtype="float64")[1])
