@@ -205,10 +205,20 @@ class TabularMap(MetricMap):
                 self.embedding.weight[self.offsets] = 0.0
                 self.embedding.weight[self.offsets + 1] = 0.0
 
+    def for_inference(self, device, dtype):
+        out = super().for_inference(device, dtype)
+        if out.plr:  # the copy is not trained: its angular frequencies computed once
+            out.angular_frequencies = (2 * math.pi * out.frequencies).detach()
+        return out
+
     def forward(self, x):
-        numbers = x[:, : self.n_numeric]
+        numbers = x if x.shape[1] == self.n_numeric else x[:, : self.n_numeric]
         if self.plr:
-            z = 2 * math.pi * self.frequencies * numbers[..., None]
+            # 2 pi w: the inference copy's, else from the (trained) frequencies (same numbers)
+            angular = self.__dict__.get("angular_frequencies")
+            if angular is None:
+                angular = 2 * math.pi * self.frequencies
+            z = angular * numbers[..., None]
             z = torch.relu(self.periodic(torch.cat([torch.cos(z), torch.sin(z)], -1)))
             numbers = z.flatten(1)
         if numbers.shape[1]:

@@ -295,7 +295,8 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
     def _encode_numeric_array(self, array, numeric):
         """The numeric block of a float array's rows (no quantile scaling) into ``numeric``."""
         n_num = self.numeric_columns_.size
-        values = array[:, self.numeric_columns_]
+        # every column a number, in order (the common case): no gathered copy
+        values = array if n_num == array.shape[1] else array[:, self.numeric_columns_]
         missing = np.isnan(values)
         scaled = self._scale_column(slice(None), values)
         if missing.any():

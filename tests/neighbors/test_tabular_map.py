@@ -199,3 +199,20 @@ def test_calibration_without_room_for_the_scores_gives_the_same_temperature():
         chosen.append((float(log_t), loss))
     assert chosen[0][0] == pytest.approx(chosen[1][0], abs=1e-9)
     assert chosen[0][1] == pytest.approx(chosen[1][1], rel=1e-9)
+
+
+@pytest.mark.parametrize("cardinalities", [(), (3, 5)])
+def test_the_inference_copy_maps_as_the_map_does(cardinalities):
+    # the inference copy computes 2 pi w once (it is not trained); the map itself, trained
+    # further, keeps computing it from its frequencies
+    torch.manual_seed(0)
+    metric_map = build_map("tabular", n_components=8, n_numeric=4, cardinalities=cardinalities)
+    codes = [torch.randint(0, c, (9, 1)).float() for c in cardinalities]
+    x = torch.cat([torch.randn(9, 4), *codes], 1)
+    copy = metric_map.for_inference(torch.device("cpu"), torch.float32)
+    with torch.no_grad():
+        assert torch.equal(copy(x), metric_map(x))
+        metric_map.frequencies.mul_(2.0)
+        assert not torch.equal(copy(x), metric_map(x))
+        assert torch.equal(metric_map.for_inference(torch.device("cpu"), torch.float32)(x),
+                           metric_map(x))
