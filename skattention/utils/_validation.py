@@ -117,6 +117,8 @@ def _rows_summing_to_one(proba):
 
 def _most_probable(proba, classes, outlier_label):
     pred = classes[np.argmax(proba, axis=1)]
+    if outlier_label is None:  # no outlier label: every row has some probability (or raised)
+        return pred
     # No probability at all: a radius query with no neighbour whose outlier label is no class
     # (MetricAttentionClassifier); it gets that label, as in scikit-learn.
     unlabelled = ~proba.any(axis=1)
