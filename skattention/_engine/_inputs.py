@@ -97,7 +97,7 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
         )
     T = None if values is None else check_temperature(temperature, dev, dt)
     V = None if values is None else checked_values(prepared, values, n_k, dev,
-                                                   averaging_dtype(values, T, dt))
+                                                   averaging_dtype(values, T, dt, dev))
     if not (callable(metric) or (isinstance(metric, str) and metric in ENGINE_METRICS)):
         raise ValueError(
             f"metric={metric!r} is not supported; use one of {ENGINE_METRICS} or a callable."
@@ -146,15 +146,16 @@ def prepare_keys(keys, *, metric="sqeuclidean", device="auto", dtype=None):
     return Scorer(as_tensor(keys, "keys", dev, dt, ndims=(2,)), metric)
 
 
-def averaging_dtype(values, temperature, dtype):
+def averaging_dtype(values, temperature, dtype, device):
     """The dtype the values are averaged in: ``dtype`` (the compute dtype), except float64
     values at temperature ``inf`` or ``0`` (the selections that equal scikit-learn's neighbour
     estimators: uniform weights over the selected keys), which keep float64 whatever the
     compute dtype, as scikit-learn averages its float64 targets for float32 inputs (a float32
     average differed from KNeighborsRegressor's by up to 1.5e-7 relative). Scores and
     selections stay in ``dtype``; values that require grad keep it too. With a per-key
-    log-prior the weights themselves (``exp`` of the prior) still come from ``dtype``."""
-    if (dtype == torch.float64 or not isinstance(temperature, float)
+    log-prior the weights themselves (``exp`` of the prior) still come from ``dtype``. Not on
+    ``device`` types without float64 (Apple's MPS)."""
+    if (dtype == torch.float64 or device.type == "mps" or not isinstance(temperature, float)
             or temperature not in (0.0, math.inf)):
         return dtype
     if isinstance(values, torch.Tensor):

@@ -631,7 +631,8 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         keep float64 where the engine averages them in float64 (``averaging_dtype``: the
         configurations equal to scikit-learn's neighbour estimators)."""
         device, dtype = keys.raw.device, keys.raw.dtype
-        values_dtype = averaging_dtype(self._fit_values, float(self.temperature_), dtype)
+        values_dtype = averaging_dtype(self._fit_values, float(self.temperature_), dtype,
+                                       device)
 
         def to_tensor(array, device, dtype):
             if array is None or not isinstance(array, np.ndarray):

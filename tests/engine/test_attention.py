@@ -505,3 +505,22 @@ def test_online_softmax_keeps_a_nan_logit_visible(inplace):
     out = state.result()[:, :1]
     assert torch.isnan(out[2]).all()
     torch.testing.assert_close(out[[0, 1, 3]], torch.ones(3, 1), rtol=0, atol=0)
+
+
+def test_averaging_dtype():
+    # float64 values averaged in float64 at temperature inf or 0 (the exact selections),
+    # except on devices without float64; everything else in the compute dtype
+    from skattention._engine import averaging_dtype
+
+    cpu, mps = torch.device("cpu"), torch.device("mps")
+    f32, f64 = torch.float32, torch.float64
+    values = np.zeros(4)
+    assert averaging_dtype(values, math.inf, f32, cpu) == f64
+    assert averaging_dtype(values, 0.0, f32, cpu) == f64
+    assert averaging_dtype(values, 1.0, f32, cpu) == f32
+    assert averaging_dtype(values, math.inf, f32, mps) == f32
+    assert averaging_dtype(values.astype(np.float32), math.inf, f32, cpu) == f32
+    assert averaging_dtype(torch.zeros(4, dtype=f64), math.inf, f32, cpu) == f64
+    grad = torch.zeros(4, dtype=f64, requires_grad=True)
+    assert averaging_dtype(grad, math.inf, f32, cpu) == f32
+    assert averaging_dtype(values, math.inf, torch.float16, cpu) == f64
