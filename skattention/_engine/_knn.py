@@ -402,22 +402,33 @@ def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_ro
     normalised weights and the indices of the keys that got weight (``-1`` past the k units).
     """
     valid = idx >= 0
-    s = torch.where(valid, s, NEG_INF)
-    prior = torch.zeros_like(s)
-    if log_weight is not None:
-        prior = log_weight if k_units is None else _multiplicity(log_weight, valid, k_units)
-    if bias is not None:
-        prior = prior + bias
-    if T == 0.0:
-        nearest = torch.zeros_like(valid)
-        nearest[:, 0] = valid[:, 0]
-        z = torch.where(nearest, 0.0, NEG_INF).to(s.dtype)
-    elif T == math.inf:
-        z = torch.where(valid, prior, NEG_INF)
+    if log_weight is None and bias is None and T in (0.0, math.inf) and not s.requires_grad:
+        # weights 1 on the selected keys (at T = 0 the nearest alone) and 0 elsewhere, as the
+        # softmax below gives them (exp(0) = 1), in two ops instead of a dozen (a single row's
+        # k-NN predict is dispatch-bound)
+        p = valid.to(s.dtype)
+        if T == 0.0:
+            p[:, 1:] = 0.0
+        selected = idx
     else:
-        z = torch.where(valid, scaled(s, T) + prior, NEG_INF)
-    m = z.amax(1, keepdim=True)
-    p = batch_exp(z - torch.where(torch.isfinite(m), m, 0.0))
+        s = torch.where(valid, s, NEG_INF)
+        prior = torch.zeros_like(s)
+        if log_weight is not None:
+            prior = log_weight if k_units is None else _multiplicity(log_weight, valid, k_units)
+        if bias is not None:
+            prior = prior + bias
+        if T == 0.0:
+            nearest = torch.zeros_like(valid)
+            nearest[:, 0] = valid[:, 0]
+            z = torch.where(nearest, 0.0, NEG_INF).to(s.dtype)
+        elif T == math.inf:
+            z = torch.where(valid, prior, NEG_INF)
+        else:
+            z = torch.where(valid, scaled(s, T) + prior, NEG_INF)
+        m = z.amax(1, keepdim=True)
+        p = batch_exp(z - torch.where(torch.isfinite(m), m, 0.0))
+        # keys past the k units of a weighted selection are not selected
+        selected = torch.where(torch.isneginf(prior), -1, idx)
     total = p.sum(1)
     empty = empty_rows_of(total)
     # Sum first, divide once: equal vote counts stay exactly equal. The values' dtype may be
@@ -425,8 +436,6 @@ def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_ro
     total = torch.where(total > 0, total, 1.0)[:, None]
     out = (torch.bmm(p[:, None, :].to(values.dtype), values).squeeze(1)
            / total.to(values.dtype))
-    # keys past the k units of a weighted selection are not selected
-    selected = torch.where(torch.isneginf(prior), -1, idx)
     return torch.where(empty[:, None], 0.0, out), p / total, selected
 
 
