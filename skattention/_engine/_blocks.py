@@ -291,8 +291,17 @@ class TopK:
         self.r = torch.full((n_rows, k), NEG_INF, dtype=like.dtype, device=like.device)
         self.i = torch.full((n_rows, k), -1, dtype=torch.long, device=like.device)
         self.aux = torch.full_like(self.r, NEG_INF) if with_aux else None
+        self.fresh = True
 
     def update(self, r, start, aux=None):
+        if self.fresh and self.aux is None and r.shape[1] >= self.k:
+            # the first block: its top k are the state (a merge with the empty state would
+            # only repeat them; a single row's k-NN call has one block); -inf entries keep -1
+            self.fresh = False
+            self.r, pos = r.topk(self.k, dim=1)
+            self.i = torch.where(self.r > NEG_INF, pos + start, -1)
+            return
+        self.fresh = False
         # Only rows whose block maximum beats their current k-th best can change; late blocks
         # rarely do, which makes the merge cheap.
         rows = (r.amax(1) > self.r[:, -1]).nonzero().squeeze(1)
