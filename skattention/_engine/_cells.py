@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from ._cluster import kmeans_step
+from ._cluster import kmeans_step, sqdist_to_centers
 from ._scores import Scorer
 
 # Keys per cell block: the CPU selection's key block.
@@ -74,7 +74,7 @@ class KeyCells:
         # cells numbered along a nearest-neighbour chain of their centres: queries sorted by
         # cell then fill a block with neighbouring cells (numbered by k-means alone, a block of
         # a few dozen cells spread over the whole set and needed every key block)
-        self.cell_centres = centres[_chain(centres)]
+        self.cell_centres = centres[_chain(centres, working_memory)]
         labels = self.cell_of(raw, working_memory)
         self.perm = torch.argsort(labels, stable=True)
         counts = torch.bincount(labels, minlength=n_cells).tolist()
@@ -155,12 +155,11 @@ class KeyCells:
         return gap.mul_(gap).mul_(1 - 1e-12)
 
 
-def _chain(points):
+def _chain(points, working_memory):
     """An order of ``points`` (n, d) in which each is the nearest not yet taken to the one
     before (from point 0): nearby points get nearby positions."""
     p = points.double()
-    sq = (p * p).sum(1)
-    dist = (sq[:, None] + sq[None, :] - 2 * p @ p.T).clamp_(min=0)
+    dist = sqdist_to_centers(p, p, working_memory)
     taken = torch.zeros(p.shape[0], dtype=torch.bool, device=p.device)
     order = [0]
     taken[0] = True

@@ -199,13 +199,13 @@ def _select_in_cells(spec, cells, q_raw, k, m, bk, budget):
     q = ps.centre(q_raw)
     top = TopK(q.shape[0], m, q)
     augmented = ps.augmented(q)
-    offset = ps.query_offset(q).double()
-    slack = 2 * ps.margin(q).double()
+    offset, margin = ps.query_offset(q), ps.margin(q)
+    offset64, slack = offset.double(), 2 * margin.double()
     lower = cells.lower_bounds(q_raw)
     nearest = lower.amin(0)
     computed = 0
     for j in torch.argsort(nearest).tolist():
-        bound = offset - top.r[:, -1].double() + slack
+        bound = offset64 - top.r[:, -1].double() + slack
         if float(nearest[j]) > float(bound.max()):
             break  # every later block is at least as far from every row
         if not bool((lower[:, j] <= bound).any()):
@@ -213,18 +213,8 @@ def _select_in_cells(spec, cells, q_raw, k, m, bk, budget):
         ks, ke = cells.bounds[j], cells.bounds[j + 1]
         top.update(ps.block(q, ks, ke, augmented=augmented), ks)
         computed += ke - ks
-    valid = top.r > NEG_INF
-    index = torch.where(valid, cells.perm[top.i.clamp(min=0)], -1)
-    f = spec.scorer.exact_f(q_raw, index, spec.budget)
-    f, idx = sort_exact(torch.where(valid, f, math.inf), index, k)
-    last = ps.query_offset(q) - top.r[:, -1]
-    unsettled = (top.r[:, -1] > NEG_INF) & ~(last - ps.margin(q) > f[:, k - 1])
-    local = unsettled.nonzero().squeeze(1)
-    if local.numel():
-        rows = spec.scorer.centre(q_raw[local])
-        f[local], idx[local] = _exact_pass(
-            spec, rows, q_raw[local], local, f[local, k - 1], k, bk, budget
-        )
+    index = torch.where(top.r > NEG_INF, cells.perm[top.i.clamp(min=0)], -1)
+    f, idx = _settled(spec, top, index, q_raw, offset, margin, 0, k, bk, budget)
     return f, idx, computed / ps.n_keys
 
 
@@ -241,24 +231,35 @@ def _select(spec, q, q_raw, rows, q_index, k, m, bk, budget):
         ke = min(scorer.n_keys, ks + bk)
         s, _ = raw_scores(spec, q, rows, ks, ke, q_index, inplace=True, augmented=augmented)
         top.update(s, ks)
+    if m == scorer.n_keys:  # every key a candidate: nothing left out
+        return _settled(spec, top, top.i, q_raw, None, None, rows.start, k, bk, budget)
+    return _settled(spec, top, top.i, q_raw, scorer.query_offset(q), scorer.margin(q),
+                    rows.start, k, bk, budget)
+
+
+def _settled(spec, top, index, q_raw, offset, margin, row_start, k, bk, budget):
+    """``(f, idx)``: the fast candidates of a block of raw queries (``top``; ``index`` their
+    key indices in ``spec.scorer``) settled on exact values, the k first in (distance, index)
+    order. ``offset`` and ``margin``: the query offsets and rounding margins of the scorer the
+    fast scores came from (``None``: every key was a candidate). A key left out has a fast f at
+    least the last candidate's, so an exact f at least that minus the margin: a row is settled
+    when this is beyond its k-th exact f (or when its last candidate is masked: then every
+    unmasked key is a candidate); the others go through :func:`_exact_pass` (``row_start``:
+    the block's first query row, for the masks)."""
     valid = top.r > NEG_INF
-    f = scorer.exact_f(q_raw, top.i, spec.budget)
+    f = spec.scorer.exact_f(q_raw, index, spec.budget)
     if spec.radius is not None:
-        valid &= spec.radius.inside(f, top.i)
-    f, idx = sort_exact(torch.where(valid, f, math.inf), top.i, k)
-    if m == scorer.n_keys:
+        valid &= spec.radius.inside(f, index)
+    f, idx = sort_exact(torch.where(valid, f, math.inf), index, k)
+    if offset is None:
         return f, idx
-    # A key left out has a fast f at least the last candidate's, so an exact f at least that
-    # minus the margin: the row is settled when this is beyond its k-th exact f (or when the
-    # last candidate is masked: then every unmasked key is a candidate).
-    margin = scorer.margin(q)
-    last = scorer.query_offset(q) - top.r[:, -1]
+    last = offset - top.r[:, -1]
     unsettled = (top.r[:, -1] > NEG_INF) & ~(last - margin > f[:, k - 1])
     local = unsettled.nonzero().squeeze(1)
     if local.numel():
-        global_rows = local + rows.start
         f[local], idx[local] = _exact_pass(
-            spec, q[local], q_raw[local], global_rows, f[local, k - 1], k, bk, budget
+            spec, spec.scorer.centre(q_raw[local]), q_raw[local], local + row_start,
+            f[local, k - 1], k, bk, budget
         )
     return f, idx
 
