@@ -94,14 +94,19 @@ def test_cells_whatever_the_budget_and_threads(small_cells, monkeypatch, working
 
 def test_cells_fall_back_to_the_plain_loop(small_cells, monkeypatch):
     # after a query block that computed more than _CELLS_PAY_BELOW of the keys, the other
-    # blocks take the plain loop: the same neighbours
+    # blocks take the plain loop: the same neighbours (one worker: with several, each may
+    # start a block over the cells before the first one finishes)
     monkeypatch.setattr(_knn, "_CELLS_PAY_BELOW", -1.0)
     rng = np.random.default_rng(2)
     keys = clustered(rng, 3000, 4, "float64", False)
     queries = clustered(rng, 3000, 4, "float64", False)
-    with torch.no_grad():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
         got = kneighbors(queries, prepare_keys(keys, dtype="float64"), 4, dtype="float64",
                          working_memory=0.2)
+    finally:
+        torch.set_num_threads(before)
     assert len(small_cells[1]) == 1  # one block over the cells, the others plain
     ref = kneighbors(queries, keys, 4, dtype="float64")
     np.testing.assert_array_equal(got[1], ref[1])
