@@ -1,6 +1,7 @@
 """Reproduction of the seed paper's experiments: self-, L2 self- and metric-attention compared.
 
-THEORY.md section 1 (Ruan & Zhang, arXiv 2412.18288). The same network for every method, only the
+docs/theory.md ("One attention step is a step of a drift-diffusion") (Ruan & Zhang, arXiv
+2412.18288). The same network for every method, only the
 attention differs (skattention.nn.MetricAttention with metric "dot", "linear" or "mlp"); 10 seeds
 each (the seed sets the initialisation, the minibatch order and dropout; the data split is fixed).
 

@@ -1,6 +1,7 @@
 """Positional priors as learnable log-biases: a task where relative position is everything.
 
-THEORY.md section 2: a positional bias is the ``log p0`` term of the attention problem, like a
+docs/theory.md ("Attention solves a convex problem"): a positional bias is the ``log p0`` term of
+the attention problem, like a
 mask. Task: read a sequence of random tokens and output, at every position ``i >= k``, the token
 ``k`` places back (``y_i = x_{i-k}``; k = 3 by default). The content of a token says nothing
 about where to look, so the attention has to find the key at relative position ``-k``. Trained

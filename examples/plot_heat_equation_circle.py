@@ -2,7 +2,8 @@
 Attention is a heat-equation step: a check on the circle
 =========================================================
 
-THEORY.md (section 1) states the continuous limit of self-attention. With
+docs/theory.md ("One attention step is a step of a drift-diffusion") states the continuous limit
+of self-attention. With
 ``S_eps = softmax_j(-||x_i - x_j||^2 / (2 eps))`` (attention at temperature ``2 eps`` over
 samples of a density ``p`` on a manifold),
 
@@ -242,6 +243,6 @@ print(f"total {time.perf_counter() - start:.1f} s")
 # whose operator also carries the drift of the *sampled* density's random bumps. The spectrum
 # is ``k^2``, twice each, with ``alpha = 1`` whatever the sampling density, and follows the
 # drift-diffusion operator with ``alpha = 0``: on the non-uniform density its first pair splits
-# (the drift breaks the rotation symmetry), as THEORY.md predicts.
+# (the drift breaks the rotation symmetry), as docs/theory.md predicts.
 
 plt.show()

@@ -1,4 +1,4 @@
-"""Exact, streaming, memory-bounded attention (THEORY.md sections 2 and 3): the entry points.
+"""Exact, streaming, memory-bounded attention (docs/theory.md): the entry points.
 
     a_ij = p0_ij exp(s(q_i, k_j) / T) / sum_l p0_il exp(s(q_i, k_l) / T),   out_i = sum_j a_ij v_j
 

@@ -1,6 +1,7 @@
 """Chunked, memory-bounded k-means steps: attention of points over a few centroids (torch only).
 
-THEORY.md section 1: soft k-means is cross-attention. With keys = centroids c_j, the E-step is the
+docs/theory.md (the drift-diffusion section): soft k-means is cross-attention. With keys =
+centroids c_j, the E-step is the
 attention weight of point x_i on centroid j,
 
     r_ij = p_j exp(-||x_i - c_j||^2 / T) / sum_l p_l exp(-||x_i - c_l||^2 / T),

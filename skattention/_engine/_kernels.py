@@ -1,4 +1,4 @@
-"""Gaussian kernels between point sets, computed blockwise (diffusion operators, THEORY.md 1).
+"""Gaussian kernels between point sets, computed blockwise (diffusion operators, docs/theory.md).
 
 The attention (Markov) operator of a point set is ``S = softmax_j(-||x_i - x_j||^2 / T)``; these
 helpers produce its raw pieces under the same working-memory budget as :func:`attention`:

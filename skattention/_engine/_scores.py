@@ -1,6 +1,7 @@
 """Scores s(q, k) = -f(q, k) for the supported pseudo-metrics, computed blockwise.
 
-Squared-Euclidean scores use THEORY.md section 3: -||q - k||^2 = 2 q.k - ||k||^2 - ||q||^2, and the
+Squared-Euclidean scores use the identity of docs/theory.md ("Computing it exactly"): -||q - k||^2
+= 2 q.k - ||k||^2 - ||q||^2, and the
 per-query term ||q||^2 is constant along a softmax row, so blocks hold the *partial* score
 2 q.k - ||k||^2 computed by one ``addmm``. Keys are centred first (squared distances are
 translation invariant) to limit cancellation.

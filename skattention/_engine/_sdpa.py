@@ -1,4 +1,5 @@
-"""The SDPA backend: ``scaled_dot_product_attention`` on augmented coordinates (THEORY.md 3).
+"""The SDPA backend: ``scaled_dot_product_attention`` on augmented coordinates (docs/theory.md,
+"Computing it exactly").
 
 Squared-distance scores are dot products of augmented coordinates,
 

@@ -1,4 +1,5 @@
-"""The streaming backend: query blocks x key blocks with an online softmax (THEORY.md section 3).
+"""The streaming backend: query blocks x key blocks with an online softmax (docs/theory.md,
+"Computing it exactly").
 
 A running max, sum and weighted sum per query are rescaled when the max grows, so the scratch
 memory is one score block whatever the number of keys. It handles every prior and the uniform

@@ -4,7 +4,8 @@
 reports, early stopping with validation) is a :class:`Callback`. On it:
 
 * :func:`train_metric`: a pseudo-metric by leave-one-out soft-neighbour likelihood (the recipe
-  of NCA and ModernNCA in the notation of THEORY.md): each minibatch of training points attends,
+  of NCA and ModernNCA in the notation of docs/theory.md): each minibatch of training points
+  attends,
   through :func:`attention`, to a random sample of candidate training points with itself
   excluded, and the propagated labels are scored against the true ones (log-loss for classes,
   squared error for targets). The map and a log-temperature are optimised with AdamW;

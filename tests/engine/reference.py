@@ -1,4 +1,5 @@
-"""A naive, dense float64 implementation of THEORY.md's attention, for checking the engine."""
+"""A naive, dense float64 implementation of the attention in docs/theory.md, for checking the
+engine."""
 
 import math
 

@@ -1,4 +1,5 @@
-"""Classical estimators are exact special cases of metric attention (THEORY.md section 2)."""
+"""Classical estimators are exact special cases of metric attention (docs/theory.md, "Attention
+solves a convex problem")."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
-"""The Fenchel (Gibbs) view of attention, checked with a generic convex solver (THEORY.md 2).
+"""The Fenchel (Gibbs) view of attention, checked with a generic convex solver (docs/theory.md,
+"Attention solves a convex problem").
 
 For scores ``s``, a temperature ``T`` and a prior ``p0 >= 0`` (zeros are masks), the attention
 weights are the maximiser of ``<a, s> - T KL(a || p0)`` over the probability simplex, and the
