@@ -52,7 +52,8 @@ def _model_bytes(client, model):
     """Bytes of the model's keys, values and log-prior chunks per worker."""
     from distributed import futures_of
 
-    futures = futures_of([model._fit_Z, model._fit_values, model._log_prior])
+    keys = model._keys
+    futures = futures_of([keys.points, keys.values, keys.log_prior])
     sizes = client.nbytes(summary=False)
     per_worker = {}
     for key, workers in client.who_has(futures).items():
@@ -77,7 +78,7 @@ def run(n, d, n_queries, repeats, workers, partitions):
     import torch
     from distributed import Client, LocalCluster
 
-    from skattention import MetricAttentionClassifier, attention
+    from skattention import MetricAttentionClassifier, attention, resolve_device
 
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
@@ -113,8 +114,8 @@ def run(n, d, n_queries, repeats, workers, partitions):
                     # the engine backend every shard runs: streaming (the in-memory model may
                     # take SDPA for dense attention)
                     stream, _ = _timed(lambda m=local: attention(
-                        queries, m._fit_Z, m._fit_values, backend="stream",
-                        **m._engine_kwargs()), repeats)
+                        queries, m._keys.points, m._keys.values, backend="stream",
+                        **m._engine_kwargs(resolve_device(m.device))), repeats)
                     baseline[case] = base, stream, expected
                     del X_local
                 row["in_memory_s"], row["in_memory_stream_s"], expected = baseline[case]

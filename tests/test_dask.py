@@ -62,7 +62,7 @@ def test_sharded_classifier_equals_in_memory(synchronous, data, settings, dtype)
     sharded = MetricAttentionClassifier("euclidean", **settings).fit(
         dask_rows(X), dask_rows(y), sample_weight=dask_rows(weight)
     )
-    assert dask.is_dask_collection(sharded._fit_Z)
+    assert dask.is_dask_collection(sharded._keys.points)
     assert sharded.temperature_ == expected.temperature_
     assert sharded.outlier_label_ == expected.outlier_label_
     np.testing.assert_array_equal(sharded.predict(Q), exp_labels)
@@ -167,10 +167,10 @@ def test_pickle_computes_the_sharded_state(synchronous, data):
     X, y, Q, _ = data
     sharded = MetricAttentionClassifier("euclidean", temperature=0.7).fit(dask_rows(X), y)
     loaded = pickle.loads(pickle.dumps(sharded))
-    assert isinstance(loaded._fit_Z, np.ndarray)
-    np.testing.assert_array_equal(loaded._fit_Z, X)
+    assert isinstance(loaded._keys.points, np.ndarray)
+    np.testing.assert_array_equal(loaded._keys.points, X)
     np.testing.assert_allclose(loaded.predict_proba(Q), sharded.predict_proba(Q), rtol=1e-12)
-    assert dask.is_dask_collection(sharded._fit_Z)  # the original stays sharded
+    assert dask.is_dask_collection(sharded._keys.points)  # the original stays sharded
 
 
 def test_sharded_errors(synchronous, data):
@@ -243,7 +243,7 @@ def test_keys_stay_on_the_workers(client):
     clf = MetricAttentionClassifier("euclidean", temperature=0.5, n_neighbors=9)
     sharded = clf.fit(Xd, da.from_array(y, chunks=1000))
     # persisted: the keys are futures held by both workers, not arrays on the client
-    futures = futures_of(sharded._fit_Z)
+    futures = futures_of(sharded._keys.points)
     assert len(futures) == 4
     holders = client.who_has(futures)
     assert len({w for ws in holders.values() for w in ws}) == 2

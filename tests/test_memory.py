@@ -94,7 +94,7 @@ def test_auto_batch_size_is_sized_from_the_budget(data, monkeypatch):
         seen.append(original(*args, **kwargs))
         return seen[-1]
 
-    import skattention.neighbors._base as base
+    import skattention.neighbors._learned as base
 
     monkeypatch.setattr(base, "batch_rows", spy)
     batches = []

@@ -92,22 +92,21 @@ def test_random_state_gives_bit_identical_models_across_processes_and_pickles_lo
 
 
 def test_device_cache_is_not_pickled_and_follows_refits():
-    """predict caches the fitted keys and map per compute device/dtype, outside the estimator:
-    its __dict__ and pickles are unchanged, and a refit (new fitted arrays) is not served from
-    the old entries."""
-    from skattention.utils._device import _DEVICE_CACHE
-
+    """predict keeps the keys, values, log-prior and the map ready per compute device/dtype
+    with the fitted keys and the metric strategy: the estimator's __dict__ keeps its names,
+    pickles carry none of it, and a refit (new fitted keys and map) is not served from the old
+    entries."""
     X, y = make_blobs(n_samples=120, centers=3, random_state=0)
     model = MetricAttentionClassifier(max_iter=3, random_state=0).fit(X, y)
     state = dict(model.__dict__)
     first = model.predict_proba(X[:10])
     assert model.__dict__.keys() == state.keys()
-    # the map, the keys, their values and log-prior, and the few-rows path's bundle of them
-    assert len(_DEVICE_CACHE[model]) == 5
+    # the prepared keys, their values and log-prior; the map's inference copy
+    assert len(model._keys._ready) == 3 and len(model._strategy._ready) == 1
     loaded = pickle.loads(pickle.dumps(model))
-    assert loaded not in _DEVICE_CACHE
+    assert not loaded._keys._ready and not loaded._strategy._ready
     np.testing.assert_array_equal(loaded.predict_proba(X[:10]), first)
     model.fit(X[::-1], y[::-1])
     fresh = MetricAttentionClassifier(max_iter=3, random_state=0).fit(X[::-1], y[::-1])
     np.testing.assert_array_equal(model.predict_proba(X[:10]), fresh.predict_proba(X[:10]))
-    assert len(_DEVICE_CACHE[model]) == 5  # entries replaced, not added
+    assert len(model._keys._ready) == 3

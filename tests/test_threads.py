@@ -158,8 +158,8 @@ def test_concurrent_seeded_fits_are_reproducible(dropout):
 
 @pytest.mark.parametrize("n_jobs", [1, -1])
 def test_n_jobs_sets_the_engine_threads_for_the_call(monkeypatch, n_jobs):
-    import skattention.neighbors._base as base
-    import skattention.neighbors._queries as queries
+    import skattention.neighbors._keys as keys
+    import skattention.neighbors._temperature as temperature
 
     seen = []
 
@@ -169,8 +169,9 @@ def test_n_jobs_sets_the_engine_threads_for_the_call(monkeypatch, n_jobs):
             return engine_function(*args, **kwargs)
         return call
 
-    monkeypatch.setattr(base, "attention", recording(base.attention))
-    monkeypatch.setattr(queries, "kneighbors", recording(queries.kneighbors))
+    monkeypatch.setattr(temperature, "attention", recording(temperature.attention))
+    monkeypatch.setattr(keys, "attention", recording(keys.attention))
+    monkeypatch.setattr(keys, "kneighbors", recording(keys.kneighbors))
     X = np.random.default_rng(0).normal(size=(60, 3))
     y = (X[:, 0] > 0).astype(int)
     expected = joblib.cpu_count() if n_jobs == -1 else n_jobs

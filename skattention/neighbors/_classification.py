@@ -11,16 +11,13 @@ from ..utils._param_validation import StrOptions
 from ..utils._sklearn_compat import _fit_context
 from ..utils._threads import uses_n_jobs
 from ..utils._validation import ProbabilisticClassifierMixin
-from . import _dask, _docs
+from . import _docs
 from ._base import _BaseMetricAttention
-from ._convergence import ConvergenceCheckMixin
-from ._precomputed import PrecomputedMixin
 from ._queries import NeighborsQueryMixin
 
 
 class MetricAttentionClassifier(
-    ProbabilisticClassifierMixin, ClassifierMixin, PrecomputedMixin, NeighborsQueryMixin,
-    ConvergenceCheckMixin, _BaseMetricAttention,
+    ProbabilisticClassifierMixin, ClassifierMixin, NeighborsQueryMixin, _BaseMetricAttention,
 ):
     """Classifier by attention over the training set under a learned (or fixed) pseudo-metric.
 
@@ -143,7 +140,10 @@ class MetricAttentionClassifier(
             The fitted classifier.
         """
         if is_dask_collection(X):  # keys sharded over the cluster (docs/scaling.md)
-            return _dask.fit(self, X, y, sample_weight)
+            plan = self._fit_sharded(X, y, sample_weight)
+            if isinstance(self.outlier_label, str) and self.outlier_label == "most_frequent":
+                self.outlier_label_ = plan.most_frequent_class()
+            return self
         self._fit_labels(X, y, sample_weight, same_classes_on_warm_start=True, multi_output=True)
         classes = self._classes_per_output()
         labels = self.outlier_label
@@ -161,7 +161,7 @@ class MetricAttentionClassifier(
         self.outlier_label_ = labels if self.outputs_2d_ else labels[0]
         return self
 
-    def _loo_loss(self, proba, rows, weight):
+    def _loo_loss(self, proba, rows, weight, values):
         """Weighted log-loss of leave-one-out class probabilities (for temperature="auto")."""
         p_true = proba[np.arange(rows.size)[:, None], self._fit_y[rows]]  # (rows, n_outputs)
         return -np.average(np.log(np.clip(p_true, 1e-12, None)).sum(1), weights=weight)

@@ -7,9 +7,8 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from .._engine import METRICS, budget_bytes, kneighbors, plan_rows
+from .._engine import budget_bytes, plan_rows, resolve_device
 from ..utils._threads import uses_n_jobs
-from . import _dask
 
 # radius_neighbors: neighbours gathered per query row at first (doubled for the rows that have
 # more within the radius)
@@ -89,18 +88,16 @@ class NeighborsQueryMixin:
                 f"n_neighbors={n_neighbors}."
             )
         dist, ind = [], []
-        if X is not None and _dask.is_sharded(self):  # merged over the cluster's partitions
-            f, idx = _dask.kneighbors(self, X, n_neighbors)
-            return (self._distances(f), idx) if return_distance else idx
-        for Z, exclude_self in self._query_blocks(X):
-            f, idx = kneighbors(Z, self._engine_keys(), n_neighbors, exclude_self=exclude_self,
-                                **self._selection_kwargs(Z))
+        device = resolve_device(self.device)
+        for Z, exclude_self in self._embedded_blocks(X, device):
+            f, idx = self._keys.select(Z, n_neighbors, exclude_self,
+                                       self._selection_kwargs(Z, device))
             dist.append(f)
             ind.append(idx)
         ind = np.concatenate(ind)
         if not return_distance:
             return ind
-        return self._distances(np.concatenate(dist)), ind
+        return self._strategy.distances(np.concatenate(dist)), ind
 
     @uses_n_jobs
     def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
@@ -157,9 +154,10 @@ class NeighborsQueryMixin:
             raise ValueError("radius_neighbors needs a distance metric; metric='dot' has none.")
         dist, ind = [], []
         n_keys = self.n_samples_fit_
-        for Z, exclude_self in self._query_blocks(X):
-            for rows, f, idx in self._within(Z, float(radius), exclude_self, n_keys):
-                dist.extend(self._distances(f[i][idx[i] >= 0]) for i in range(rows))
+        device = resolve_device(self.device)
+        for Z, exclude_self in self._embedded_blocks(X, device):
+            for rows, f, idx in self._within(Z, float(radius), exclude_self, n_keys, device):
+                dist.extend(self._strategy.distances(f[i][idx[i] >= 0]) for i in range(rows))
                 ind.extend(idx[i][idx[i] >= 0] for i in range(rows))
         if not sort_results:  # index order, as scikit-learn's brute-force search gives
             orders = [np.argsort(i, kind="stable") for i in ind]
@@ -170,7 +168,7 @@ class NeighborsQueryMixin:
 
     # ------------------------------------------------------------------ helpers
 
-    def _within(self, Z, radius, exclude_self, n_keys):
+    def _within(self, Z, radius, exclude_self, n_keys, device):
         """Yield ``(rows, f, idx)`` per chunk of the query block ``Z``: every unmasked key within
         ``radius`` in (distance, index) order, padded with ``inf`` and ``-1``. Chunks are
         gathered with room for ``k`` neighbours per row, ``k`` doubled for the rows that fill it
@@ -182,62 +180,32 @@ class NeighborsQueryMixin:
             own = exclude_self
             if isinstance(own, np.ndarray):
                 own = own[start:start + rows]
-            f, idx = kneighbors(Zc, self._engine_keys(), k, exclude_self=own,
-                                **self._selection_kwargs(Zc, radius))
+            f, idx = self._keys.select(Zc, k, own, self._selection_kwargs(Zc, device, radius))
             full = np.flatnonzero(idx[:, -1] >= 0)
             width = k
             while full.size and width < n_keys:
                 width = min(n_keys, 2 * width)
-                f_more, idx_more = kneighbors(
-                    Zc[full], self._engine_keys(), width,
-                    exclude_self=own[full] if isinstance(own, np.ndarray) else own,
-                    **self._selection_kwargs(Zc[full], radius),
+                f_more, idx_more = self._keys.select(
+                    Zc[full], width, own[full] if isinstance(own, np.ndarray) else own,
+                    self._selection_kwargs(Zc[full], device, radius),
                 )
                 f, idx = _widen(f, width), _widen(idx, width, -1)
                 f[full], idx[full] = f_more, idx_more
                 full = full[idx_more[:, -1] >= 0]
             yield Zc.shape[0], f, idx
 
-    def _query_blocks(self, X):
-        """``(Z, exclude_self)`` per block of queries mapped into the metric space; ``X=None``:
-        the training points, each masked as its own neighbour."""
-        if X is None:
-            check_is_fitted(self)
-            n = self.n_samples_fit_
-            rows = plan_rows(n, row_bytes=8 * self._fit_X.shape[1], budget=budget_bytes())
-            for start in range(0, n, rows):
-                stop = min(n, start + rows)
-                yield self._embed(self._fit_X[start:stop]), np.arange(start, stop)
-            return
-        for Q in self._validate_queries(X):
-            yield self._embed(Q), False
-
-    def _selection_kwargs(self, Z, radius=None):
+    def _selection_kwargs(self, Z, device, radius=None):
         """The engine's selection arguments: the estimator's metric, masks and precision."""
-        kwargs = self._engine_kwargs(queries=Z)
+        kwargs = self._engine_kwargs(device)
         selection = dict(metric=kwargs["metric"], log_prior=kwargs["log_prior"],
                          device=kwargs["device"], dtype=kwargs["dtype"])
         if radius is not None:
-            selection.update(self._radius_kwargs(Z, radius))
+            selection.update(self._strategy.radius_kwargs(Z, radius, kwargs["log_prior"]))
         return selection
-
-    def _radius_kwargs(self, Z, radius):
-        """The engine's arguments of a radius mask (a precomputed metric overrides this)."""
-        return dict(radius=radius)
-
-    def _distances(self, f):
-        """Distances from the engine's values of ``f``: squared distances (``"sqeuclidean"``),
-        distances already (``"euclidean"``: ``metric="tabular"``), or ``-q.k`` (``"dot"``)."""
-        f = np.asarray(f, dtype=np.float64)
-        if self.metric == "dot":
-            return f
-        if METRICS.get(self.metric) == "euclidean":  # ("precomputed" squares them, as "dot")
-            return np.maximum(f, 0.0) + 0.0  # + 0.0: no -0.0
-        return np.sqrt(np.maximum(f, 0.0)) + 0.0
 
     def _n_keys_available(self, exclude_self):
         """Training points that can be a neighbour (positive weight), less the query itself."""
-        n = int(np.count_nonzero(np.isfinite(self._log_prior)))
+        n = int(np.count_nonzero(np.isfinite(self._keys.log_prior)))
         return n - 1 if exclude_self else n
 
 

@@ -4,26 +4,26 @@ import warnings
 
 import numpy as np
 from sklearn.base import RegressorMixin
+from sklearn.linear_model import RidgeCV
 
 from .._engine import LEARNED_METRICS
 from ..utils._dask import is_dask_collection, lazy_predict
 from ..utils._param_validation import StrOptions
 from ..utils._sklearn_compat import _check_sample_weight, _fit_context
 from ..utils._threads import uses_n_jobs
-from . import _dask, _docs
-from ._base import TREND_MAX_WIDTH, _BaseMetricAttention, fit_linear_trend
-from ._convergence import ConvergenceCheckMixin
-from ._precomputed import PRECOMPUTED, PrecomputedMixin
+from . import _docs
+from ._base import _BaseMetricAttention
 from ._queries import NeighborsQueryMixin
 
 # Fewer positively weighted rows than this fit no trend.
 _MIN_TREND_ROWS = 3
+# Ridge penalties searched by generalised cross-validation for a linear trend, and the widest
+# design it is fitted on (the search's eigendecomposition is cubic in the width).
+_TREND_ALPHAS = np.logspace(-3, 3, 13)
+TREND_MAX_WIDTH = 1024
 
 
-class MetricAttentionRegressor(
-    RegressorMixin, PrecomputedMixin, NeighborsQueryMixin, ConvergenceCheckMixin,
-    _BaseMetricAttention,
-):
+class MetricAttentionRegressor(RegressorMixin, NeighborsQueryMixin, _BaseMetricAttention):
     """Regressor by attention over the training set under a learned (or fixed) pseudo-metric.
 
     The prediction for a query ``x`` is the attention-weighted average of the training targets,
@@ -131,7 +131,8 @@ class MetricAttentionRegressor(
             The fitted regressor.
         """
         if is_dask_collection(X):  # keys sharded over the cluster (docs/scaling.md)
-            return _dask.fit(self, X, y, sample_weight)
+            self._fit_sharded(X, y, sample_weight)
+            return self
         X, y = self._validate_train(X, y, multi_output=True, y_numeric=True)
         self._y_1d = y.ndim == 1
         values = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
@@ -142,7 +143,8 @@ class MetricAttentionRegressor(
         # (a handful of weighted rows cannot tell a trend; _fit_attention rejects all-zero ones)
         if self._uses_trend() and np.count_nonzero(sample_weight) >= _MIN_TREND_ROWS:
             design = self._trend_design(X)
-            self.trend_ = fit_linear_trend(design, values, sample_weight)
+            self.trend_ = RidgeCV(alphas=_TREND_ALPHAS).fit(design, values,
+                                                            sample_weight=sample_weight)
             values = values - self.trend_.predict(design).reshape(values.shape)
         scale = values.std(0)
         train_values = (values - values.mean(0)) / np.where(scale > 0, scale, 1.0)
@@ -157,8 +159,8 @@ class MetricAttentionRegressor(
         if self.trend == "auto":
             # not on inputs too wide for the trend's penalty search (cubic in the width)
             return (self.metric in LEARNED_METRICS
-                    and self._layout.n_numeric <= TREND_MAX_WIDTH)
-        if self.trend == "linear" and self.metric == PRECOMPUTED:
+                    and self._strategy.input.layout.n_numeric <= TREND_MAX_WIDTH)
+        if self.trend == "linear" and self.metric == "precomputed":
             raise ValueError(
                 "trend='linear' needs the features of the points; with metric='precomputed' X "
                 "holds distances. Use trend=None."
@@ -169,7 +171,7 @@ class MetricAttentionRegressor(
         """The linear trend's features of encoded rows ``X``: the encoder's numeric block
         (scaled numbers and missing indicators) and one-hot categorical levels, the columns
         with the most levels left out beyond ``TREND_MAX_WIDTH`` columns in all."""
-        return self._layout.linear_features(X, TREND_MAX_WIDTH)
+        return self._strategy.input.linear_features(X, TREND_MAX_WIDTH)
 
     def _value_offset(self, block):
         """What the attention's output is added to for encoded rows ``block``: the trend."""
@@ -177,9 +179,9 @@ class MetricAttentionRegressor(
             return None
         return self.trend_.predict(self._trend_design(block)).reshape(block.shape[0], -1)
 
-    def _loo_loss(self, pred, rows, weight):
+    def _loo_loss(self, pred, rows, weight, values):
         """Weighted squared error of leave-one-out predictions (for temperature="auto")."""
-        err = ((pred - self._fit_values[rows]) ** 2).sum(1)
+        err = ((pred - values[rows]) ** 2).sum(1)
         return np.average(err, weights=weight)
 
     @uses_n_jobs

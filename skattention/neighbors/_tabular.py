@@ -29,18 +29,13 @@ What happens with awkward input (each a documented handling or a clear ``ValueEr
   of numbers is converted; one that holds text raises.
 """
 
-from numbers import Integral
 
 import numpy as np
-from scipy import sparse
 from scipy.special import ndtri
 from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.utils.validation import check_array, check_is_fitted
+from sklearn.utils.validation import check_is_fitted
 
-try:  # optional: numeric arrays and sparse matrices are encoded without it
-    import pandas as pd
-except ImportError:  # pragma: no cover - the test environment has pandas
-    pd = None
+from ._table import Table, isna
 
 MISSING_CODE = 0
 OTHER_CODE = 1
@@ -50,7 +45,6 @@ _QUANTILES = (10, 1000, 30)
 # the normal output is clipped where a training value can land (sklearn's BOUNDS_THRESHOLD idea)
 _NORMAL_CLIP = 5.2
 _ROBUST_CLIP = 3.0
-
 
 class _TabularEncoder(TransformerMixin, BaseEstimator):
     """Encode a mixed-type table into scaled numbers, missing indicators and category codes.
@@ -125,7 +119,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
                 f"numeric_scaling must be 'quantile', 'robust', 'standard' or None; "
                 f"got {self.numeric_scaling!r}."
             )
-        table = _Table(X, self, reset=True)
+        table = Table(X, self, reset=True)
         self.categorical_ = self._categorical_mask(table)
         if table.is_sparse and self.categorical_.any():
             raise ValueError("categorical_features cannot select columns of a sparse matrix; "
@@ -154,7 +148,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         categories_missing = []
         for j in self.categorical_columns_:
             values, is_numeric = table.category_column(j)
-            present = values[~_isna(values)]
+            present = values[~isna(values)]
             categories_missing.append(present.size < values.size)
             levels, counts = np.unique(present, return_counts=True) if present.size else (
                 np.zeros(0, dtype=present.dtype), np.zeros(0, dtype=int))
@@ -230,7 +224,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
     def transform(self, X):
         """Encode ``X`` in one block: a ``TabularBlock(numeric, categories)``."""
         check_is_fitted(self, "categorical_")
-        table = _Table(X, self, reset=False)
+        table = Table(X, self, reset=False)
         return self._encode(table.rows(slice(0, table.n_rows)))
 
     def encode_float_rows(self, array):
@@ -253,7 +247,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         ``block_rows`` by its memory budget never holds the dense matrix.
         """
         check_is_fitted(self, "categorical_")
-        table = _Table(X, self, reset=False)
+        table = Table(X, self, reset=False)
         n = table.n_rows
         step = n if block_rows is None else max(1, int(block_rows))
         for start in range(0, max(n, 1), max(step, 1)):
@@ -335,7 +329,6 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         out += [names[j] for j in self.categorical_columns_]
         return np.asarray(out, dtype=object)
 
-
 class TabularBlock:
     """One encoded row block: ``numeric`` (n, n_numeric_out_), ``categories`` int64."""
 
@@ -347,111 +340,9 @@ class TabularBlock:
     def __len__(self):
         return self.numeric.shape[0]
 
-
-class _DenseLayout:
-    """The encoder's blocks as one dense float matrix, for estimators that take numbers only.
-
-    Columns: the numeric block (numbers and missing indicators), then for each categorical
-    column one 0/1 column per training level and, where the column had missing values at fit
-    time, one for "missing". A level unseen at fit time (or grouped as rare) has no column: its
-    row is all zeros there, at the same distance from every training level.
-    """
-
-    def __init__(self, encoder):
-        self.n_numeric = encoder.n_numeric_out_
-        self.lookup = []  # per categorical column: code -> output column, -1 for none
-        width = self.n_numeric
-        for cardinality, has_missing in zip(encoder.cardinalities_,
-                                            encoder.categories_missing_, strict=True):
-            columns = np.full(cardinality, -1, dtype=np.int64)
-            levels = np.arange(_FIRST_LEVEL, cardinality)
-            kept = np.concatenate([[MISSING_CODE], levels]) if has_missing else levels
-            columns[kept] = width + np.arange(kept.size)
-            width += kept.size
-            self.lookup.append(columns)
-        self.width = width
-
-    def linear_features(self, X, max_width):
-        """Features of a linear model of the rows ``X`` (this layout's output): the numeric
-        block and the 0/1 columns of the categorical columns :func:`_narrowest_first` keeps
-        within ``max_width`` columns in all."""
-        kept = _narrowest_first([np.count_nonzero(c >= 0) for c in self.lookup],
-                                max_width - self.n_numeric)
-        columns = [np.arange(self.n_numeric)]
-        columns += [np.sort(self.lookup[k][self.lookup[k] >= 0]) for k in kept]
-        return X[:, np.concatenate(columns)]
-
-    def dense(self, block, dtype):
-        """``(len(block), width)`` array of ``dtype``."""
-        out = np.zeros((len(block), self.width), dtype=dtype)
-        out[:, : self.n_numeric] = block.numeric
-        for k, columns in enumerate(self.lookup):
-            target = columns[block.categories[:, k]]
-            rows = np.flatnonzero(target >= 0)
-            out[rows, target[rows]] = 1
-        return out
-
-
-class _CodesLayout:
-    """The encoder's blocks as one float matrix for the tabular map (``metric="tabular"``):
-    the numeric block, then each categorical column's integer code (0 missing, 1 unseen or
-    rare, 2.. the training levels) as a float, which the map looks up in its embeddings."""
-
-    def __init__(self, encoder):
-        self.n_numeric = encoder.n_numeric_out_
-        self.cardinalities = encoder.cardinalities_
-        self.width = self.n_numeric + encoder.cardinalities_.size
-
-    def dense(self, block, dtype):
-        """``(len(block), width)`` array of ``dtype``."""
-        if not block.categories.shape[1]:  # numbers only: one conversion, not three
-            return block.numeric.astype(dtype)
-        return np.hstack([block.numeric.astype(dtype, copy=False),
-                          block.categories.astype(dtype)])
-
-    def linear_features(self, X, max_width):
-        """Features of a linear model of the rows ``X`` (this layout's output): the numeric
-        block and one 0/1 column per code of the categorical columns :func:`_narrowest_first`
-        keeps within ``max_width`` columns in all (sparse)."""
-        numeric = sparse.csr_matrix(X[:, : self.n_numeric])
-        kept = _narrowest_first(self.cardinalities, max_width - self.n_numeric)
-        if not kept.size:
-            return numeric
-        cardinalities = self.cardinalities[kept]
-        codes = X[:, self.n_numeric + kept].astype(np.int64)
-        starts = np.concatenate([[0], np.cumsum(cardinalities)[:-1]])
-        rows = np.repeat(np.arange(X.shape[0]), codes.shape[1])
-        one_hot = sparse.csr_matrix(
-            (np.ones(codes.size), (rows, (codes + starts).ravel())),
-            shape=(X.shape[0], int(cardinalities.sum())),
-        )
-        return sparse.hstack([numeric, one_hot], format="csr")
-
-
-def _narrowest_first(widths, room):
-    """Indices of the columns of ``widths`` that fit in ``room`` taken narrowest first (ties by
-    position), in their original order: the widest categorical columns are the ones left out
-    of a linear model's one-hot features (their levels are the map's embeddings anyway)."""
-    widths = np.asarray(widths, dtype=np.int64)
-    order = np.argsort(widths, kind="stable")
-    fits = np.cumsum(widths[order]) <= room
-    return np.sort(order[fits])
-
-
-def reject_infinity(values):
-    """scikit-learn's error for infinity in ``X`` (NaN is a missing value here)."""
-    if np.isinf(values).any():
-        dtype = values.dtype if values.dtype.kind == "f" else np.dtype(np.float64)
-        raise ValueError(f"Input X contains infinity or a value too large for {dtype!r}.")
-
-
-def _isna(values):
-    return np.isnan(values) if values.dtype.kind == "f" else pd.isna(values)
-
-
 def _codes(values, levels):
     codes = np.full(values.shape[0], OTHER_CODE, dtype=np.int64)
-    missing = _isna(values)
+    missing = isna(values)
     codes[missing] = MISSING_CODE
     if levels.size:
         present = ~missing
@@ -461,149 +352,3 @@ def _codes(values, levels):
         idx = np.flatnonzero(present)
         codes[idx[hit]] = found[hit] + _FIRST_LEVEL
     return codes
-
-
-class _Table:
-    """Uniform column access to a DataFrame, an array or a sparse matrix.
-
-    With ``reset=True`` the encoder's ``n_features_in_`` / ``feature_names_in_`` are set;
-    otherwise the input is checked against them (a clear error on a mismatch).
-    """
-
-    def __init__(self, X, encoder, reset):
-        self._encoder = encoder
-        self.is_frame = pd is not None and isinstance(X, pd.DataFrame)
-        self.array = None
-        self.is_sparse = sparse.issparse(X)
-        if self.is_frame:
-            self.frame = X
-            names = np.asarray([str(c) for c in X.columns], dtype=object)
-            string_names = all(isinstance(c, str) for c in X.columns)
-            self.n_rows, self.n_features = X.shape
-        elif self.is_sparse:
-            self.matrix = check_array(X, accept_sparse=("csr", "csc"), dtype=np.float64,
-                                      ensure_all_finite="allow-nan", ensure_min_samples=0)
-            # fit reads whole columns, transform reads row blocks: one conversion each
-            self.matrix = self.matrix.tocsc() if reset else self.matrix.tocsr()
-            self.n_rows, self.n_features = self.matrix.shape
-            string_names = False
-        else:
-            if pd is not None and isinstance(X, pd.Series):
-                raise ValueError("X must be 2-D (a DataFrame, an array or a sparse matrix); "
-                                 "got a Series.")
-            array = np.asarray(X)
-            if array.ndim != 2:
-                raise ValueError(f"X must be 2-D; got an array of shape {array.shape}.")
-            self.array = None
-            if array.dtype == np.float64:
-                # what check_array would check of a float64 array (the estimators' queries,
-                # already validated: a single-row predict paid for a second full check)
-                reject_infinity(array)
-                self.array = array
-            elif array.dtype.kind in "biuf":
-                self.array = check_array(array, dtype=np.float64, ensure_all_finite="allow-nan",
-                                         ensure_min_samples=0)
-            elif pd is None:
-                raise ImportError(f"an array of dtype {array.dtype} (strings or objects) needs "
-                                  "pandas to be encoded: pip install pandas.")
-            else:
-                self.frame = pd.DataFrame(array)
-            self.n_rows, self.n_features = array.shape
-            string_names = False
-        if reset:
-            encoder.n_features_in_ = self.n_features
-            if string_names:
-                encoder.feature_names_in_ = names
-            elif hasattr(encoder, "feature_names_in_"):
-                del encoder.feature_names_in_
-            if self.n_rows < 1:
-                raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
-            return
-        if self.n_features != encoder.n_features_in_:
-            raise ValueError(f"X has {self.n_features} features, but the encoder was fitted with "
-                             f"{encoder.n_features_in_} features.")
-        fitted_names = getattr(encoder, "feature_names_in_", None)
-        if fitted_names is not None and string_names and not np.array_equal(names, fitted_names):
-            raise ValueError("The feature names should match those that were passed during fit "
-                             f"(in order); got {list(names)}, expected {list(fitted_names)}.")
-
-    def rows(self, rows):
-        """The table of a row slice; a sparse slice is densified here, one block at a time."""
-        out = object.__new__(_Table)
-        out.__dict__.update(self.__dict__)
-        if self.is_sparse:
-            out.dense = self.matrix[rows].toarray()
-            out.matrix = None
-        elif self.array is not None:
-            out.array = self.array[rows]
-        else:
-            out.frame = self.frame.iloc[rows]
-        out.n_rows = len(range(*rows.indices(self.n_rows)))
-        return out
-
-    def name(self, j):
-        return str(self.frame.columns[j]) if self.is_frame else f"x{j}"
-
-    def kind(self, j):
-        """'category' (category / string / object), 'bool' or 'number'."""
-        if self.is_sparse or self.array is not None:
-            return "number"
-        dtype = self.frame.dtypes.iloc[j]
-        if isinstance(dtype, pd.CategoricalDtype):
-            return "category"
-        if pd.api.types.is_bool_dtype(dtype):
-            return "bool"
-        if pd.api.types.is_numeric_dtype(dtype):
-            return "number"
-        return "category"
-
-    def numeric_column(self, j, fitted_kind):
-        """Column ``j`` as float64 with NaN for missing values; a clear error for text."""
-        if self.is_sparse:
-            if getattr(self, "dense", None) is not None:
-                return self.dense[:, j]
-            # the whole (CSC) matrix at fit: one dense column at a time, never all columns
-            column = np.zeros(self.n_rows)
-            start, stop = self.matrix.indptr[j], self.matrix.indptr[j + 1]
-            column[self.matrix.indices[start:stop]] = self.matrix.data[start:stop]
-            return column
-        if self.array is not None:
-            return self.array[:, j]
-        series = self.frame.iloc[:, j]
-        kind = self.kind(j)
-        if kind == "category" or (fitted_kind not in (None, kind) and fitted_kind != "bool"):
-            if isinstance(series.dtype, pd.CategoricalDtype):
-                series = series.astype(object)
-            converted = pd.to_numeric(series, errors="coerce")
-            bad = converted.isna() & series.notna()
-            if bad.any():
-                example = series[bad].iloc[0]
-                when = "now" if fitted_kind is not None else "at fit time"
-                raise ValueError(
-                    f"column {self.name(j)!r} is numeric for this encoder but holds text {when} "
-                    f"(e.g. {example!r}); declare it in categorical_features or fix its dtype."
-                )
-            series = converted
-        return series.astype("float64").to_numpy(na_value=np.nan)
-
-    def category_column(self, j):
-        """(values as an object or float array with NaN/None missing, holds-numbers flag)."""
-        if self.is_sparse:  # unreachable: categorical columns of sparse input are refused
-            raise ValueError("sparse matrices have no categorical columns.")
-        if self.array is not None:  # numbers declared categorical in categorical_features
-            return self.array[:, j], True
-        series = self.frame.iloc[:, j]
-        if isinstance(series.dtype, pd.CategoricalDtype):
-            series = series.astype(object)
-        if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(
-                series.dtype):
-            return series.astype("float64").to_numpy(na_value=np.nan), True
-        values = series.to_numpy(dtype=object, na_value=None)
-        present = ~pd.isna(values)
-        if present.any() and all(isinstance(v, (Integral, float, np.number))
-                                 and not isinstance(v, bool) for v in values[present]):
-            return np.array([np.nan if v is None else float(v) for v in values]), True
-        out = np.empty(values.shape[0], dtype=object)
-        out[:] = None
-        out[present] = [str(v) for v in values[present]]
-        return out, False

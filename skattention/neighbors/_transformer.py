@@ -4,18 +4,17 @@ import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from .._engine import resolve_device
 from ..utils._param_validation import StrOptions
 from ..utils._sklearn_compat import _fit_context
 from ..utils._threads import uses_n_jobs
 from . import _docs
 from ._base import _BaseMetricAttention
-from ._convergence import ConvergenceCheckMixin
 from ._queries import NeighborsQueryMixin
 
 
 class MetricAttentionTransformer(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, NeighborsQueryMixin,
-    ConvergenceCheckMixin, _BaseMetricAttention,
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, NeighborsQueryMixin, _BaseMetricAttention,
 ):
     """Map inputs into the space of a pseudo-metric learned by attention from class labels.
 
@@ -190,9 +189,10 @@ class MetricAttentionTransformer(
         X_new : ndarray of shape (n_samples, n_components)
             ``phi`` of the encoded inputs, float32 for float32 input, else float64.
         """
-        check_is_fitted(self)
-        return np.concatenate([self._embed(Q, side="key").astype(Q.dtype, copy=False)
-                               for Q in self._validate_queries(X)])
+        check_is_fitted(self, "_keys")
+        device, dtype = resolve_device(self.device), self._compute_dtype()
+        return np.concatenate([self._strategy.embed(Q, "key", device, dtype)
+                               .astype(Q.dtype, copy=False) for Q in self._encoded_blocks(X)])
 
     @property
     def _n_features_out(self):

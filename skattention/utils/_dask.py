@@ -93,7 +93,7 @@ def _output_layout(estimator, method):
         if outlier is not None and outlier not in estimator.classes_:
             dtype = np.result_type(dtype, np.asarray(outlier))
         return (), dtype
-    n_outputs = estimator._fit_values.shape[1]
+    n_outputs = estimator._keys.values.shape[1]
     return ((), np.float64) if estimator._y_1d else ((n_outputs,), np.float64)
 
 

@@ -89,6 +89,19 @@ def test_warm_start_continues_training(noisy_classification):
     assert cold.n_iter_ == 3
 
 
+def test_warm_start_predicts_with_the_retrained_map(noisy_classification):
+    """After a warm refit, predict uses the retrained map, as a pickled copy of the model does
+    (found in the redesign: the inference copy of the map made by a predict before the refit
+    was served after it, the refit having trained the same map object)."""
+    Xtr, Xte, ytr, _ = noisy_classification
+    clf = MetricAttentionClassifier(max_iter=2, warm_start=True, random_state=0).fit(Xtr, ytr)
+    before = clf.predict_proba(Xte)
+    clf.fit(Xtr, ytr)
+    after = clf.predict_proba(Xte)
+    assert not np.array_equal(before, after)
+    np.testing.assert_array_equal(after, pickle.loads(pickle.dumps(clf)).predict_proba(Xte))
+
+
 def test_without_early_stopping_there_is_no_validation(noisy_classification):
     Xtr, _, ytr, _ = noisy_classification
     clf = MetricAttentionClassifier(early_stopping=False, max_iter=4, random_state=0).fit(Xtr, ytr)
@@ -112,7 +125,7 @@ def test_knn_limit_in_the_learned_metric_equals_knn_on_the_transformer_output(no
     trans = MetricAttentionTransformer(**FAST)
     knn = make_pipeline(trans, KNeighborsClassifier(5)).fit(Xtr, ytr)
     assert clf.temperature_ == np.inf
-    np.testing.assert_allclose(trans.transform(Xtr), clf._fit_Z, rtol=1e-6)
+    np.testing.assert_allclose(trans.transform(Xtr), clf._keys.points, rtol=1e-6)
     np.testing.assert_array_equal(clf.predict(Xte), knn.predict(Xte))
 
 
@@ -157,7 +170,7 @@ def test_learned_model_pickles_and_predicts_identically(noisy_classification):
 def test_dot_metric_is_asymmetric_and_inspectable(noisy_classification):
     Xtr, Xte, ytr, _ = noisy_classification
     clf = MetricAttentionClassifier("dot", max_iter=10, random_state=0).fit(Xtr, ytr)
-    (encoded,) = clf._validate_queries(Xte[:3])  # what the map sees: the encoded rows
+    (encoded,) = clf._encoded_blocks(Xte[:3])  # what the map sees: the encoded rows
     x = torch.as_tensor(encoded, dtype=torch.float32)
     assert not torch.allclose(clf.map_.query(x), clf.map_.key(x))
     w, idx = clf.attention_weights(Xte[:4], n_weights=3)

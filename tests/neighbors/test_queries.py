@@ -3,6 +3,7 @@ equals scikit-learn's neighbour estimators on precomputed distances."""
 
 import numpy as np
 import pytest
+import torch
 from scipy.spatial.distance import cdist
 from sklearn.datasets import make_classification
 from sklearn.neighbors import (
@@ -123,10 +124,11 @@ def test_kneighbors_in_the_learned_space(continuous, metric):
     att = MetricAttentionClassifier(
         metric, n_neighbors=4, temperature=np.inf, max_iter=3, hidden_size=8, random_state=0
     ).fit(X, y)
-    Z = att._fit_Z
+    Z = att._keys.points
     nn = NearestNeighbors(n_neighbors=4).fit(Z)
     dist, ind = att.kneighbors(Xq)
-    Zq = np.concatenate([att._embed(Q) for Q in att._validate_queries(Xq)])  # encoded, mapped
+    Zq = np.concatenate([att._strategy.embed(Q, "query", torch.device("cpu"), att._compute_dtype())
+                         for Q in att._encoded_blocks(Xq)])  # encoded, mapped
     ref_dist, ref_ind = nn.kneighbors(Zq)
     np.testing.assert_array_equal(ind, ref_ind)
     np.testing.assert_allclose(dist, ref_dist, rtol=1e-5)
@@ -258,6 +260,20 @@ def test_precomputed_equals_euclidean(integer_duplicates):
         np.testing.assert_array_equal(pre.kneighbors(n_neighbors=4)[1],
                                       euc.kneighbors(n_neighbors=4)[1])
         np.testing.assert_array_equal(pre.kneighbors(Dq)[1], euc.kneighbors(Xq)[1])
+
+
+def test_precomputed_kneighbors_ignores_the_estimators_radius(distances):
+    """kneighbors is the k nearest whatever the estimator's radius, as with the features
+    (found in the redesign: a precomputed model's radius masked its kneighbors)."""
+    D, y, Dq = distances
+    radius = float(np.quantile(Dq, 0.01))  # most queries have fewer than 3 points within it
+    att = MetricAttentionClassifier("precomputed", radius=radius, temperature=np.inf).fit(D, y)
+    ref = NearestNeighbors(n_neighbors=3, metric="precomputed").fit(D)
+    dist, ind = att.kneighbors(Dq, 3)
+    ref_dist, ref_ind = ref.kneighbors(Dq)
+    np.testing.assert_array_equal(ind, ref_ind)
+    np.testing.assert_allclose(dist, ref_dist, rtol=1e-12)
+    np.testing.assert_array_equal(att.kneighbors(None, 2)[1], ref.kneighbors(None, 2)[1])
 
 
 def test_precomputed_radius(tied_distances):

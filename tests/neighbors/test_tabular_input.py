@@ -97,7 +97,7 @@ def test_categorical_features_explicit_equals_from_dtype(spec):
     a = MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=np.inf).fit(X, y)
     b = MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=np.inf,
                                   categorical_features=spec).fit(X, y)
-    np.testing.assert_array_equal(a._fit_X, b._fit_X)
+    np.testing.assert_array_equal(a._keys.inputs, b._keys.inputs)
 
 
 def test_categorical_features_on_numeric_codes():
@@ -105,7 +105,7 @@ def test_categorical_features_on_numeric_codes():
     X = np.column_stack([rng.normal(size=60), rng.integers(0, 5, 60) * 100.0])
     y = rng.integers(0, 2, 60)
     clf = MetricAttentionClassifier("euclidean", categorical_features=[1]).fit(X, y)
-    assert clf._fit_X.shape == (60, 1 + 5)  # the codes' magnitudes no longer count
+    assert clf._keys.inputs.shape == (60, 1 + 5)  # the codes' magnitudes no longer count
     assert clf.predict(np.array([[0.0, 700.0]])).shape == (1,)  # an unseen code
 
 
@@ -144,7 +144,7 @@ def test_queries_are_encoded_in_blocks_within_the_budget():
     clf = MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=np.inf).fit(X, y)
     whole = clf.predict_proba(X)
     with config_context(working_memory=1):  # 1 MiB: blocks of a few thousand rows or fewer
-        assert len(list(clf._validate_queries(X))) > 1
+        assert len(list(clf._encoded_blocks(X))) > 1
         np.testing.assert_array_equal(clf.predict_proba(X), whole)
 
 
@@ -199,9 +199,9 @@ def test_infinity_is_still_an_error():
 def test_warm_start_keeps_the_encoding():
     X, y = _frame()
     clf = MetricAttentionClassifier(warm_start=True, **FAST).fit(X, y)
-    encoder = clf._encoder
+    encoder = clf._strategy.input.encoder
     clf.fit(X.iloc[:60], y[:60])
-    assert clf._encoder is encoder
+    assert clf._strategy.input.encoder is encoder
 
 
 @pytest.mark.parametrize("metric", ["tabular", "euclidean"])

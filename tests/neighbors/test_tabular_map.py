@@ -9,7 +9,7 @@ import torch
 
 from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 from skattention._engine import build_map, calibrate_temperature
-from skattention.neighbors import _base
+from skattention.neighbors import _learned
 
 pd = pytest.importorskip("pandas")
 
@@ -90,7 +90,7 @@ def test_training_defaults(monkeypatch, n, batch, candidates):
         seen.update(kwargs)
         raise Stop
 
-    monkeypatch.setattr(_base, "train_metric", capture)
+    monkeypatch.setattr(_learned, "train_metric", capture)
     X, y = _frame(n)
     with pytest.raises(Stop):
         MetricAttentionClassifier(random_state=0).fit(X, y)

@@ -129,4 +129,5 @@ def test_the_trend_leaves_out_the_widest_categorical_columns():
         model.fit(X, y)
     width = model.trend_.coef_.shape[-1]
     assert width <= 1024
-    assert width == model._encoder.n_numeric_out_ + model._encoder.cardinalities_[1]
+    encoder = model._strategy.input.encoder
+    assert width == encoder.n_numeric_out_ + encoder.cardinalities_[1]

@@ -1,0 +1,168 @@
+"""What the metric-attention estimators read: inputs of any column types checked as
+scikit-learn checks them and encoded into the one dense float matrix the engine takes.
+
+``TabularInput`` holds the fitted column encoding (the tabular encoder and a layout of its
+blocks); ``PrecomputedInput`` checks distance matrices instead. Both are held by the estimator's
+metric strategy (``_strategy.py``).
+"""
+
+import numpy as np
+from scipy import sparse
+from sklearn.utils.validation import validate_data
+
+from .._engine import budget_bytes, plan_rows
+from ._layouts import CodesLayout, DenseLayout
+from ._table import pd, reject_infinity
+from ._tabular import _TabularEncoder
+
+# What validate_data checks of X before the tabular encoder reads it: any column types, missing
+# values and sparse matrices pass; infinities, complex numbers and bad shapes do not.
+_X_CHECKS = dict(dtype=None, accept_sparse=("csr", "csc"), ensure_all_finite="allow-nan")
+# Query arrays of at most this many rows are checked and encoded as one block, directly.
+FEW_ROWS = 16
+
+
+class TabularInput:
+    """Inputs of any column types (numbers, booleans, categories, strings, missing values,
+    sparse matrices) checked against the fit and encoded into dense float blocks.
+
+    Parameters
+    ----------
+    scaled : bool
+        Robust-scale the numbers (learned metrics: the map learns the rest); the fixed metric
+        sees them as given, so that its distances are those of the input.
+    codes : bool
+        Categorical columns as codes (the tabular map looks them up) instead of one-hot.
+    """
+
+    def __init__(self, scaled, codes):
+        self.scaled = scaled
+        self.codes = codes
+        self.encoder = None
+        self.layout = None
+
+    @property
+    def width(self):
+        """Columns of the encoded matrix."""
+        return self.layout.width
+
+    def fit(self, X, categorical_features):
+        """Fit the column encoding on the checked training inputs ``X``."""
+        self.encoder = _TabularEncoder(
+            categorical_features=categorical_features,
+            numeric_scaling="robust" if self.scaled else None,
+            dtype=np.float64,
+        ).fit(X)
+        self.layout = (CodesLayout if self.codes else DenseLayout)(self.encoder)
+        return self
+
+    def check(self, estimator, X, reset):
+        """scikit-learn's checks of ``X`` (shape, feature names, infinities, complex numbers)
+        against ``estimator``'s fit; returns what the encoder reads: a DataFrame as given (its
+        column dtypes are the encoding's information), else the checked array or matrix."""
+        if (not reset and type(X) is np.ndarray and X.ndim == 2 and X.shape[0] > 0
+                and X.dtype in (np.float64, np.float32)
+                and X.shape[1] == getattr(estimator, "n_features_in_", None)
+                and not hasattr(estimator, "feature_names_in_")):
+            # What validate_data returns for a float array of the fitted width, without its
+            # probes for DataFrame libraries.
+            reject_infinity(X)
+            return X
+        if pd is None or not isinstance(X, pd.DataFrame):
+            return validate_data(estimator, X, reset=reset, **_X_CHECKS)
+        if not reset and 0 < X.shape[0] <= FEW_ROWS:
+            rows = self.numeric_frame_rows(estimator, X)
+            if rows is not None:
+                return rows
+        # names and width through an empty object-typed copy: converting the frame itself
+        # would cast its category columns to float when another column is a nullable dtype
+        validate_data(estimator, X.iloc[:0].astype(object), reset=reset, ensure_min_samples=0,
+                      **_X_CHECKS)
+        numbers = X.select_dtypes("number")
+        if numbers.shape[1]:
+            reject_infinity(numbers.to_numpy(np.float64, na_value=0))
+        return X
+
+    @staticmethod
+    def numeric_frame_rows(estimator, X):
+        """A few rows of a DataFrame whose columns are NumPy numbers named as at fit time,
+        checked, as the array the encoder reads the same way (float32 when every column is,
+        else float64: what the column-by-column conversion gives); ``None`` for any other
+        frame (converting and checking column by column dominates a single row's predict)."""
+        names = getattr(estimator, "feature_names_in_", None)
+        columns = X.columns
+        if (names is None or len(columns) != len(names)
+                or not all(isinstance(c, str) for c in columns)
+                or not all(a == b for a, b in zip(columns, names, strict=True))
+                or not all(isinstance(d, np.dtype) and d.kind in "iuf" for d in X.dtypes)):
+            return None
+        rows = X.to_numpy(np.float32 if all(d == np.float32 for d in X.dtypes) else np.float64)
+        reject_infinity(rows)
+        return rows
+
+    def check_dense_fits(self, X):
+        """Raise before densifying a sparse training matrix that would exceed the budget."""
+        if sparse.issparse(X):
+            plan_rows(None, row_bytes=0, budget=budget_bytes(), per="",
+                      fixed_bytes=X.shape[0] * self.layout.width * 8,
+                      what="The dense form of the sparse training matrix",
+                      hint="select or reduce columns (the engine stores the training points "
+                           "densely)")
+
+    def blocks(self, X):
+        """Dense encoded blocks of the checked inputs ``X``, each within the memory budget;
+        float32 input stays float32 (as validate_data's dtype=[float64, float32] keeps it)."""
+        dtypes = X.dtypes if pd is not None and isinstance(X, pd.DataFrame) else [X.dtype]
+        dtype = np.float32 if all(d == np.float32 for d in dtypes) else np.float64
+        # per row: the densified input row, the encoder's numbers and codes, the dense output
+        row_bytes = 8 * (2 * X.shape[1] + self.layout.width)
+        rows = plan_rows(X.shape[0], row_bytes=row_bytes, budget=budget_bytes())
+        for block in self.encoder.transform_blocks(X, rows):
+            yield self.layout.dense(block, dtype)
+
+    def few_rows(self, estimator, X):
+        """A few query rows (a web service's single row) of an array, or of a DataFrame of
+        NumPy number columns, checked and encoded as one block directly (no block planning);
+        the same numbers as :meth:`blocks`. ``None`` for other inputs."""
+        frame = pd is not None and isinstance(X, pd.DataFrame)
+        if not ((frame or (type(X) is np.ndarray and X.ndim == 2)) and 0 < X.shape[0] <= FEW_ROWS):
+            return None
+        # a frame of other column types goes the general way (its columns' types decide)
+        X = self.numeric_frame_rows(estimator, X) if frame else self.check(estimator, X, False)
+        if X is None:
+            return None
+        encoded = self.encoder.encode_float_rows(X)
+        return self.layout.dense(self.encoder.transform(X) if encoded is None else encoded,
+                                 np.float32 if X.dtype == np.float32 else np.float64)
+
+    def linear_features(self, X, max_width):
+        """Features of a linear model of encoded rows ``X`` (see the layouts)."""
+        return self.layout.linear_features(X, max_width)
+
+
+class PrecomputedInput(TabularInput):
+    """Distance matrices (``metric="precomputed"``): square at fit, one column per training
+    point at prediction, non-negative, dense; encoded as the numbers they are."""
+
+    def __init__(self):
+        super().__init__(scaled=False, codes=False)
+
+    def check(self, estimator, X, reset):
+        if sparse.issparse(X):
+            raise TypeError(
+                "metric='precomputed' takes a dense distance matrix; a sparse one (a graph of "
+                "some of the distances) is not supported: use X.toarray() with every distance."
+            )
+        X = validate_data(estimator, X, reset=reset, dtype=[np.float64, np.float32])
+        if reset and X.shape[0] != X.shape[1]:
+            raise ValueError(
+                f"Precomputed matrix must be square. Input is a {X.shape[0]}x{X.shape[1]} "
+                "matrix."
+            )
+        if np.any(X < 0):
+            raise ValueError("Negative values in data passed to precomputed distance matrix.")
+        return X
+
+    def few_rows(self, estimator, X):
+        """Distances always take the checks of :meth:`check`."""
+        return None

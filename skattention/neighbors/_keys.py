@@ -1,0 +1,139 @@
+"""Fitted keys: the training points as the engine attends to them, with their values and
+log-prior, and the operations the estimators run on them.
+
+:class:`FittedKeys` holds them in memory (``_dask.ShardedKeys`` on a Dask cluster, with the same
+operations). What the engine needs on a compute device (the prepared keys, the values and the
+log-prior as tensors) is made once per device and dtype and kept with the keys, out of pickles.
+This is where pruned, low-precision or sharded keys live.
+"""
+
+import numpy as np
+import torch
+
+from .._engine import attention, averaging_dtype, kneighbors, prepare_keys, rows_single_threaded
+
+
+class FittedKeys:
+    """Keys, values and log-prior of the training points, in memory.
+
+    Parameters
+    ----------
+    inputs : ndarray of shape (n_samples, n_encoded)
+        The encoded training inputs (queries of ``kneighbors(X=None)`` and the like).
+    values : ndarray of shape (n_samples, n_values)
+        What attention propagates (one-hot labels, targets or residuals), float64.
+    log_prior : ndarray of shape (n_samples,)
+        Log of each point's prior weight; ``-inf`` removes it.
+    points : ndarray of shape (n_samples, n_components) or None
+        The keys in the metric space; ``None``: the identity (``metric="precomputed"``), made
+        when first needed.
+    engine_metric : str
+        The engine's pseudo-metric of the keys.
+    """
+
+    sharded = False
+
+    def __init__(self, inputs, values, log_prior, points, engine_metric):
+        self.inputs = inputs
+        self.values = values
+        self.log_prior = log_prior
+        self._points = points
+        self.engine_metric = engine_metric
+        self._ready = {}
+
+    def __getstate__(self):
+        return {**self.__dict__, "_ready": {}}
+
+    @property
+    def n_samples(self):
+        return self.values.shape[0]
+
+    @property
+    def points(self):
+        """The keys in the metric space (the identity for precomputed distances)."""
+        if self._points is not None:
+            return self._points
+        identity = self._ready.get("identity")
+        if identity is None:
+            identity = self._ready["identity"] = np.eye(self.n_samples)
+        return identity
+
+    def _on_device(self, name, device, dtype, build):
+        key = (name, device.type, device.index, dtype)
+        ready = self._ready.get(key)
+        if ready is None:
+            ready = self._ready[key] = build()
+        return ready
+
+    def prepared(self, device, dtype):
+        """The keys prepared for the engine on ``device`` and ``dtype``, made once."""
+        return self._on_device("keys", device, dtype, lambda: prepare_keys(
+            self.points, metric=self.engine_metric, device=device, dtype=dtype))
+
+    def per_key(self, prepared, temperature):
+        """``(values, log_prior)`` as tensors on the device and dtype of ``prepared``, made once;
+        the values keep float64 where the engine averages them in float64
+        (``averaging_dtype``: the configurations equal to scikit-learn's neighbour estimators).
+        The engine remembers them checked, so a single row's predict does not check them
+        again."""
+        device, dtype = prepared.raw.device, prepared.raw.dtype
+        values_dtype = averaging_dtype(self.values, float(temperature), dtype, device)
+        values = self._on_device("values", device, values_dtype, lambda: torch.tensor(
+            self.values, device=device, dtype=values_dtype))
+        return values, self._on_device("log_prior", device, dtype, lambda: torch.tensor(
+            self.log_prior, device=device, dtype=dtype))
+
+    # ------------------------------------------------------------------ operations
+
+    def propagate(self, metric, block, kwargs, progress, few_rows=False):
+        """Attention of the encoded query rows ``block`` over the keys, applied to the values:
+        ``(outputs, no_neighbour)``, the second the mask of the queries with no key within
+        ``kwargs["radius"]`` (``None`` without a radius).
+
+        ``metric``: the estimator's metric strategy (embeds the queries); ``kwargs``: its
+        engine arguments. ``few_rows``: a few rows (a web service's single row) mapped and
+        attended to as tensors in one thread setting (each would set its own).
+        """
+        device, dtype = kwargs["device"], kwargs["dtype"]
+        keys = self.prepared(device, dtype)
+        radius = kwargs["radius"]
+        if few_rows:
+            Z = torch.as_tensor(block, dtype=keys.raw.dtype, device=keys.raw.device)
+        else:
+            Z = metric.embed(block, "query", device, dtype)
+        if radius is not None:
+            kwargs = dict(kwargs, **metric.radius_kwargs(Z, radius, kwargs["log_prior"]))
+            # A column of ones tells the queries with no neighbour: their weights sum to 0.
+            values = np.hstack([self.values, np.ones((self.n_samples, 1), self.values.dtype)])
+            on_empty = "zero"
+        else:
+            values, log_prior = self.per_key(keys, kwargs["temperature"])
+            kwargs = dict(kwargs, log_prior=log_prior)
+            on_empty = "raise"
+        if few_rows:
+            width = 1 if values.ndim == 1 else values.shape[1]
+            with rows_single_threaded(keys, Z.shape[0], width):
+                Z = metric.embed_tensor(Z, device, dtype)
+                out = attention(Z, keys, values, on_empty=on_empty, progress=progress, **kwargs)
+            out = out.cpu().numpy()
+        else:
+            out = attention(Z, keys, values, on_empty=on_empty, progress=progress, **kwargs)
+        out = np.asarray(out, dtype=np.float64)
+        if radius is None:
+            return out, None
+        return out[:, :-1], out[:, -1] == 0
+
+    def select(self, Z, n_neighbors, exclude_self, kwargs):
+        """``(f, indices)`` of the ``n_neighbors`` nearest keys of the mapped queries ``Z``
+        (the engine's ``kneighbors``; ``kwargs``: metric, masks, device and dtype)."""
+        keys = self.prepared(kwargs["device"], kwargs["dtype"])
+        return kneighbors(Z, keys, n_neighbors, exclude_self=exclude_self, **kwargs)
+
+    def weights(self, Z, exclude_self, n_weights, kwargs, progress):
+        """``(weights, indices)``: the ``n_weights`` largest attention weights of each mapped
+        query in ``Z`` and the keys they fall on."""
+        keys = self.prepared(kwargs["device"], kwargs["dtype"])
+        _, weights, indices = attention(
+            Z, keys, self.values, exclude_self=exclude_self, return_weights=True,
+            n_weights=n_weights, on_empty="zero", progress=progress, **kwargs)
+        return weights, indices

@@ -1,0 +1,384 @@
+"""The learned metrics' strategy (``"tabular"``, ``"mlp"``, ``"linear"``, ``"dot"``): a map
+trained with the temperature by leave-one-out soft-neighbour likelihood, the training points
+mapped by it as keys."""
+
+import copy
+import math
+
+import numpy as np
+import torch
+from sklearn.model_selection import train_test_split
+from sklearn.utils import check_random_state
+
+from .._engine import (
+    ProgressReport,
+    batch_rows,
+    budget_bytes,
+    build_map,
+    calibrate_temperature,
+    plan_rows,
+    progress_bar,
+    seeded_torch_rng,
+    train_metric,
+)
+from ..utils._callbacks import EpochTasks
+from ..utils._convergence import warn_if_max_iter_reached
+from ..utils._device import _cuda_nondeterministic
+from ._input import TabularInput
+from ._strategy import TORCH_DTYPES, MetricFit, MetricStrategy
+from ._temperature import MAX_QUERIES, neighbor_scale
+
+# n_components=None: keep the inputs' dimension up to this many components (PCA beyond it)
+_DEFAULT_MAX_COMPONENTS = 128
+# n_components=None with metric="tabular" (the benchmark's DEV sets: no loss against 128, and
+# a fifth less training time)
+_TABULAR_COMPONENTS = 64
+# numeric_embedding="auto": periodic embeddings of the numbers from this many training samples
+# (smaller DEV sets of the tabular benchmark were better without)
+_PLR_MIN_SAMPLES = 1500
+# batch_size="auto": minibatch size (fewer points when working_memory is smaller)
+_AUTO_BATCH = 1024
+# sample_rate="auto": besides the minibatch, this share of the other training points, at most
+# _AUTO_CANDIDATES of them, are each minibatch's candidate keys
+_AUTO_CANDIDATE_SHARE = 0.5
+_AUTO_CANDIDATES = 1024
+# the same two with metric="tabular": minibatches of 256 and at most 256 other candidates (on
+# the tabular benchmark's DEV sets as good or better in every family, in half the fit time)
+_TABULAR_BATCH = 256
+_TABULAR_CANDIDATES = 256
+# the validation pass of each epoch attends to at most this many training points
+_VALIDATION_KEYS = 2048
+# Validation and the kept model use an exponential moving average of the parameters (this
+# decay per step, less where an epoch has fewer than 10 steps: the average spans at most an
+# epoch), whose validation loss is smooth enough to stop after n_iter_no_change=3 epochs
+# without improvement (chosen on the tabular benchmark's DEV sets: docs/performance.md).
+_AVERAGE_DECAY = 0.9
+# Rows mapped at once by the learned map (fewer when working_memory is smaller).
+_EMBED_CHUNK = 65536
+
+
+class LearnedMetric(MetricStrategy):
+    """A learned metric: the fitted ``map`` (on the CPU in float32, as ``map_``), the training
+    state a warm start continues (``history``, ``optimizer_state``), and copies of the map
+    ready for inference per compute device and dtype (not pickled)."""
+
+    learned = True
+
+    def __init__(self, metric):
+        super().__init__(metric)
+        self.input = TabularInput(scaled=True, codes=metric == "tabular")
+        self.map = None
+        self.history = None
+        self.optimizer_state = None
+        self._ready = {}
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_ready"] = {}
+        return state
+
+    # ------------------------------------------------------------------ fit
+
+    def fit(self, estimator, X, values, train_values, sample_weight, prior_weight, loss,
+            stratify, loo_loss, device, epoch_model=None):
+        """Train the map and the temperature by leave-one-out soft-neighbour likelihood.
+
+        A finite positive ``temperature`` is fixed during training; ``"auto"`` is learned. The
+        limits 0 and inf have no gradient: the metric is then trained with a learned temperature
+        and the limit is used at prediction (1-NN or k-NN in the learned metric). A fitted
+        strategy continues its own map and training state on a warm start.
+        ``epoch_model(strategy, temperature)``: the fitted attributes of the model after an
+        epoch, for scikit-learn's callbacks.
+        """
+        warm = self.map is not None
+        before = estimator.n_iter_ if warm else 0
+        if warm and self.map.n_features != X.shape[1]:
+            raise ValueError(
+                f"warm_start: X has {X.shape[1]} features but the map was trained on "
+                f"{self.map.n_features}."
+            )
+        rng = check_random_state(estimator.random_state)
+        dtype = TORCH_DTYPES[estimator.dtype or "float32"]  # training precision
+        seed = int(rng.randint(np.iinfo(np.int32).max))
+        # A private, seeded torch RNG for initialisation and dropout; the caller's is restored.
+        with seeded_torch_rng(seed, device) as release_rng:
+            generator = torch.Generator().manual_seed(seed)
+            if not warm:
+                self.map = self._build_map(estimator, X, rng)
+            metric_map = self.map.to(device=device, dtype=dtype)
+            release_rng(metric_map)  # training draws only from `generator` (unless dropout)
+            data = _TrainingData(X, values if train_values is None else train_values,
+                                 prior_weight, dtype, device)
+            log_t = self._initial_log_temperature(estimator, metric_map, data.X, prior_weight,
+                                                  warm, dtype, device)
+            validation = data.split(self._validation_split(estimator, X.shape[0], stratify,
+                                                           rng))
+            history = self._train(estimator, metric_map, log_t, data, loss, validation,
+                                  generator, warm, epoch_model)
+            if validation is not None and estimator.temperature == "auto":
+                calibrate_temperature(metric_map, log_t, data.X, data.values, data.weight,
+                                      validation, loss)
+        self.map = metric_map.to(device="cpu", dtype=torch.float32)
+        self._ready = {}
+        fit = self._outcome(estimator, history, log_t, validation is not None)
+        fit.map = self.map
+        _warn_if_not_converged(estimator, fit.n_iter - before)
+        return fit
+
+    def _train(self, estimator, metric_map, log_t, data, loss, validation, generator, warm,
+               epoch_model):
+        """The training loop with the estimator's progress bar and callbacks; keeps the state
+        a warm start continues."""
+        batch_size, n_candidates = self._batch_and_candidates(
+            estimator, data.X.shape[0], data.values.shape[1], data.X.element_size())
+        previous = self.history if warm else None
+        name = type(estimator).__name__
+        with progress_bar(estimator.verbose, total=estimator.max_iter, desc=f"{name} fit",
+                          unit="epoch") as bar:
+            report = ProgressReport(
+                bar, name, estimator.max_iter, estimator.verbose,
+                validating=validation is not None, first=previous.n_iter if previous else 0,
+            )
+            attributes = None
+            if epoch_model is not None:
+                def attributes():
+                    return epoch_model(self._copy_with(metric_map),
+                                       _temperature(estimator, log_t))
+            history, state = train_metric(
+                metric_map, log_t, data.X, data.values, loss, data.weight,
+                validation=validation, max_iter=estimator.max_iter, batch_size=batch_size,
+                n_candidates=n_candidates, learning_rate=estimator.learning_rate,
+                weight_decay=estimator.weight_decay, n_iter_no_change=estimator.n_iter_no_change,
+                tol=estimator.tol, generator=generator, max_validation_keys=_VALIDATION_KEYS,
+                history=previous, average=_AVERAGE_DECAY,
+                optimizer_state=self.optimizer_state if warm else None,
+                callbacks=[report, EpochTasks(estimator, attributes)],
+            )
+        self.optimizer_state = _to_cpu(state)
+        self.history = history
+        return history
+
+    @staticmethod
+    def _outcome(estimator, history, log_t, validating):
+        return MetricFit(
+            temperature=_temperature(estimator, log_t),
+            loss_curve=list(history.loss_curve),
+            n_iter=history.n_iter,
+            validation_scores=list(history.validation_scores) if validating else None,
+            validation_loss_curve=list(history.validation_losses) if validating else None,
+            best_validation_score=history.best_validation_score if validating else None,
+        )
+
+    def _copy_with(self, metric_map):
+        """A copy of this strategy with a copy of ``metric_map`` (the model of an epoch)."""
+        other = copy.copy(self)
+        other.map = copy.deepcopy(metric_map).to(device="cpu", dtype=torch.float32).eval()
+        other._ready = {}
+        return other
+
+    def _build_map(self, estimator, X, rng):
+        """The untrained map for the encoded training inputs ``X``."""
+        if self.metric == "tabular":
+            numeric_embedding = estimator.numeric_embedding
+            if numeric_embedding == "auto":
+                numeric_embedding = "plr" if X.shape[0] >= _PLR_MIN_SAMPLES else "none"
+            return build_map(
+                "tabular", n_components=estimator.n_components or _TABULAR_COMPONENTS,
+                n_numeric=self.input.layout.n_numeric,
+                cardinalities=self.input.layout.cardinalities,
+                numeric_embedding=numeric_embedding,
+            )
+        init = _initial_projection(X, estimator.n_components, rng)
+        return build_map(
+            self.metric, init, hidden_size=estimator.hidden_size, n_blocks=estimator.n_blocks,
+            activation=estimator.activation, dropout=estimator.dropout,
+        )
+
+    def _batch_and_candidates(self, estimator, n_train, n_values, itemsize):
+        """Minibatch size and candidate keys per minibatch (the minibatch included).
+
+        ``"auto"``: minibatches of 1,024 points (256 with ``metric="tabular"``; capped by
+        ``working_memory``; a larger explicit batch is split into gradient-accumulated chunks
+        by ``train_metric``), each attending to itself and to half of the other points, at
+        most 1,024 of them (256 with ``metric="tabular"``; ModernNCA's sampling).
+        """
+        auto_batch, auto_others = ((_TABULAR_BATCH, _TABULAR_CANDIDATES)
+                                   if self.metric == "tabular"
+                                   else (_AUTO_BATCH, _AUTO_CANDIDATES))
+        batch_size = estimator.batch_size
+        batch = min(n_train, auto_batch if batch_size == "auto" else batch_size)
+        if estimator.sample_rate == "auto":
+            others = min(math.ceil(_AUTO_CANDIDATE_SHARE * (n_train - batch)), auto_others)
+            n_candidates = min(n_train, batch + others)
+        else:
+            n_candidates = max(1, int(math.ceil(estimator.sample_rate * n_train)))
+        if batch_size == "auto":
+            batch = min(batch, batch_rows(n_candidates, n_values, self.map.n_components,
+                                          itemsize))
+        return batch, n_candidates
+
+    @staticmethod
+    def _initial_log_temperature(estimator, metric_map, Xt, weight, warm, dtype, device):
+        temperature = estimator.temperature
+        if not isinstance(temperature, str) and 0 < temperature < math.inf:
+            return torch.tensor(math.log(temperature), dtype=dtype, device=device)
+        fitted = getattr(estimator, "temperature_", None) if warm else None
+        if metric_map.kind == "euclidean":
+            # ModernNCA: the map learns the scale at a fixed temperature (1, or the calibrated
+            # one on a warm start), which is calibrated on the validation points afterwards
+            start = fitted if fitted is not None and 0 < fitted < math.inf else 1.0
+            return torch.tensor(math.log(start), dtype=dtype, device=device)
+        if fitted is not None and 0 < fitted < math.inf:
+            start = fitted
+        elif metric_map.kind == "dot":
+            start = math.sqrt(Xt.shape[1])  # the usual 1/sqrt(d) scaling of dot-product attention
+        else:
+            metric_map.eval()  # no dropout in the starting scale
+            with torch.no_grad():
+                Z = metric_map.key(Xt[: MAX_QUERIES * 4]).cpu().double().numpy()
+            queries = np.arange(min(Z.shape[0], MAX_QUERIES))
+            with np.errstate(divide="ignore"):
+                log_w = np.log(weight[: Z.shape[0]])
+            start = neighbor_scale(Z, queries, weight[: Z.shape[0]], log_w, device)
+        # A starting temperature whose exp under- or overflows the training dtype would become
+        # 0 or inf, the limits without a gradient: keep it well inside the dtype's range.
+        info = torch.finfo(dtype)
+        log_start = min(max(math.log(start), 0.5 * math.log(info.tiny)), 0.5 * math.log(info.max))
+        return torch.tensor(log_start, dtype=dtype, device=device, requires_grad=True)
+
+    @staticmethod
+    def _validation_split(estimator, n, stratify, rng):
+        """Sorted (train, validation) row indices, or ``None`` without early stopping."""
+        if not estimator.early_stopping:
+            return None
+        n_val = int(math.ceil(estimator.validation_fraction * n))
+        if n_val < 1 or n - n_val < 2:
+            return None
+        strat = stratify
+        if strat is not None:
+            counts = np.bincount(strat)
+            if counts[counts > 0].min() < 2 or n_val < np.count_nonzero(counts):
+                strat = None  # too small to stratify
+        train_idx, val_idx = train_test_split(np.arange(n), test_size=n_val, random_state=rng,
+                                              stratify=strat)
+        return torch.as_tensor(np.sort(train_idx)), torch.as_tensor(np.sort(val_idx))
+
+    def keys(self, X, device, dtype):
+        return self.embed(X, "key", device, dtype)
+
+    # ------------------------------------------------------------------ queries
+
+    def compute_dtype(self, dtype, fit_dtype):
+        """``dtype``, else float32: the precision the map is trained in (float64 would only
+        double the keys' memory and the time of their products)."""
+        return TORCH_DTYPES[dtype] if dtype is not None else torch.float32
+
+    def ready_map(self, device, dtype):
+        """A copy of the fitted map on ``device`` and ``dtype`` in eval mode, made once."""
+        key = (device.type, device.index, dtype)
+        ready = self._ready.get(key)
+        if ready is None:
+            ready = self._ready[key] = self.map.for_inference(device, dtype)
+        return ready
+
+    def embed(self, X, side, device, dtype):
+        metric_map = self.ready_map(device, dtype)
+        out = np.empty((X.shape[0], self.map.n_components),
+                       dtype=np.float32 if dtype == torch.float32 else np.float64)
+        # per row: its tensor and the map's activations
+        item = torch.finfo(dtype).bits // 8
+        row_bytes = item * (X.shape[1] + self.map.activation_width())
+        rows = plan_rows(X.shape[0], row_bytes=row_bytes, budget=budget_bytes(),
+                         max_rows=_EMBED_CHUNK)
+        with torch.no_grad():
+            for start in range(0, X.shape[0], rows):
+                batch = slice(start, start + rows)
+                xb = torch.as_tensor(X[batch], dtype=dtype, device=device)
+                out[batch] = metric_map.images(xb, side).cpu().numpy()
+        return out
+
+    def embed_tensor(self, Z, device, dtype):
+        # inference mode: no view or version tracking on the map's ops
+        with torch.inference_mode():
+            return self.ready_map(device, dtype).images(Z)
+
+    def distances(self, f):
+        if self.metric == "dot":  # -q.k itself: not a distance
+            return np.asarray(f, dtype=np.float64)
+        return super().distances(f)
+
+    @classmethod
+    def tags(cls, tags, device):
+        # Learned metrics train with CUDA float atomics (backward of gather/indexing and of
+        # the fused attention kernels); fixed metrics run forward kernels only.
+        tags.non_deterministic = _cuda_nondeterministic(device)
+        return tags
+
+
+class _TrainingData:
+    """The training rows, values and weights as tensors, less the validation rows."""
+
+    def __init__(self, X, values, weight, dtype, device):
+        self.X = torch.as_tensor(X, dtype=dtype, device=device)
+        self.values = torch.as_tensor(values, dtype=dtype, device=device)
+        self.weight = torch.as_tensor(weight, dtype=dtype, device=device)
+
+    def split(self, indices):
+        """Keep the training rows; return the validation ``(X, values, weight)`` or ``None``."""
+        if indices is None:
+            return None
+        train_idx, val_idx = indices
+        validation = (self.X[val_idx], self.values[val_idx], self.weight[val_idx])
+        self.X, self.values, self.weight = (self.X[train_idx], self.values[train_idx],
+                                            self.weight[train_idx])
+        if not bool((self.weight > 0).any()):
+            raise ValueError("All training sample weights are zero after the validation split.")
+        return validation
+
+
+def _temperature(estimator, log_t):
+    """The fitted temperature: the learned one, or the limit 0 or inf asked for."""
+    if estimator.temperature in (0, math.inf):
+        return float(estimator.temperature)
+    return float(torch.exp(log_t.detach()).cpu())
+
+
+def _warn_if_not_converged(estimator, epochs_run):
+    """ConvergenceWarning when this fit ran all ``max_iter`` epochs."""
+    monitored = "validation loss" if estimator.early_stopping else "training loss"
+    warn_if_max_iter_reached(
+        estimator, epochs_run,
+        f"the {monitored} stopped improving by tol={estimator.tol} for "
+        f"n_iter_no_change={estimator.n_iter_no_change} epochs",
+    )
+
+
+def _initial_projection(Xs, n_components, rng):
+    """(n_components, n_features) starting projection: identity when the dimension is kept, the
+    leading principal axes when it shrinks, identity plus small random rows when it grows."""
+    n_features = Xs.shape[1]
+    if n_components is None:
+        n_components = min(n_features, _DEFAULT_MAX_COMPONENTS)
+    if n_components == n_features:
+        return np.eye(n_features)
+    if n_components < n_features:
+        sub = Xs[rng.permutation(Xs.shape[0])[:5000]]
+        sub = sub - sub.mean(0)
+        _, _, vt = np.linalg.svd(sub, full_matrices=False)
+        basis = vt[:n_components]
+        if basis.shape[0] < n_components:  # fewer samples than components
+            extra = rng.normal(scale=1e-2, size=(n_components - basis.shape[0], n_features))
+            basis = np.vstack([basis, extra])
+        return basis
+    extra = rng.normal(scale=1e-2, size=(n_components - n_features, n_features))
+    return np.vstack([np.eye(n_features), extra])
+
+
+def _to_cpu(state):
+    if isinstance(state, torch.Tensor):
+        return state.cpu()
+    if isinstance(state, dict):
+        return {k: _to_cpu(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [_to_cpu(v) for v in state]
+    return state

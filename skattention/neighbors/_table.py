@@ -1,0 +1,169 @@
+"""Uniform column access to what the tabular encoder reads: a DataFrame, an array or a sparse
+matrix, checked against the fitted columns (``Table``), and the input checks it shares with the
+estimators (``reject_infinity``)."""
+
+from numbers import Integral
+
+import numpy as np
+from scipy import sparse
+from sklearn.utils.validation import check_array
+
+try:  # optional: numeric arrays and sparse matrices are encoded without it
+    import pandas as pd
+except ImportError:  # pragma: no cover - the test environment has pandas
+    pd = None
+
+
+def reject_infinity(values):
+    """scikit-learn's error for infinity in ``X`` (NaN is a missing value here)."""
+    if np.isinf(values).any():
+        dtype = values.dtype if values.dtype.kind == "f" else np.dtype(np.float64)
+        raise ValueError(f"Input X contains infinity or a value too large for {dtype!r}.")
+
+def isna(values):
+    return np.isnan(values) if values.dtype.kind == "f" else pd.isna(values)
+
+class Table:
+    """Uniform column access to a DataFrame, an array or a sparse matrix.
+
+    With ``reset=True`` the encoder's ``n_features_in_`` / ``feature_names_in_`` are set;
+    otherwise the input is checked against them (a clear error on a mismatch).
+    """
+
+    def __init__(self, X, encoder, reset):
+        self._encoder = encoder
+        self.is_frame = pd is not None and isinstance(X, pd.DataFrame)
+        self.array = None
+        self.is_sparse = sparse.issparse(X)
+        if self.is_frame:
+            self.frame = X
+            names = np.asarray([str(c) for c in X.columns], dtype=object)
+            string_names = all(isinstance(c, str) for c in X.columns)
+            self.n_rows, self.n_features = X.shape
+        elif self.is_sparse:
+            self.matrix = check_array(X, accept_sparse=("csr", "csc"), dtype=np.float64,
+                                      ensure_all_finite="allow-nan", ensure_min_samples=0)
+            # fit reads whole columns, transform reads row blocks: one conversion each
+            self.matrix = self.matrix.tocsc() if reset else self.matrix.tocsr()
+            self.n_rows, self.n_features = self.matrix.shape
+            string_names = False
+        else:
+            if pd is not None and isinstance(X, pd.Series):
+                raise ValueError("X must be 2-D (a DataFrame, an array or a sparse matrix); "
+                                 "got a Series.")
+            array = np.asarray(X)
+            if array.ndim != 2:
+                raise ValueError(f"X must be 2-D; got an array of shape {array.shape}.")
+            self.array = None
+            if array.dtype == np.float64:
+                # what check_array would check of a float64 array (the estimators' queries,
+                # already validated: a single-row predict paid for a second full check)
+                reject_infinity(array)
+                self.array = array
+            elif array.dtype.kind in "biuf":
+                self.array = check_array(array, dtype=np.float64, ensure_all_finite="allow-nan",
+                                         ensure_min_samples=0)
+            elif pd is None:
+                raise ImportError(f"an array of dtype {array.dtype} (strings or objects) needs "
+                                  "pandas to be encoded: pip install pandas.")
+            else:
+                self.frame = pd.DataFrame(array)
+            self.n_rows, self.n_features = array.shape
+            string_names = False
+        if reset:
+            encoder.n_features_in_ = self.n_features
+            if string_names:
+                encoder.feature_names_in_ = names
+            elif hasattr(encoder, "feature_names_in_"):
+                del encoder.feature_names_in_
+            if self.n_rows < 1:
+                raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
+            return
+        if self.n_features != encoder.n_features_in_:
+            raise ValueError(f"X has {self.n_features} features, but the encoder was fitted with "
+                             f"{encoder.n_features_in_} features.")
+        fitted_names = getattr(encoder, "feature_names_in_", None)
+        if fitted_names is not None and string_names and not np.array_equal(names, fitted_names):
+            raise ValueError("The feature names should match those that were passed during fit "
+                             f"(in order); got {list(names)}, expected {list(fitted_names)}.")
+
+    def rows(self, rows):
+        """The table of a row slice; a sparse slice is densified here, one block at a time."""
+        out = object.__new__(Table)
+        out.__dict__.update(self.__dict__)
+        if self.is_sparse:
+            out.dense = self.matrix[rows].toarray()
+            out.matrix = None
+        elif self.array is not None:
+            out.array = self.array[rows]
+        else:
+            out.frame = self.frame.iloc[rows]
+        out.n_rows = len(range(*rows.indices(self.n_rows)))
+        return out
+
+    def name(self, j):
+        return str(self.frame.columns[j]) if self.is_frame else f"x{j}"
+
+    def kind(self, j):
+        """'category' (category / string / object), 'bool' or 'number'."""
+        if self.is_sparse or self.array is not None:
+            return "number"
+        dtype = self.frame.dtypes.iloc[j]
+        if isinstance(dtype, pd.CategoricalDtype):
+            return "category"
+        if pd.api.types.is_bool_dtype(dtype):
+            return "bool"
+        if pd.api.types.is_numeric_dtype(dtype):
+            return "number"
+        return "category"
+
+    def numeric_column(self, j, fitted_kind):
+        """Column ``j`` as float64 with NaN for missing values; a clear error for text."""
+        if self.is_sparse:
+            if getattr(self, "dense", None) is not None:
+                return self.dense[:, j]
+            # the whole (CSC) matrix at fit: one dense column at a time, never all columns
+            column = np.zeros(self.n_rows)
+            start, stop = self.matrix.indptr[j], self.matrix.indptr[j + 1]
+            column[self.matrix.indices[start:stop]] = self.matrix.data[start:stop]
+            return column
+        if self.array is not None:
+            return self.array[:, j]
+        series = self.frame.iloc[:, j]
+        kind = self.kind(j)
+        if kind == "category" or (fitted_kind not in (None, kind) and fitted_kind != "bool"):
+            if isinstance(series.dtype, pd.CategoricalDtype):
+                series = series.astype(object)
+            converted = pd.to_numeric(series, errors="coerce")
+            bad = converted.isna() & series.notna()
+            if bad.any():
+                example = series[bad].iloc[0]
+                when = "now" if fitted_kind is not None else "at fit time"
+                raise ValueError(
+                    f"column {self.name(j)!r} is numeric for this encoder but holds text {when} "
+                    f"(e.g. {example!r}); declare it in categorical_features or fix its dtype."
+                )
+            series = converted
+        return series.astype("float64").to_numpy(na_value=np.nan)
+
+    def category_column(self, j):
+        """(values as an object or float array with NaN/None missing, holds-numbers flag)."""
+        if self.is_sparse:  # unreachable: categorical columns of sparse input are refused
+            raise ValueError("sparse matrices have no categorical columns.")
+        if self.array is not None:  # numbers declared categorical in categorical_features
+            return self.array[:, j], True
+        series = self.frame.iloc[:, j]
+        if isinstance(series.dtype, pd.CategoricalDtype):
+            series = series.astype(object)
+        if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(
+                series.dtype):
+            return series.astype("float64").to_numpy(na_value=np.nan), True
+        values = series.to_numpy(dtype=object, na_value=None)
+        present = ~pd.isna(values)
+        if present.any() and all(isinstance(v, (Integral, float, np.number))
+                                 and not isinstance(v, bool) for v in values[present]):
+            return np.array([np.nan if v is None else float(v) for v in values]), True
+        out = np.empty(values.shape[0], dtype=object)
+        out[:] = None
+        out[present] = [str(v) for v in values[present]]
+        return out, False

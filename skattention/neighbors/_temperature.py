@@ -1,0 +1,101 @@
+"""``temperature="auto"`` of the fixed metric: the leave-one-out choice on a geometric grid
+around the nearest-neighbour scale, and that scale (also the learned metrics' starting
+temperature)."""
+
+import numpy as np
+import torch
+
+from .._engine import attention, budget_bytes, kneighbors, plan_rows
+
+# a geometric grid around the nearest-neighbour scale (weighted median squared distance from a
+# point to its nearest distinct one)
+_GRID = 2.0 ** np.arange(-3, 5)
+MAX_QUERIES = 2000
+_CANDIDATES = 8
+# Queries whose candidate distances are gathered at once by the neighbour scale.
+_SCALE_CHUNK = 256
+
+
+def auto_temperature(keys, values, sample_weight, loo_loss, engine_kwargs):
+    """Temperature with the lowest leave-one-out loss on a grid around the neighbour scale.
+
+    Each training point (a subsample of at most ``MAX_QUERIES``) is predicted from the others
+    with the estimator's own masks and sample weights (class weights are a prior applied
+    afterwards, not a property of the geometry), and ``loo_loss(pred, rows, weight, values)`` is
+    weighted by sample weight. Weights act as counts: leaving a point of weight ``w`` out
+    keeps ``max(w - 1, 0)`` of it, so an integer weight is exactly a repeated point.
+    ``engine_kwargs``: the estimator's attention arguments (metric, masks, device, dtype).
+    """
+    with np.errstate(divide="ignore"):
+        log_weight = np.log(sample_weight)
+    positive = np.flatnonzero(sample_weight > 0)
+    if positive.size < 2:
+        return 1.0
+    if positive.size > MAX_QUERIES:
+        positive = positive[np.linspace(0, positive.size - 1, MAX_QUERIES).astype(int)]
+    scale = neighbor_scale(keys, positive, sample_weight, log_weight, engine_kwargs["device"],
+                           engine_kwargs["dtype"])
+    w = sample_weight[positive]
+    kwargs = dict(engine_kwargs, temperature=scale, log_prior=log_weight)
+    if np.all(w <= 1):
+        kwargs["exclude_self"] = positive  # leaving one unit out leaves the whole point out
+    else:
+        kwargs["log_prior"] = _leave_one_unit_out_prior(log_weight, positive, w)
+    best, best_loss = float(scale), np.inf
+    for temperature in scale * _GRID:
+        kwargs["temperature"] = float(temperature)
+        pred = attention(keys[positive], keys, values, on_empty="zero", **kwargs)
+        loss = loo_loss(np.asarray(pred, dtype=np.float64), positive, w, values)
+        if loss < best_loss:
+            best, best_loss = float(temperature), loss
+    return best
+
+
+def neighbor_scale(Z, queries, sample_weight, log_weight, device, dtype=torch.float64):
+    """Weighted median squared distance from ``Z[queries]`` to their nearest distinct key in
+    ``Z``."""
+    n_candidates = min(_CANDIDATES, int(np.sum(sample_weight > 0)) - 1)
+    if n_candidates < 1:
+        return 1.0
+    _, idx = kneighbors(Z[queries], Z, n_candidates, log_prior=log_weight,
+                        exclude_self=queries, device=device, dtype=dtype)
+    # Exact distances on the candidates (duplicates are exactly 0 and skipped), in chunks so the
+    # gathered candidates (and their differences) stay small.
+    nearest = np.full(queries.size, np.inf)
+    chunk = plan_rows(queries.size, row_bytes=3 * 8 * n_candidates * Z.shape[1],
+                      budget=budget_bytes(), max_rows=_SCALE_CHUNK)
+    for start in range(0, queries.size, chunk):
+        rows = slice(start, start + chunk)
+        cand = idx[rows]
+        diff = Z[queries[rows]][:, None, :].astype(np.float64) - Z[np.maximum(cand, 0)]
+        d2 = np.einsum("ijk,ijk->ij", diff, diff)
+        d2[(cand < 0) | (d2 <= 0)] = np.inf
+        nearest[rows] = d2.min(1)
+    keep = np.isfinite(nearest)
+    if not np.any(keep):
+        return 1.0
+    median = _weighted_median(nearest[keep], sample_weight[queries][keep])
+    return float(median) if median > 0 else 1.0
+
+
+def _leave_one_unit_out_prior(log_prior, queries, weights):
+    """Callable log-prior: the key priors, except that query i's own key ``queries[i]`` keeps
+    ``max(w_i - 1, 0)`` of its weight ``w_i``."""
+    prior = torch.as_tensor(log_prior)
+    own = torch.as_tensor(queries)
+    with np.errstate(divide="ignore"):
+        keep = torch.as_tensor(np.log(np.maximum(weights - 1.0, 0.0) / weights))
+
+    def log_prior_fn(query_index, key_index):
+        dev = key_index.device
+        is_own = key_index == own.to(dev)[query_index]
+        return prior.to(dev)[key_index] + torch.where(is_own, keep.to(dev)[query_index], 0.0)
+
+    return log_prior_fn
+
+
+def _weighted_median(values, weights):
+    """Smallest value whose cumulative weight reaches half the total (repeats = weights)."""
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    return values[order][np.searchsorted(cum, 0.5 * cum[-1])]
