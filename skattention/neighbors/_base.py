@@ -14,11 +14,12 @@ The classes in ``_classification.py``, ``_regression.py`` and ``_transformer.py`
 their kind of estimator does with the propagated values.
 """
 
+from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, is_classifier
 from sklearn.utils import check_consistent_length
 from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -34,6 +35,7 @@ from . import _dask
 from ._keys import FittedKeys
 from ._learned import LearnedMetric
 from ._strategy import TORCH_DTYPES, FixedMetric, PrecomputedMetric
+from ._weights import DistanceWeighting
 
 # The metric strategy of each value of ``metric``.
 STRATEGIES = {"euclidean": FixedMetric, "precomputed": PrecomputedMetric,
@@ -51,6 +53,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         "temperature": [Interval(Real, 0, None, closed="both"), StrOptions({"auto"})],
         "n_neighbors": [Count(Integral, 1, None, closed="left"), None],
         "radius": [Interval(Real, 0, None, closed="neither"), None],
+        "weights": [StrOptions({"uniform", "distance"}), callable],
         "n_components": [Count(Integral, 1, None, closed="left"), None],
         "hidden_size": [Count(Integral, 1, None, closed="left")],
         "n_blocks": [Count(Integral, 0, None, closed="left")],
@@ -74,6 +77,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
     }
 
     def __init__(self, metric="tabular", *, temperature="auto", n_neighbors=None, radius=None,
+                 weights="uniform",
                  n_components=None, numeric_embedding="auto", hidden_size=256, n_blocks=1,
                  activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
                  learning_rate=1e-2, weight_decay=2e-4, sample_rate="auto", early_stopping=True,
@@ -84,6 +88,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         self.temperature = temperature
         self.n_neighbors = n_neighbors
         self.radius = radius
+        self.weights = weights
         self.n_components = n_components
         self.numeric_embedding = numeric_embedding
         self.hidden_size = hidden_size
@@ -122,13 +127,16 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         A warm start of a learned metric continues the previous fit's strategy: its encoding,
         which the map was trained on, and its map.
         """
-        y = validate_data(self, "no_validation", y, **y_checks)
         previous = getattr(self, "_strategy", None)
         if not (self.warm_start and isinstance(previous, LearnedMetric)
                 and previous.metric == self.metric and previous.map is not None):
             previous = None
         strategy = previous or STRATEGIES[self.metric](self.metric)
-        X_checked = strategy.input.check(self, X, reset=True)
+        X_checked = strategy.input.check(self, X, reset=True)  # X first: its errors name X
+        names = self.__dict__.get("feature_names_in_")
+        y = validate_data(self, "no_validation", y, **y_checks)  # (which forgets X's names)
+        if names is not None:
+            self.feature_names_in_ = names
         check_consistent_length(X_checked, y)
         if previous is None:
             strategy.input.fit(X_checked, self.categorical_features)
@@ -137,7 +145,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         return np.concatenate(list(strategy.input.blocks(X_checked))), y
 
     def _fit_labels(self, X, y, sample_weight, same_classes_on_warm_start=False,
-                    multi_output=False):
+                    multi_output=False, single_class=False):
         """Fit on class labels: the one-hot labels are the values, ``class_weight`` a key prior.
 
         ``same_classes_on_warm_start``: a warm start must see the classes of the previous fit.
@@ -145,13 +153,14 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         the values are their one-hot blocks side by side, ``classes_`` a list (as in
         :class:`~sklearn.neighbors.KNeighborsClassifier`). A learned metric then trains on the
         squared error of the blocks (the log-loss of one block does not extend to several).
+        ``single_class``: an output may have a single class (then predicted everywhere).
         """
         X, y = self._validate_train(X, y, multi_output=multi_output)
         y = label_columns(y)
         self.outputs_2d_ = y.ndim == 2
         columns = y if self.outputs_2d_ else y[:, None]
-        per_output, encoded = zip(*(encode_classes(self, column) for column in columns.T),
-                                  strict=True)
+        per_output, encoded = zip(*(encode_classes(self, column, single_class)
+                                    for column in columns.T), strict=True)
         classes = list(per_output) if self.outputs_2d_ else per_output[0]
         if (same_classes_on_warm_start and self.warm_start and hasattr(self, "classes_")
                 and not _same_classes(classes, self.classes_)):
@@ -200,6 +209,8 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
                 f"n_neighbors={self.n_neighbors} is larger than the number of training samples "
                 f"({n_samples})."
             )
+        if self.weights != "uniform":
+            _check_distance_weighting(self, prior_weight)
         with np.errstate(divide="ignore"):
             log_prior = np.log(prior_weight)
         self.n_samples_fit_ = n_samples
@@ -285,11 +296,23 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         and with a radius the mask of the queries that have no training point within it (their
         rows are 0; ``None`` without a radius)."""
         blocks, few_rows = self._query_blocks(X)
-        kwargs = self._engine_kwargs(resolve_device(self.device))
+        device = resolve_device(self.device)
+        kwargs = self._engine_kwargs(device)
+        weighting = None
+        if self.weights != "uniform":
+            if self._keys.sharded:
+                self._keys.in_memory_only()
+            weighting = DistanceWeighting(self.weights, self.temperature_, self.n_neighbors,
+                                          self.radius, is_classifier(self))
         out, no_neighbour, offsets = [], [], []
         for block in blocks:
-            block_out, block_empty = self._keys.propagate(self._strategy, block, kwargs,
-                                                          self.verbose, few_rows)
+            if weighting is not None:
+                Z = self._strategy.embed(block, "query", device, kwargs["dtype"])
+                block_out, block_empty = weighting.propagate(
+                    self._keys, self._strategy, Z, partial(self._selection_kwargs, device))
+            else:
+                block_out, block_empty = self._keys.propagate(self._strategy, block, kwargs,
+                                                              self.verbose, few_rows)
             out.append(block_out)
             no_neighbour.append(block_empty)
             offsets.append(self._value_offset(block))
@@ -373,6 +396,22 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         tags.input_tags.categorical = True
         tags.input_tags.string = True
         return STRATEGIES[self.metric].tags(tags, self.device)
+
+
+def _check_distance_weighting(estimator, prior_weight):
+    """weights other than "uniform" weigh a selection of equally weighted training points."""
+    if (estimator.n_neighbors is None and estimator.radius is None
+            and estimator.temperature != 0):
+        raise ValueError(
+            f"weights={estimator.weights!r} weighs selected neighbours: set n_neighbors or "
+            "radius (or temperature=0), or use weights='uniform'."
+        )
+    positive = prior_weight[prior_weight > 0]
+    if np.ptp(positive) > 0:
+        raise ValueError(
+            f"weights={estimator.weights!r} needs equal weights of the training points: "
+            "sample_weight and class_weight are not supported with it."
+        )
 
 
 def _same_classes(a, b):

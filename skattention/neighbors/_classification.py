@@ -97,6 +97,7 @@ class MetricAttentionClassifier(
     }
 
     def __init__(self, metric="tabular", *, temperature="auto", n_neighbors=None, radius=None,
+                 weights="uniform",
                  class_weight=None, outlier_label=None, n_components=None,
                  numeric_embedding="auto", hidden_size=256, n_blocks=1, activation="relu",
                  dropout=0.0, max_iter=100, batch_size="auto", learning_rate=1e-2,
@@ -106,6 +107,7 @@ class MetricAttentionClassifier(
                  categorical_features="from_dtype"):
         super().__init__(
             metric, temperature=temperature, n_neighbors=n_neighbors, radius=radius,
+            weights=weights,
             n_components=n_components, numeric_embedding=numeric_embedding,
             hidden_size=hidden_size, n_blocks=n_blocks,
             activation=activation, dropout=dropout, max_iter=max_iter, batch_size=batch_size,
@@ -144,7 +146,8 @@ class MetricAttentionClassifier(
             if isinstance(self.outlier_label, str) and self.outlier_label == "most_frequent":
                 self.outlier_label_ = plan.most_frequent_class()
             return self
-        self._fit_labels(X, y, sample_weight, same_classes_on_warm_start=True, multi_output=True)
+        self._fit_labels(X, y, sample_weight, same_classes_on_warm_start=True, multi_output=True,
+                         single_class=True)
         classes = self._classes_per_output()
         labels = self.outlier_label
         if not isinstance(labels, list):

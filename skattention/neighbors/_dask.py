@@ -183,7 +183,7 @@ class ShardedKeys:
         points, values, log_prior = dask.compute(self.points, self.values, self.log_prior)
         return FittedKeys, (points, values, log_prior, points, self.engine_metric)
 
-    def _in_memory_only(self):
+    def in_memory_only(self):
         raise NotImplementedError(
             "This model's keys are sharded over a Dask cluster (it was fitted on a Dask "
             "collection): predict, predict_proba, score and kneighbors(X) run on them. "
@@ -192,10 +192,10 @@ class ShardedKeys:
         )
 
     def prepared(self, device, dtype):
-        self._in_memory_only()
+        self.in_memory_only()
 
     def weights(self, *args, **kwargs):
-        self._in_memory_only()
+        self.in_memory_only()
 
     def propagate(self, metric, block, kwargs, progress, few_rows=False):
         """``FittedKeys.propagate`` over the partitions: ``(outputs, no_neighbour)``."""
@@ -218,7 +218,7 @@ class ShardedKeys:
         import dask
 
         if exclude_self is not False:
-            self._in_memory_only()
+            self.in_memory_only()
         kwargs = dict(kwargs, n_neighbors=n_neighbors, radius=None, temperature=math.inf)
         merged = dask.compute(self._merged_partial(dask.delayed(Z), kwargs, n_neighbors))[0]
         return partial_neighbors(merged, n_neighbors)

@@ -44,7 +44,16 @@ NEIGHBORS = """n_neighbors : int, default=None
         Radius prior at prediction: each query attends only to training points with
         ``f(x, x_j) <= radius**2`` (a point exactly at distance ``radius`` included). A query
         with none gets the classifier's ``outlier_label``, or NaN with a warning from the
-        regressor, as in scikit-learn's radius-neighbour estimators."""
+        regressor, as in scikit-learn's radius-neighbour estimators.
+    weights : {"uniform", "distance"} or callable, default="uniform"
+        Weight of each selected neighbour, as in scikit-learn's neighbour estimators:
+        ``"distance"`` multiplies a neighbour's attention weight by the inverse of its distance
+        (neighbours at distance 0, if any, take all the weight), a callable maps an array of
+        distances to weights of the same shape. Needs a selection (``n_neighbors``, ``radius``
+        or ``temperature=0``) and equal prior weights of the training points (no
+        ``sample_weight`` or ``class_weight``); with ``temperature=np.inf`` it equals
+        :class:`~sklearn.neighbors.KNeighborsClassifier` (``weights="distance"``) and the other
+        neighbour estimators."""
 
 LEARNING = """n_components : int, default=None
         Dimension of the learned space. ``None``: 64 for ``"tabular"``; otherwise the number of

@@ -7,10 +7,24 @@ log-prior as tensors) is made once per device and dtype and kept with the keys, 
 This is where pruned, low-precision or sharded keys live.
 """
 
+import math
+
 import numpy as np
 import torch
 
-from .._engine import attention, averaging_dtype, kneighbors, prepare_keys, rows_single_threaded
+from .._engine import (
+    attention,
+    averaging_dtype,
+    budget_bytes,
+    kneighbors,
+    plan_rows,
+    prepare_keys,
+    rows_single_threaded,
+)
+
+# radius selections: neighbours gathered per query row at first (doubled for the rows that have
+# more within the radius)
+_FIRST_RADIUS_NEIGHBORS = 32
 
 
 class FittedKeys:
@@ -129,6 +143,35 @@ class FittedKeys:
         keys = self.prepared(kwargs["device"], kwargs["dtype"])
         return kneighbors(Z, keys, n_neighbors, exclude_self=exclude_self, **kwargs)
 
+    def within(self, Z, radius, exclude_self, selection_kwargs):
+        """Yield ``(rows, f, idx)`` per chunk of the mapped queries ``Z`` (``rows`` the chunk's
+        slice of them): every unmasked key within ``radius`` in (distance, index) order, padded
+        with ``inf`` and ``-1``. Chunks are gathered with room for ``k`` neighbours per row,
+        ``k`` doubled for the rows that fill it (their k-th neighbour is within the radius, so
+        more may be). ``selection_kwargs(Z, radius)``: the engine's selection arguments of a
+        block of queries (a precomputed metric's radius mask is read from it)."""
+        n_keys = self.n_samples
+        k = min(n_keys, _FIRST_RADIUS_NEIGHBORS)
+        rows = plan_rows(Z.shape[0], row_bytes=32 * k, budget=budget_bytes())
+        for start in range(0, Z.shape[0], rows):
+            Zc = Z[start:start + rows]
+            own = exclude_self
+            if isinstance(own, np.ndarray):
+                own = own[start:start + rows]
+            f, idx = self.select(Zc, k, own, selection_kwargs(Zc, radius))
+            full = np.flatnonzero(idx[:, -1] >= 0)
+            width = k
+            while full.size and width < n_keys:
+                width = min(n_keys, 2 * width)
+                f_more, idx_more = self.select(
+                    Zc[full], width, own[full] if isinstance(own, np.ndarray) else own,
+                    selection_kwargs(Zc[full], radius),
+                )
+                f, idx = _widen(f, width), _widen(idx, width, -1)
+                f[full], idx[full] = f_more, idx_more
+                full = full[idx_more[:, -1] >= 0]
+            yield slice(start, start + Zc.shape[0]), f, idx
+
     def weights(self, Z, exclude_self, n_weights, kwargs, progress):
         """``(weights, indices)``: the ``n_weights`` largest attention weights of each mapped
         query in ``Z`` and the keys they fall on."""
@@ -137,3 +180,9 @@ class FittedKeys:
             Z, keys, self.values, exclude_self=exclude_self, return_weights=True,
             n_weights=n_weights, on_empty="zero", progress=progress, **kwargs)
         return weights, indices
+
+
+def _widen(a, width, fill=math.inf):
+    out = np.full((a.shape[0], width), fill, dtype=a.dtype)
+    out[:, : a.shape[1]] = a
+    return out

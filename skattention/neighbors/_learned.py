@@ -107,6 +107,14 @@ class LearnedMetric(MetricStrategy):
                 self.map = self._build_map(estimator, X, rng)
             metric_map = self.map.to(device=device, dtype=dtype)
             release_rng(metric_map)  # training draws only from `generator` (unless dropout)
+            if loss == "log_loss" and values.shape[1] == 1:
+                # a single class: every map predicts it, there is nothing to learn
+                self.map = self.map.to(device="cpu", dtype=torch.float32)
+                self._ready = {}
+                temperature = estimator.temperature
+                return MetricFit(temperature=1.0 if isinstance(temperature, str)
+                                 else float(temperature), map=self.map,
+                                 n_iter=getattr(estimator, "n_iter_", 0) if warm else 0)
             data = _TrainingData(X, values if train_values is None else train_values,
                                  prior_weight, dtype, device)
             log_t = self._initial_log_temperature(estimator, metric_map, data.X, prior_weight,
@@ -306,6 +314,12 @@ class LearnedMetric(MetricStrategy):
         if self.metric == "dot":  # -q.k itself: not a distance
             return np.asarray(f, dtype=np.float64)
         return super().distances(f)
+
+    def exact_distances(self, Z, keys, indices):
+        if self.metric == "dot":
+            raise ValueError("weights other than 'uniform' need a distance; metric='dot' has "
+                             "none.")
+        return super().exact_distances(Z, keys, indices)
 
     @classmethod
     def tags(cls, tags, device):

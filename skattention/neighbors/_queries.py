@@ -1,18 +1,16 @@
 """``kneighbors`` and ``radius_neighbors`` of the metric-attention estimators, with
 scikit-learn's signatures and semantics, on the engine's exact selection."""
 
-import math
+from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
+from scipy import sparse
 from sklearn.utils.validation import check_is_fitted
 
-from .._engine import budget_bytes, plan_rows, resolve_device
+from .._engine import resolve_device
 from ..utils._threads import uses_n_jobs
 
-# radius_neighbors: neighbours gathered per query row at first (doubled for the rows that have
-# more within the radius)
-_FIRST_RADIUS_NEIGHBORS = 32
 # kneighbors' default without n_neighbors (scikit-learn's NearestNeighbors default)
 _DEFAULT_N_NEIGHBORS = 5
 
@@ -91,7 +89,7 @@ class NeighborsQueryMixin:
         device = resolve_device(self.device)
         for Z, exclude_self in self._embedded_blocks(X, device):
             f, idx = self._keys.select(Z, n_neighbors, exclude_self,
-                                       self._selection_kwargs(Z, device))
+                                       self._selection_kwargs(device, Z))
             dist.append(f)
             ind.append(idx)
         ind = np.concatenate(ind)
@@ -153,12 +151,13 @@ class NeighborsQueryMixin:
         if self.metric == "dot":
             raise ValueError("radius_neighbors needs a distance metric; metric='dot' has none.")
         dist, ind = [], []
-        n_keys = self.n_samples_fit_
         device = resolve_device(self.device)
         for Z, exclude_self in self._embedded_blocks(X, device):
-            for rows, f, idx in self._within(Z, float(radius), exclude_self, n_keys, device):
-                dist.extend(self._strategy.distances(f[i][idx[i] >= 0]) for i in range(rows))
-                ind.extend(idx[i][idx[i] >= 0] for i in range(rows))
+            for _, f, idx in self._keys.within(Z, float(radius), exclude_self,
+                                               partial(self._selection_kwargs, device)):
+                found = idx >= 0
+                dist.extend(self._strategy.distances(f[i][found[i]]) for i in range(len(f)))
+                ind.extend(idx[i][found[i]] for i in range(len(f)))
         if not sort_results:  # index order, as scikit-learn's brute-force search gives
             orders = [np.argsort(i, kind="stable") for i in ind]
             ind = [i[o] for i, o in zip(ind, orders, strict=True)]
@@ -166,35 +165,90 @@ class NeighborsQueryMixin:
         ind = _object_array(ind)
         return (_object_array(dist), ind) if return_distance else ind
 
+    def kneighbors_graph(self, X=None, n_neighbors=None, mode="connectivity"):
+        """The graph of the nearest training points of each query, as
+        :meth:`sklearn.neighbors.NearestNeighbors.kneighbors_graph`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_queries, n_features), default=None
+            Query points; ``None``: the training points, each not its own neighbour.
+        n_neighbors : int, default=None
+            Number of neighbours; by default the estimator's ``n_neighbors``, else 5.
+        mode : {"connectivity", "distance"}, default="connectivity"
+            ``"connectivity"``: ones; ``"distance"``: the distances (as :meth:`kneighbors`).
+
+        Returns
+        -------
+        A : sparse matrix of shape (n_queries, n_samples_fit)
+            ``A[i, j]`` for each neighbour ``j`` of query ``i`` (CSR).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skattention import MetricAttentionClassifier
+        >>> X = np.array([[0.0], [1.0], [3.0]])
+        >>> clf = MetricAttentionClassifier("euclidean", n_neighbors=1, temperature=np.inf)
+        >>> clf.fit(X, [0, 0, 1]).kneighbors_graph([[2.5]], mode="distance").toarray()
+        array([[0. , 0. , 0.5]])
+        """
+        if mode not in ("connectivity", "distance"):
+            raise ValueError('Unsupported mode, must be one of "connectivity", or "distance" '
+                             f'but got "{mode}" instead')
+        if n_neighbors is None:
+            n_neighbors = self.n_neighbors or _DEFAULT_N_NEIGHBORS
+        dist, ind = self.kneighbors(X, n_neighbors)
+        data = np.ones(ind.size) if mode == "connectivity" else np.ravel(dist)
+        indptr = np.arange(0, ind.size + 1, ind.shape[1])
+        return sparse.csr_matrix((data, ind.ravel(), indptr),
+                                 shape=(ind.shape[0], self.n_samples_fit_))
+
+    def radius_neighbors_graph(self, X=None, radius=None, mode="connectivity",
+                               sort_results=False):
+        """The graph of the training points within ``radius`` of each query, as
+        :meth:`sklearn.neighbors.NearestNeighbors.radius_neighbors_graph`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_queries, n_features), default=None
+            Query points; ``None``: the training points, each not its own neighbour.
+        radius : float, default=None
+            Radius of the neighbourhoods; by default the estimator's ``radius``.
+        mode : {"connectivity", "distance"}, default="connectivity"
+            ``"connectivity"``: ones; ``"distance"``: the distances.
+        sort_results : bool, default=False
+            With ``mode="distance"``, each row's entries by increasing distance.
+
+        Returns
+        -------
+        A : sparse matrix of shape (n_queries, n_samples_fit)
+            ``A[i, j]`` for each training point ``j`` within ``radius`` of query ``i`` (CSR).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from skattention import MetricAttentionRegressor
+        >>> X = np.array([[0.0], [1.0], [3.0]])
+        >>> reg = MetricAttentionRegressor("euclidean", radius=1.5, temperature=np.inf)
+        >>> reg.fit(X, [0.0, 1.0, 2.0]).radius_neighbors_graph([[2.5]]).toarray()
+        array([[0., 1., 1.]])
+        """
+        if mode not in ("connectivity", "distance"):
+            raise ValueError('Unsupported mode, must be one of "connectivity", or "distance" '
+                             f'but got "{mode}" instead')
+        dist, ind = self.radius_neighbors(X, radius, sort_results=sort_results and
+                                          mode == "distance")
+        counts = np.array([len(i) for i in ind], dtype=np.int64)
+        columns = np.concatenate(list(ind)) if len(ind) else np.zeros(0, np.int64)
+        data = (np.ones(columns.size) if mode == "connectivity"
+                else np.concatenate(list(dist)) if len(dist) else np.zeros(0))
+        indptr = np.concatenate([[0], np.cumsum(counts)])
+        return sparse.csr_matrix((data, columns, indptr),
+                                 shape=(len(ind), self.n_samples_fit_))
+
     # ------------------------------------------------------------------ helpers
 
-    def _within(self, Z, radius, exclude_self, n_keys, device):
-        """Yield ``(rows, f, idx)`` per chunk of the query block ``Z``: every unmasked key within
-        ``radius`` in (distance, index) order, padded with ``inf`` and ``-1``. Chunks are
-        gathered with room for ``k`` neighbours per row, ``k`` doubled for the rows that fill it
-        (their k-th neighbour is within the radius, so more may be)."""
-        k = min(n_keys, _FIRST_RADIUS_NEIGHBORS)
-        rows = plan_rows(Z.shape[0], row_bytes=32 * k, budget=budget_bytes())
-        for start in range(0, Z.shape[0], rows):
-            Zc = Z[start:start + rows]
-            own = exclude_self
-            if isinstance(own, np.ndarray):
-                own = own[start:start + rows]
-            f, idx = self._keys.select(Zc, k, own, self._selection_kwargs(Zc, device, radius))
-            full = np.flatnonzero(idx[:, -1] >= 0)
-            width = k
-            while full.size and width < n_keys:
-                width = min(n_keys, 2 * width)
-                f_more, idx_more = self._keys.select(
-                    Zc[full], width, own[full] if isinstance(own, np.ndarray) else own,
-                    self._selection_kwargs(Zc[full], device, radius),
-                )
-                f, idx = _widen(f, width), _widen(idx, width, -1)
-                f[full], idx[full] = f_more, idx_more
-                full = full[idx_more[:, -1] >= 0]
-            yield Zc.shape[0], f, idx
-
-    def _selection_kwargs(self, Z, device, radius=None):
+    def _selection_kwargs(self, device, Z, radius=None):
         """The engine's selection arguments: the estimator's metric, masks and precision."""
         kwargs = self._engine_kwargs(device)
         selection = dict(metric=kwargs["metric"], log_prior=kwargs["log_prior"],
@@ -207,12 +261,6 @@ class NeighborsQueryMixin:
         """Training points that can be a neighbour (positive weight), less the query itself."""
         n = int(np.count_nonzero(np.isfinite(self._keys.log_prior)))
         return n - 1 if exclude_self else n
-
-
-def _widen(a, width, fill=math.inf):
-    out = np.full((a.shape[0], width), fill, dtype=a.dtype)
-    out[:, : a.shape[1]] = a
-    return out
 
 
 def _object_array(rows):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .._engine import METRICS
+from .._engine import METRICS, budget_bytes, plan_rows
 from ._input import PrecomputedInput, TabularInput
 from ._temperature import auto_temperature
 
@@ -124,6 +124,20 @@ class MetricStrategy:
             return np.maximum(f, 0.0) + 0.0  # + 0.0: no -0.0
         return np.sqrt(np.maximum(f, 0.0)) + 0.0
 
+    def exact_distances(self, Z, keys, indices):
+        """Distances (float64) from the mapped queries ``Z`` to the keys ``indices`` (one row of
+        them per query) computed from the coordinates' differences, as scikit-learn computes
+        the distances its weights are made of."""
+        out = np.empty(indices.shape)
+        rows = plan_rows(Z.shape[0], row_bytes=16 * indices.shape[1] * Z.shape[1],
+                         budget=budget_bytes())
+        for start in range(0, Z.shape[0], rows):
+            block = slice(start, start + rows)
+            diff = (np.asarray(Z[block], np.float64)[:, None, :]
+                    - np.asarray(keys[indices[block]], np.float64))
+            out[block] = np.sqrt(np.einsum("ijk,ijk->ij", diff, diff))
+        return out
+
     @classmethod
     def tags(cls, tags, device):
         """The estimator's tags as this metric changes them (a class method: tags are asked of
@@ -202,6 +216,10 @@ class PrecomputedMetric(MetricStrategy):
             return torch.where(inside, log_prior.to(dev)[key_index], -torch.inf)
 
         return dict(radius=None, log_prior=radius_prior)
+
+    def exact_distances(self, Z, keys, indices):
+        # the queries' rows are -D**2 (float64): the square root gives the distances back
+        return np.sqrt(-np.take_along_axis(Z, indices, axis=1))
 
     @classmethod
     def tags(cls, tags, device):

@@ -128,7 +128,7 @@ class MetricAttentionTransformer(
         "metric": [StrOptions({"mlp", "linear", "tabular"})],
         "class_weight": [dict, StrOptions({"balanced"}), None],
     }
-    for _name in ("n_neighbors", "radius"):
+    for _name in ("n_neighbors", "radius", "weights"):
         _parameter_constraints.pop(_name)
     del _name
 
@@ -140,8 +140,8 @@ class MetricAttentionTransformer(
                  validation_fraction=0.15, n_iter_no_change=3, tol=1e-4, warm_start=False,
                  random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
                  categorical_features="from_dtype"):
-        # n_neighbors and radius, the base's prediction-time priors, keep their default None: a
-        # transformer does not predict.
+        # n_neighbors, radius and weights, the base's prediction-time settings, keep their
+        # defaults: a transformer does not predict.
         super().__init__(
             metric, temperature=temperature, n_components=n_components,
             numeric_embedding=numeric_embedding, hidden_size=hidden_size,

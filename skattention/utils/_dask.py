@@ -85,7 +85,7 @@ def _call(estimator, method, X):
 
 def _output_layout(estimator, method):
     """The shape after the rows and the dtype of ``estimator.<method>``'s output."""
-    if method == "predict_proba":
+    if method in ("predict_proba", "predict_log_proba"):
         return (len(estimator.classes_),), np.float64
     if is_classifier(estimator):
         dtype = estimator.classes_.dtype

@@ -23,11 +23,12 @@ def standardisation(X):
     return mean, np.where(scale > 0, scale, 1.0)
 
 
-def encode_classes(estimator, y):
-    """``(classes, y_encoded)`` of classification targets; a clear error for a single class."""
+def encode_classes(estimator, y, single_class=False):
+    """``(classes, y_encoded)`` of classification targets; a clear error for a single class
+    unless ``single_class`` (an estimator that, like KNeighborsClassifier, then predicts it)."""
     check_classification_targets(y)
     classes, y_encoded = np.unique(y, return_inverse=True)
-    if classes.size < 2:
+    if classes.size < 2 and not single_class:
         raise ValueError(
             f"{type(estimator).__name__} needs samples of at least 2 classes in the data, but the "
             f"data contains only one class: {classes[0]!r}."
@@ -78,6 +79,27 @@ class ProbabilisticClassifierMixin:
         # (a row of zeros, a radius query with no neighbour, stays zeros).
         blocks = [_rows_summing_to_one(b) for b in blocks]
         return blocks if multi else blocks[0]
+
+    def predict_log_proba(self, X):
+        """Logarithm of the class probabilities of each query.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_queries, n_features)
+            Query points.
+
+        Returns
+        -------
+        log_proba : ndarray of shape (n_queries, n_classes), or a list of them
+            ``log`` of :meth:`predict_proba` (``-inf`` where a probability is 0).
+        """
+        if is_dask_collection(X):
+            return lazy_predict(self, "predict_log_proba", X)
+        proba = self.predict_proba(X)
+        with np.errstate(divide="ignore"):
+            if isinstance(proba, list):
+                return [np.log(p) for p in proba]
+            return np.log(proba)
 
     def predict(self, X):
         """Most probable class of each query.

@@ -123,6 +123,30 @@ CONFIGS = {
         lambda: RadiusNeighborsRegressor(radius=RADIUS),
         False,
     ),
+    "knn_distance_classifier": (
+        lambda: MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=INF,
+                                          weights="distance"),
+        lambda: KNeighborsClassifierByIndex(n_neighbors=3, weights="distance"),
+        True,
+    ),
+    "knn_distance_regressor": (
+        lambda: MetricAttentionRegressor("euclidean", n_neighbors=3, temperature=INF,
+                                         weights="distance"),
+        lambda: KNeighborsRegressorByIndex(n_neighbors=3, weights="distance"),
+        False,
+    ),
+    "radius_distance_classifier": (
+        lambda: MetricAttentionClassifier("euclidean", radius=RADIUS, temperature=INF,
+                                          weights="distance"),
+        lambda: RadiusNeighborsClassifier(radius=RADIUS, weights="distance"),
+        True,
+    ),
+    "radius_distance_regressor": (
+        lambda: MetricAttentionRegressor("euclidean", radius=RADIUS, temperature=INF,
+                                         weights="distance"),
+        lambda: RadiusNeighborsRegressor(radius=RADIUS, weights="distance"),
+        False,
+    ),
     "1nn_classifier": (
         lambda: MetricAttentionClassifier("euclidean", temperature=0),
         lambda: KNeighborsClassifier(n_neighbors=1),

@@ -12,11 +12,15 @@ from sklearn.base import clone
 from sklearn.datasets import load_digits, load_iris
 from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GridSearchCV, cross_val_score
-from sklearn.neighbors import KNeighborsClassifier
+from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 
-from skattention import MetricAttentionClassifier, MetricAttentionRegressor
+from skattention import (
+    MetricAttentionClassifier,
+    MetricAttentionRegressor,
+    MetricAttentionTransformer,
+)
 
 ESTIMATORS = [
     partial(MetricAttentionClassifier, "euclidean"),
@@ -196,10 +200,77 @@ def test_bad_input_errors(cls, iris):
         cls().fit(X, y, sample_weight=-np.ones(len(y)))
 
 
-def test_single_class_is_a_clear_error(iris):
+@pytest.mark.parametrize("metric", ["euclidean", "tabular", "mlp"])
+def test_single_class_is_predicted_as_knn_predicts_it(iris, metric):
+    """One class in y: fitted (as KNeighborsClassifier and HistGradientBoosting fit it), that
+    class predicted everywhere with probability 1 (a learned metric has nothing to learn)."""
     X, _ = iris
+    y = np.full(len(X), "setosa")
+    clf = MetricAttentionClassifier(metric, max_iter=2, random_state=0).fit(X, y)
+    knn = KNeighborsClassifier().fit(X, y)
+    np.testing.assert_array_equal(clf.predict(X[:7]), knn.predict(X[:7]))
+    np.testing.assert_array_equal(clf.predict_proba(X[:7]), knn.predict_proba(X[:7]))
+    assert clf.classes_.tolist() == ["setosa"] and clf.n_iter_ == 0
     with pytest.raises(ValueError, match="at least 2 classes.*only one class"):
-        MetricAttentionClassifier("euclidean").fit(X, np.zeros(len(X)))
+        MetricAttentionTransformer(max_iter=2).fit(X, y)  # nothing to learn a map from
+
+
+def test_predict_log_proba_is_the_log_of_predict_proba(iris):
+    X, y = iris
+    clf = MetricAttentionClassifier("euclidean", n_neighbors=5, temperature=np.inf).fit(X, y)
+    proba = clf.predict_proba(X)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(clf.predict_log_proba(X), np.log(proba))
+    assert np.isneginf(clf.predict_log_proba(X)).any()  # zero votes: -inf, as scikit-learn
+    Y = np.column_stack([y, y % 2])
+    multi = MetricAttentionClassifier("euclidean", n_neighbors=5, temperature=np.inf).fit(X, Y)
+    logs = multi.predict_log_proba(X[:5])
+    assert isinstance(logs, list) and len(logs) == 2
+    with np.errstate(divide="ignore"):
+        for log_p, p in zip(logs, multi.predict_proba(X[:5]), strict=True):
+            np.testing.assert_array_equal(log_p, np.log(p))
+
+
+def test_distance_weights_need_a_selection_and_equal_weights(iris):
+    X, y = iris
+    with pytest.raises(ValueError, match="set n_neighbors or radius"):
+        MetricAttentionClassifier("euclidean", weights="distance").fit(X, y)
+    with pytest.raises(ValueError, match="equal weights of the training points"):
+        MetricAttentionClassifier("euclidean", n_neighbors=3, weights="distance").fit(
+            X, y, sample_weight=np.arange(len(y)) % 3 + 1.0)
+    with pytest.raises(ValueError, match="equal weights"):
+        MetricAttentionClassifier("euclidean", n_neighbors=3, weights="distance",
+                                  class_weight="balanced").fit(X[:120], y[:120])
+    dot = MetricAttentionClassifier("dot", n_neighbors=3, weights="distance", max_iter=2,
+                                    random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="metric='dot' has none"):
+        dot.predict(X[:3])
+    bad = MetricAttentionClassifier("euclidean", n_neighbors=3, weights=lambda d: 0 * d)
+    with pytest.raises(ValueError, match="zero weights"):
+        bad.fit(X, y).predict(X[:3])
+
+
+@pytest.mark.parametrize("temperature", [0.3, 0])
+def test_distance_weights_at_a_finite_temperature(iris, temperature):
+    """Each selected neighbour's weight is exp(-f / T) / distance (normalised); T=0 is the
+    nearest neighbour alone."""
+    X, y = iris
+    Xq = X[::10] + 0.05
+    reg = MetricAttentionRegressor("euclidean", n_neighbors=4, temperature=temperature,
+                                   weights="distance").fit(X, y.astype(float))
+    dist, ind = KNeighborsRegressor(n_neighbors=4).fit(X, y).kneighbors(Xq)
+    if temperature == 0:
+        expected = y[ind[:, 0]]
+    else:
+        w = np.exp(-(dist**2 - dist[:, :1] ** 2) / temperature) / dist
+        expected = (w * y[ind]).sum(1) / w.sum(1)
+    np.testing.assert_allclose(reg.predict(Xq), expected, rtol=1e-10)
+
+
+def test_empty_X_is_named_by_its_own_shape(iris):
+    X, y = iris
+    with pytest.raises(ValueError, match=r"shape=\(0, 4\)"):
+        MetricAttentionClassifier("euclidean").fit(X[:0], y[:0])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on machines without CUDA")

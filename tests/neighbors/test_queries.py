@@ -399,3 +399,41 @@ def test_precomputed_pickles_without_its_identity_keys(distances):
     blob = pickle.dumps(att)
     assert len(blob) < 1.5 * D.nbytes  # the distances, not also an identity of their size
     np.testing.assert_array_equal(pickle.loads(blob).predict_proba(Dq), expected)
+
+
+# ---------------------------------------------------------------------- graphs
+
+
+@pytest.mark.parametrize("mode", ["connectivity", "distance"])
+def test_graphs_equal_nearest_neighbors(integer_duplicates, mode):
+    """kneighbors_graph / radius_neighbors_graph: scipy CSR matrices equal to
+    NearestNeighbors' (ties included: scikit-learn's brute force keeps the lower index)."""
+    X, y, Xq = integer_duplicates
+    att = euclidean(n_neighbors=4, radius=1.5).fit(X, y)
+    nn = NearestNeighbors(n_neighbors=4, radius=1.5, algorithm="brute").fit(X)
+    for query in (Xq, None):
+        ours, ref = att.radius_neighbors_graph(query, mode=mode), \
+            nn.radius_neighbors_graph(query, mode=mode)
+        assert ours.format == "csr" and ours.shape == ref.shape == (len(query)
+                                                                    if query is not None
+                                                                    else len(X), len(X))
+        np.testing.assert_allclose(ours.toarray(), ref.toarray(), rtol=1e-12)
+    continuous_X = X + np.random.default_rng(1).normal(scale=0.05, size=X.shape)  # no ties
+    att.fit(continuous_X, y)
+    nn.fit(continuous_X)
+    for query in (Xq, None):
+        ours, ref = att.kneighbors_graph(query, mode=mode), nn.kneighbors_graph(query, mode=mode)
+        assert ours.format == "csr" and ours.nnz == ref.nnz
+        # (distances from expanded products, as scikit-learn's: close, not bit for bit)
+        np.testing.assert_allclose(ours.toarray(), ref.toarray(), rtol=1e-9)
+    with pytest.raises(ValueError, match="Unsupported mode"):
+        att.kneighbors_graph(Xq, mode="weights")
+
+
+def test_graph_rows_sorted_by_distance(continuous):
+    X, y, Xq = continuous
+    att = euclidean(radius=2.0).fit(X, y)
+    graph = att.radius_neighbors_graph(Xq[:5], mode="distance", sort_results=True)
+    for i in range(5):
+        row = graph.data[graph.indptr[i]:graph.indptr[i + 1]]
+        assert np.all(np.diff(row) >= 0)

@@ -1,0 +1,118 @@
+"""``weights="distance"`` (or a callable) of the neighbour configurations: the selected keys'
+votes weighted by their distances, as scikit-learn's neighbour estimators weight them.
+
+The engine selects the neighbours (the k nearest, or those within the radius, exactly); the
+weights and the weighted averages are computed here in float64 in the order scikit-learn
+computes them (its ``_get_weights``, its classifiers' vote accumulation, its regressors'
+weighted means), so that ``temperature=np.inf`` equals its estimators. At a finite temperature
+the weights also carry the attention's ``exp(-f / T)`` over the selected keys.
+"""
+
+import numpy as np
+
+
+def distance_weights(dist, weights):
+    """Weights of neighbours at distances ``dist`` (2-d array): ``1 / dist``, except that a
+    row with a neighbour at distance 0 gives weight 1 to those and 0 to the others; or
+    ``weights(dist)`` for a callable."""
+    if callable(weights):
+        return np.asarray(weights(dist), dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        inverse = 1.0 / dist
+    at_zero = np.isinf(inverse)
+    rows = np.any(at_zero, axis=1)
+    inverse[rows] = at_zero[rows]
+    return inverse
+
+
+def check_weights(weights, rows):
+    """A clear error where a callable's weights cannot weigh a row."""
+    if weights.shape != rows:
+        raise ValueError(f"weights returned an array of shape {weights.shape}; expected {rows} "
+                         "(one weight per neighbour).")
+    if np.any(~(weights > 0).any(axis=1)):
+        raise ValueError(
+            "All neighbors of some sample is getting zero weights. Please modify 'weights' to "
+            "avoid this case if you are using a user-defined function."
+        )
+
+
+def attention_factor(f, temperature):
+    """The attention weights ``exp(-(f - min f) / T)`` of each row's selected keys (1 at
+    ``T = inf``)."""
+    if np.isinf(temperature) or temperature == 0:  # (0: one neighbour)
+        return 1.0
+    shifted = (f - np.min(np.where(np.isfinite(f), f, np.inf), axis=1, keepdims=True))
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(f), np.exp(-shifted / temperature), 0.0)
+
+
+def votes(values, indices, weights):
+    """``sum_i weights[:, i] * values[indices[:, i]]`` accumulated neighbour by neighbour (the
+    order of scikit-learn's ``KNeighborsClassifier.predict_proba``)."""
+    out = np.zeros((indices.shape[0], values.shape[1]))
+    for i in range(indices.shape[1]):
+        out += weights[:, i, None] * values[indices[:, i]]
+    return out
+
+
+def weighted_means(values, indices, weights):
+    """Per output column, ``sum(values * weights) / sum(weights)`` over each row's neighbours
+    (``KNeighborsRegressor.predict``'s expression)."""
+    out = np.empty((indices.shape[0], values.shape[1]))
+    denominator = np.sum(weights, axis=1)
+    for j in range(values.shape[1]):
+        out[:, j] = np.sum(values[indices, j] * weights, axis=1) / denominator
+    return out
+
+
+class DistanceWeighting:
+    """The weighted neighbour vote of an estimator with ``weights`` other than ``"uniform"``:
+    its neighbours selected by the fitted keys, their values averaged here.
+
+    ``classifier``: class votes (normalised later, as scikit-learn's classifiers normalise
+    them) rather than weighted means of the values.
+    """
+
+    def __init__(self, weights, temperature, n_neighbors, radius, classifier):
+        self.weights = weights
+        self.temperature = temperature
+        self.n_neighbors = n_neighbors
+        self.radius = radius
+        self.classifier = classifier
+
+    def propagate(self, keys, metric, Z, selection_kwargs):
+        """``(outputs, no_neighbour)`` of the mapped queries ``Z``, as
+        :meth:`~._keys.FittedKeys.propagate` returns them; ``selection_kwargs(Z, radius)``:
+        the engine's selection arguments of a block of queries."""
+        if self.radius is None:
+            # temperature=0 is the nearest neighbour alone, whatever n_neighbors
+            k = 1 if self.temperature == 0 else self.n_neighbors
+            f, idx = keys.select(Z, k, False, selection_kwargs(Z, None))
+            dist = metric.exact_distances(Z, keys.points, idx)
+            w = distance_weights(dist.copy(), self.weights)
+            check_weights(w, dist.shape)
+            w = w * attention_factor(f, self.temperature)
+            if self.classifier:
+                return votes(keys.values, idx, w), None
+            return weighted_means(keys.values, idx, w), None
+        out = np.zeros((Z.shape[0], keys.values.shape[1]))
+        empty = np.zeros(Z.shape[0], dtype=bool)
+        for rows, f, idx in keys.within(Z, self.radius, False, selection_kwargs):
+            for i in range(rows.start, rows.stop):
+                found = idx[i - rows.start] >= 0
+                order = np.argsort(idx[i - rows.start][found], kind="stable")  # index order
+                ind = idx[i - rows.start][found][order]
+                if not ind.size:
+                    empty[i] = True
+                    continue
+                row_f = f[i - rows.start][found][order][None]
+                dist = metric.exact_distances(Z[i:i + 1], keys.points, ind[None])
+                w = distance_weights(dist.copy(), self.weights)
+                check_weights(w, dist.shape)
+                w = (w * attention_factor(row_f, self.temperature))[0]
+                if self.classifier:  # scikit-learn's bincount: sums in index order
+                    out[i] = votes(keys.values, ind[None], w[None])[0]
+                else:
+                    out[i] = np.average(keys.values[ind], axis=0, weights=w)
+        return out, empty
