@@ -27,6 +27,9 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
+    # MathJax served from the site itself (_static/mathjax), not from a CDN: the pages' math
+    # renders without a network (the package's setup points mathjax_path there)
+    "sphinx-mathjax-offline",
     "numpydoc",
     "myst_parser",
     "sphinx_gallery.gen_gallery",
