@@ -1,8 +1,9 @@
 """PyTorch modules: metric-attention as a layer, attention priors and the seed paper's network.
 
-* :class:`MetricAttention`: drop-in for :class:`torch.nn.MultiheadAttention` with a learnable
-  pseudo-metric (``"mlp"``: the paper's metric-attention, ``"linear"``: L2 self-attention,
-  ``"dot"``: standard attention);
+* :class:`MetricAttention`: drop-in for :class:`torch.nn.MultiheadAttention` (its whole
+  constructor, ``kdim``/``vdim`` cross-attention included) with a learnable pseudo-metric
+  (``"mlp"``: the paper's metric-attention, ``"linear"``: L2 self-attention, ``"dot"``: standard
+  attention);
 * attention priors, additive log-priors on the scores (masks and positional biases alike):
   :class:`RelativePositionBias` (T5, learned; :func:`relative_position_bucket`), :class:`ALiBi`
   (:func:`alibi_slopes`), :class:`CausalMask`, :class:`KeyPaddingMask`, their base

@@ -8,6 +8,9 @@ Scores of head ``h`` between a query ``x`` and a key ``y`` (the documentation's 
 * ``metric="dot"``: ``(W_Q x + b_Q) . (W_K y + b_K) / sqrt(head_dim)``, standard attention, with
   parameters laid out exactly as in ``nn.MultiheadAttention``.
 
+Keys of another width than the queries (``kdim``) get their own projection ``W_K`` into the
+space where the distances are measured.
+
 The squared-distance scores run through the fused ``scaled_dot_product_attention`` kernel with the
 augmented-coordinate identity (the documentation's engine page), through the engine's own
 helpers (``augmented_coordinates``, ``scaled_dot_product``):
@@ -25,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._engine import LEARNED_METRICS, ResidualBlock, augmented_coordinates, scaled_dot_product
+from ._masks import merged_mask
 from ._priors import AttentionPrior
 
 # the tabular map takes category codes, not token vectors: not a layer metric
@@ -34,16 +38,18 @@ METRICS = tuple(m for m in LEARNED_METRICS if m != "tabular")
 class MetricAttention(nn.Module):
     r"""Multi-head attention with a learnable pseudo-metric (the seed paper's metric-attention).
 
-    Same call convention as :class:`torch.nn.MultiheadAttention`: ``forward(query, key, value,
-    key_padding_mask=None, need_weights=True, attn_mask=None, average_attn_weights=True,
-    is_causal=False)`` returns ``(attn_output, attn_weights)``, with the same shapes, mask
-    semantics and ``batch_first`` handling, so it can replace ``self_attn`` in a
-    :class:`torch.nn.TransformerEncoderLayer`.
+    Same constructor arguments (by keyword) and call convention as
+    :class:`torch.nn.MultiheadAttention`: ``forward(query, key, value, key_padding_mask=None,
+    need_weights=True, attn_mask=None, average_attn_weights=True, is_causal=False)`` returns
+    ``(attn_output, attn_weights)``, with the same shapes, mask semantics and ``batch_first``
+    handling, so it can replace ``self_attn`` of a :class:`torch.nn.TransformerEncoderLayer`
+    and ``self_attn`` or ``multihead_attn`` (the cross-attention) of a
+    :class:`torch.nn.TransformerDecoderLayer`.
 
     Parameters
     ----------
     embed_dim : int
-        Model dimension (queries, keys and values all have it).
+        Model dimension: the width of the queries and of the output.
     num_heads : int, default=1
         Number of heads; ``embed_dim`` must be divisible by it.
     metric : {"mlp", "linear", "dot"}, default="mlp"
@@ -55,11 +61,25 @@ class MetricAttention(nn.Module):
           and ``||.||_h`` the norm on head ``h``'s slice;
         - ``"linear"``: ``-||z_x - z_y||^2_h / T_h`` (L2 self-attention, tied query/key weights);
         - ``"dot"``: ``(W_Q x + b_Q).(W_K y + b_K) / sqrt(head_dim)``, exactly
-          :class:`torch.nn.MultiheadAttention`.
+          :class:`torch.nn.MultiheadAttention`, with every option below.
+
+        With ``kdim != embed_dim`` the squared-distance metrics project keys by their own
+        ``z_y = W_K y + b_K`` (queries keep ``W``), into the same space.
     dropout : float, default=0.0
         Dropout on the attention weights (training only).
     bias : bool, default=True
         Biases of the input and output projections.
+    add_bias_kv : bool, default=False
+        Append one learned key ``bias_k`` and value ``bias_v`` to every sequence of keys and
+        values, after their projection (for ``"mlp"``, after ``phi``: ``bias_k`` is a point of
+        the space where the distances are measured). No mask hides them.
+    add_zero_attn : bool, default=False
+        Append a key and a value of zeros after the projection (and after ``bias_k``): under
+        ``"dot"`` a score of 0; under the squared-distance metrics a key at the origin of the
+        space where the distances are measured, score ``-||phi(z_x)||^2_h / T_h``. No mask
+        hides it.
+    kdim, vdim : int, default=None
+        Widths of the keys and of the values; ``None``: ``embed_dim``.
     batch_first : bool, default=False
         Inputs and output are (batch, seq, feature) instead of (seq, batch, feature).
     temperature : float, default=None
@@ -81,12 +101,21 @@ class MetricAttention(nn.Module):
 
     Attributes
     ----------
-    in_proj_weight : Parameter
-        ``"dot"``: shape (3 embed_dim, embed_dim), rows ``[W_Q; W_K; W_V]`` as in
-        ``nn.MultiheadAttention``. Other metrics: shape (2 embed_dim, embed_dim), rows
-        ``[W; W_V]`` (queries and keys share ``W``).
+    in_proj_weight : Parameter or None
+        When ``kdim`` and ``vdim`` equal ``embed_dim``. ``"dot"``: shape
+        (3 embed_dim, embed_dim), rows ``[W_Q; W_K; W_V]`` as in ``nn.MultiheadAttention``.
+        Other metrics: shape (2 embed_dim, embed_dim), rows ``[W; W_V]`` (queries and keys
+        share ``W``). ``None`` otherwise.
+    q_proj_weight, k_proj_weight, v_proj_weight : Parameter or None
+        When ``kdim`` or ``vdim`` differs from ``embed_dim``, as in ``nn.MultiheadAttention``:
+        shapes (embed_dim, embed_dim), (embed_dim, kdim), (embed_dim, vdim).
+        ``k_proj_weight`` is None for the squared-distance metrics with ``kdim == embed_dim``
+        (keys share ``q_proj_weight``).
     in_proj_bias : Parameter or None
-        Biases matching ``in_proj_weight``'s rows.
+        Biases of the projections, one ``embed_dim`` slice per distinct projection, in the
+        order above (3 slices, or 2 when queries and keys share ``W``).
+    bias_k, bias_v : Parameter of shape (1, 1, embed_dim) or None
+        The learned key and value of ``add_bias_kv``.
     out_proj : nn.Linear
     phi : nn.Module or None
         The residual MLP (``"mlp"``).
@@ -98,10 +127,12 @@ class MetricAttention(nn.Module):
     Masks follow :class:`torch.nn.MultiheadAttention`: a boolean ``attn_mask`` (shape (L, S) or
     (N * num_heads, L, S)) is True where attention is *not* allowed, a float one is added to the
     scores; a boolean ``key_padding_mask`` (N, S) is True for keys to ignore, a float one is added.
-    ``is_causal=True`` without ``attn_mask`` applies a causal mask (with a mask, the mask is used
-    as given). A query whose keys are all masked gets NaN, as in ``nn.MultiheadAttention``.
-    Masks and ``prior`` are one mechanism, an additive log-prior ``log p0`` (:doc:`/theory`):
-    they are summed into one float mask.
+    ``is_causal=True`` without ``attn_mask`` applies a causal mask (``nn.MultiheadAttention``
+    requires the mask; with a mask, the mask is used as given). A query whose keys are all
+    masked gets NaN, as in ``nn.MultiheadAttention``. Masks and ``prior`` are one mechanism, an
+    additive log-prior ``log p0`` (:doc:`/theory`): they are summed into one float mask. With
+    ``add_bias_kv`` or ``add_zero_attn`` the weights have one column per appended key after the
+    ``S`` given ones, as in ``nn.MultiheadAttention``.
 
     With ``need_weights=False`` the output comes from
     :func:`torch.nn.functional.scaled_dot_product_attention` (fused kernels where the device
@@ -120,9 +151,17 @@ class MetricAttention(nn.Module):
     ((2, 5, 16), (2, 5, 5))
     >>> bool(torch.allclose(w.sum(-1), torch.ones(2, 5)))
     True
+
+    Cross-attention from 16-wide queries to 7 keys of width 3 and values of width 5:
+
+    >>> cross = MetricAttention(16, 4, kdim=3, vdim=5, add_zero_attn=True, batch_first=True)
+    >>> out, w = cross(x, torch.randn(2, 7, 3), torch.randn(2, 7, 5))
+    >>> tuple(out.shape), tuple(w.shape)  # the zero key is the 8th column
+    ((2, 5, 16), (2, 5, 8))
     """
 
     def __init__(self, embed_dim, num_heads=1, metric="mlp", *, dropout=0.0, bias=True,
+                 add_bias_kv=False, add_zero_attn=False, kdim=None, vdim=None,
                  batch_first=False, temperature=None, learn_temperature=False, hidden_size=None,
                  activation="tanh", prior=None, device=None, dtype=None):
         super().__init__()
@@ -132,6 +171,9 @@ class MetricAttention(nn.Module):
             raise ValueError(
                 f"embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads})."
             )
+        for name, dim in (("kdim", kdim), ("vdim", vdim)):
+            if dim is not None and not dim > 0:
+                raise ValueError(f"{name} must be a positive integer or None, got {dim!r}.")
         if temperature is not None and not temperature > 0:
             raise ValueError(f"temperature must be positive or None, got {temperature!r}.")
         if prior is not None and not isinstance(prior, AttentionPrior):
@@ -140,19 +182,22 @@ class MetricAttention(nn.Module):
             raise ValueError(f"prior has {prior.num_heads} heads; the layer has {num_heads}.")
         factory = {"device": device, "dtype": dtype}
         self.embed_dim = embed_dim
+        self.kdim = embed_dim if kdim is None else kdim
+        self.vdim = embed_dim if vdim is None else vdim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         self.metric = metric
         self.dropout = float(dropout)
         self.batch_first = batch_first
+        self.add_zero_attn = bool(add_zero_attn)
         # TransformerEncoderLayer's fused inference fast path reads nn.MultiheadAttention's
         # weights directly; this flag makes it fall back to calling this module.
         self._qkv_same_embed_dim = False
-        n_proj = 3 if metric == "dot" else 2
-        self.in_proj_weight = nn.Parameter(torch.empty(n_proj * embed_dim, embed_dim, **factory))
-        self.in_proj_bias = (
-            nn.Parameter(torch.empty(n_proj * embed_dim, **factory)) if bias else None
-        )
+        self._init_projections(bias, factory)
+        self.bias_k = self.bias_v = None
+        if add_bias_kv:
+            self.bias_k = nn.Parameter(torch.empty(1, 1, embed_dim, **factory))
+            self.bias_v = nn.Parameter(torch.empty(1, 1, embed_dim, **factory))
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.phi = None
         if metric == "mlp":
@@ -171,82 +216,114 @@ class MetricAttention(nn.Module):
         self.prior = prior
         self._reset_parameters()
 
+    def _init_projections(self, bias, factory):
+        """``nn.MultiheadAttention``'s layout: one packed weight when every input has
+        ``embed_dim`` features, one weight per input otherwise."""
+        E = self.embed_dim
+        n_proj = 2 if self._shared_w else 3
+        if self.kdim == E and self.vdim == E:
+            self.in_proj_weight = nn.Parameter(torch.empty(n_proj * E, E, **factory))
+            for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
+                self.register_parameter(name, None)
+        else:
+            self.register_parameter("in_proj_weight", None)
+            self.q_proj_weight = nn.Parameter(torch.empty(E, E, **factory))
+            self.k_proj_weight = (
+                None if self._shared_w else nn.Parameter(torch.empty(E, self.kdim, **factory))
+            )
+            self.v_proj_weight = nn.Parameter(torch.empty(E, self.vdim, **factory))
+        self.in_proj_bias = nn.Parameter(torch.empty(n_proj * E, **factory)) if bias else None
+
     def _reset_parameters(self):
-        # As nn.MultiheadAttention: xavier-uniform input projection, zero biases.
-        nn.init.xavier_uniform_(self.in_proj_weight)
+        # As nn.MultiheadAttention: xavier-uniform input projections, zero biases, xavier-normal
+        # bias_k and bias_v.
+        for w in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight,
+                  self.v_proj_weight):
+            if w is not None:
+                nn.init.xavier_uniform_(w)
         if self.in_proj_bias is not None:
             nn.init.zeros_(self.in_proj_bias)
             nn.init.zeros_(self.out_proj.bias)
+        if self.bias_k is not None:
+            nn.init.xavier_normal_(self.bias_k)
+            nn.init.xavier_normal_(self.bias_v)
+
+    def __setstate__(self, state):
+        # modules pickled before kdim, vdim, add_bias_kv and add_zero_attn existed
+        super().__setstate__(state)
+        defaults = {"kdim": self.embed_dim, "vdim": self.embed_dim, "add_zero_attn": False}
+        for name, value in defaults.items():
+            self.__dict__.setdefault(name, value)
+        for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight", "bias_k", "bias_v"):
+            self._parameters.setdefault(name, None)
 
     def extra_repr(self):
-        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, metric={self.metric!r}, "
-                f"batch_first={self.batch_first}")
+        dims = "" if self.kdim == self.vdim == self.embed_dim else (
+            f", kdim={self.kdim}, vdim={self.vdim}"
+        )
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, metric={self.metric!r}"
+                f"{dims}, batch_first={self.batch_first}")
 
     # ------------------------------------------------------------------ helpers
 
-    def _project(self, x, index):
+    @property
+    def _shared_w(self):
+        """Whether queries and keys share one projection ``W`` (squared-distance metrics, keys
+        as wide as queries)."""
+        return self.metric != "dot" and self.kdim == self.embed_dim
+
+    def _project(self, x, role):
+        """Input projection of the queries (``role`` 0), keys (1) or values (2)."""
         E = self.embed_dim
-        w = self.in_proj_weight[index * E:(index + 1) * E]
-        b = None if self.in_proj_bias is None else self.in_proj_bias[index * E:(index + 1) * E]
+        row = role - 1 if self._shared_w and role else role
+        if self.in_proj_weight is not None:
+            w = self.in_proj_weight[row * E:(row + 1) * E]
+        else:
+            w = (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)[role]
+            w = self.q_proj_weight if w is None else w
+        b = None if self.in_proj_bias is None else self.in_proj_bias[row * E:(row + 1) * E]
         return F.linear(x, w, b)
 
     def _heads(self, x):
         n, length, _ = x.shape
         return x.view(n, length, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def _score_inputs(self, query, key):
-        """Per-head (q, k, scale) such that the scores are ``scale * q @ k.T`` (+ row constants)."""
-        if self.metric == "dot":
-            q, k = self._heads(self._project(query, 0)), self._heads(self._project(key, 1))
-            return q, k, 1.0 / math.sqrt(self.head_dim)
-        zq, zk = self._project(query, 0), self._project(key, 0)
+    def _extra_keys(self):
+        return (self.bias_k is not None) + self.add_zero_attn
+
+    def _features(self, query, key, value):
+        """Projected queries, keys (after ``phi`` for ``"mlp"``) and values, (N, ., E), with the
+        appended keys and values."""
+        zq, zk = self._project(query, 0), self._project(key, 1)
         if self.phi is not None:
             zq, zk = self.phi(zq), self.phi(zk)
+        v = self._project(value, 2)
+        if self._extra_keys():
+            zk = _appended(zk, self.bias_k, self.add_zero_attn)
+            v = _appended(v, self.bias_v, self.add_zero_attn)
+        return zq, zk, v
+
+    def _score_inputs(self, zq, zk):
+        """Per-head (q, k, scale) such that the scores are ``scale * q @ k.T`` (+ row constants)."""
+        if self.metric == "dot":
+            return self._heads(zq), self._heads(zk), 1.0 / math.sqrt(self.head_dim)
         inv_t = torch.exp(-self.log_temperature).to(zq.dtype)[:, None, None]
         q, k = augmented_coordinates(self._heads(zq), self._heads(zk), inv_t)
         return q, k, 1.0
 
-    def _merged_mask(
-        self, attn_mask, key_padding_mask, is_causal, n, length, src_len, dtype, device
-    ):
-        """One additive float mask broadcastable to (N, H, L, S), or None."""
-        mask = None
-        if attn_mask is None and is_causal:
-            attn_mask = torch.ones(length, src_len, dtype=torch.bool, device=device).triu(1)
-        if attn_mask is not None:
-            attn_mask = _as_additive(attn_mask, dtype, "attn_mask")
-            if attn_mask.dim() == 2:
-                if attn_mask.shape != (length, src_len):
-                    raise ValueError(
-                        f"attn_mask must have shape {(length, src_len)}, "
-                        f"got {tuple(attn_mask.shape)}."
-                    )
-                mask = attn_mask[None, None]
-            elif attn_mask.dim() == 3:
-                if attn_mask.shape != (n * self.num_heads, length, src_len):
-                    raise ValueError(
-                        f"attn_mask must have shape {(n * self.num_heads, length, src_len)}, "
-                        f"got {tuple(attn_mask.shape)}."
-                    )
-                mask = attn_mask.view(n, self.num_heads, length, src_len)
-            else:
-                raise ValueError(f"attn_mask must be 2-D or 3-D, got {attn_mask.dim()}-D.")
-        if key_padding_mask is not None:
-            key_padding_mask = _as_additive(key_padding_mask, dtype, "key_padding_mask")
-            if key_padding_mask.shape != (n, src_len):
+    def _check_inputs(self, query, key, value):
+        if query.dim() not in (2, 3) or key.dim() != query.dim() or value.dim() != query.dim():
+            raise ValueError(
+                "query, key and value must all be 2-D (unbatched) or all 3-D, got "
+                f"{query.dim()}-D, {key.dim()}-D and {value.dim()}-D."
+            )
+        for name, t, dim in (("query", query, self.embed_dim), ("key", key, self.kdim),
+                             ("value", value, self.vdim)):
+            if t.shape[-1] != dim:
                 raise ValueError(
-                    f"key_padding_mask must have shape {(n, src_len)}, "
-                    f"got {tuple(key_padding_mask.shape)}."
+                    f"{name} has {t.shape[-1]} features; the layer expects {dim} "
+                    f"({'embed_dim' if name == 'query' else name[0] + 'dim'})."
                 )
-            kpm = key_padding_mask[:, None, None, :]
-            mask = kpm if mask is None else mask + kpm
-        if self.prior is not None:
-            table = _as_additive(self.prior(length, src_len, device=device), dtype, "prior")
-            table = table if table.dim() == 4 else table[None]
-            if table.shape[0] not in (1, n):
-                raise ValueError(f"prior is for a batch of {table.shape[0]}, the inputs have {n}.")
-            mask = table if mask is None else mask + table
-        return mask
 
     # ------------------------------------------------------------------ forward
 
@@ -257,7 +334,8 @@ class MetricAttention(nn.Module):
         Parameters
         ----------
         query : Tensor of shape (L, N, E), (N, L, E) if ``batch_first``, or (L, E) unbatched
-        key, value : Tensor of shape (S, N, E), (N, S, E) if ``batch_first``, or (S, E)
+        key : Tensor of shape (S, N, kdim), (N, S, kdim) if ``batch_first``, or (S, kdim)
+        value : Tensor of shape (S, N, vdim), (N, S, vdim) if ``batch_first``, or (S, vdim)
         key_padding_mask : Tensor of shape (N, S) or (S,), bool or float, default=None
         need_weights : bool, default=True
         attn_mask : Tensor of shape (L, S) or (N * num_heads, L, S), bool or float, default=None
@@ -267,13 +345,13 @@ class MetricAttention(nn.Module):
         Returns
         -------
         attn_output : Tensor shaped like ``query``
-        attn_weights : Tensor of shape (N, L, S), (N, num_heads, L, S) when not averaged, without
-            the batch axis for unbatched inputs; None when ``need_weights=False``.
+        attn_weights : Tensor of shape (N, L, S'), (N, num_heads, L, S') when not averaged,
+            without the batch axis for unbatched inputs; None when ``need_weights=False``.
+            ``S' = S`` plus one for ``add_bias_kv`` and one for ``add_zero_attn``.
         """
+        self._check_inputs(query, key, value)
         batched = query.dim() == 3
         if not batched:
-            if query.dim() != 2:
-                raise ValueError(f"query must be 2-D or 3-D, got {query.dim()}-D.")
             query, key, value = query[None], key[None], value[None]
             if key_padding_mask is not None:
                 key_padding_mask = key_padding_mask[None]
@@ -286,36 +364,15 @@ class MetricAttention(nn.Module):
         if key.shape[0] != n or value.shape[0] != n or value.shape[1] != src_len:
             raise ValueError("key and value must have the same batch size and length, and the "
                              "batch size of query.")
-        q, k, scale = self._score_inputs(query, key)
-        v = self._heads(self._project(value, 2 if self.metric == "dot" else 1))
-        mask = self._merged_mask(attn_mask, key_padding_mask, is_causal, n, length, src_len,
-                                 q.dtype, q.device)
-        dropout_p = self.dropout if self.training else 0.0
-        weights = None
-        if need_weights:
-            scores = torch.matmul(q, k.transpose(-2, -1)) * scale
-            if mask is not None:
-                scores = scores + mask
-            weights = torch.softmax(scores, dim=-1)
-            if dropout_p > 0:
-                weights = F.dropout(weights, p=dropout_p)
-            out = torch.matmul(weights, v)
-        else:
-            v_wide = v
-            if q.shape[-1] != v.shape[-1]:
-                # The fused kernels want one head size for queries, keys and values, a multiple
-                # of 8 (as the engine's SDPA backend pads); the augmented coordinates have one
-                # column more than the values. Zero columns change no score and no output kept.
-                width = -(-q.shape[-1] // 8) * 8
-                q, k, v_wide = (F.pad(t, (0, width - t.shape[-1])) for t in (q, k, v))
-            out = scaled_dot_product(
-                q,
-                k,
-                v_wide,
-                attn_mask=None if mask is None else mask.expand(n, self.num_heads, length, src_len),
-                dropout_p=dropout_p,
-                scale=scale,
-            )[..., :self.head_dim]
+        zq, zk, v = self._features(query, key, value)
+        q, k, scale = self._score_inputs(zq, zk)
+        v = self._heads(v)
+        mask = merged_mask(
+            attn_mask, key_padding_mask, is_causal, self.prior, n=n, num_heads=self.num_heads,
+            length=length, src_len=src_len, extra_keys=self._extra_keys(), dtype=q.dtype,
+            device=q.device,
+        )
+        out, weights = self._attend(q, k, v, scale, mask, need_weights)
         out = self.out_proj(out.transpose(1, 2).reshape(n, length, self.embed_dim))
         if weights is not None and average_attn_weights:
             weights = weights.mean(dim=1)
@@ -326,12 +383,42 @@ class MetricAttention(nn.Module):
             out = out.transpose(0, 1)
         return out, weights
 
-
-def _as_additive(mask, dtype, name):
-    if mask.dtype == torch.bool:
-        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
-            mask, float("-inf")
+    def _attend(self, q, k, v, scale, mask, need_weights):
+        """Per-head outputs (N, H, L, head_dim) and weights (N, H, L, S') or None."""
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights:
+            scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+            if mask is not None:
+                scores = scores + mask
+            weights = torch.softmax(scores, dim=-1)
+            if dropout_p > 0:
+                weights = F.dropout(weights, p=dropout_p)
+            return torch.matmul(weights, v), weights
+        v_wide = v
+        if q.shape[-1] != v.shape[-1]:
+            # The fused kernels want one head size for queries, keys and values, a multiple
+            # of 8 (as the engine's SDPA backend pads); the augmented coordinates have one
+            # column more than the values. Zero columns change no score and no output kept.
+            width = -(-q.shape[-1] // 8) * 8
+            q, k, v_wide = (F.pad(t, (0, width - t.shape[-1])) for t in (q, k, v))
+        n, heads, length, _ = q.shape
+        out = scaled_dot_product(
+            q,
+            k,
+            v_wide,
+            attn_mask=None if mask is None else mask.expand(n, heads, length, k.shape[-2]),
+            dropout_p=dropout_p,
+            scale=scale,
         )
-    if not mask.is_floating_point():
-        raise TypeError(f"{name} must be bool or float, got {mask.dtype}.")
-    return mask.to(dtype)
+        return out[..., :self.head_dim], None
+
+
+def _appended(z, bias, zero):
+    """``z`` (N, S, E) followed by ``bias`` (1, 1, E) if given and a row of zeros if ``zero``."""
+    n, _, width = z.shape
+    parts = [z]
+    if bias is not None:
+        parts.append(bias.to(z.dtype).expand(n, 1, width))
+    if zero:
+        parts.append(z.new_zeros(n, 1, width))
+    return torch.cat(parts, dim=1)

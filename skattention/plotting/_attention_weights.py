@@ -83,6 +83,25 @@ class AttentionWeightsDisplay:
         Returns
         -------
         display : AttentionWeightsDisplay
+
+        Examples
+        --------
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")  # draw off screen
+        >>> import matplotlib.pyplot as plt
+        >>> import numpy as np
+        >>> from skattention.plotting import AttentionWeightsDisplay
+        >>> points = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+        >>> display = AttentionWeightsDisplay(points, query=np.array([0.2, 0.1]),
+        ...                                   weights=np.array([0.7, 0.2, 0.1]),
+        ...                                   indices=np.array([0, 1, 2]))
+        >>> fig, ax = plt.subplots()
+        >>> display = display.plot(ax=ax, max_size=100.0, title="three weights")
+        >>> display.ax_ is ax
+        True
+        >>> display.scatter_.get_sizes().round(1)  # areas prop. to the weights, largest last
+        array([ 14.3,  28.6, 100. ])
+        >>> plt.close("all")
         """
         ax = get_axes(ax, "AttentionWeightsDisplay")
         weights = np.asarray(self.weights, dtype=np.float64)
@@ -142,6 +161,23 @@ class AttentionWeightsDisplay:
         Returns
         -------
         display : AttentionWeightsDisplay
+
+        Examples
+        --------
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")  # draw off screen
+        >>> import matplotlib.pyplot as plt
+        >>> from sklearn.datasets import load_iris
+        >>> from skattention import MetricAttentionClassifier
+        >>> from skattention.plotting import AttentionWeightsDisplay
+        >>> X, y = load_iris(return_X_y=True)
+        >>> clf = MetricAttentionClassifier("euclidean", temperature=0.5).fit(X, y)
+        >>> display = AttentionWeightsDisplay.from_estimator(clf, X, X[60], n_weights=5)
+        >>> int(display.indices[0])  # the largest weight: on the query itself, point 60
+        60
+        >>> display.ax_.get_xlabel()  # four features: drawn in their first two PCs
+        'principal component 1'
+        >>> plt.close("all")
         """
         X_train = check_array(X_train, dtype=np.float64)
         query = check_array(np.atleast_2d(query), dtype=np.float64)

@@ -8,7 +8,8 @@ def check_matplotlib(caller):
     except ImportError as exc:
         raise ImportError(
             f"{caller} needs matplotlib, which is not installed. Install it with "
-            "`pip install matplotlib` or `pip install \"skattention[plot]\"`."
+            "`pip install matplotlib` (skattention's `plot` extra, skattention[plot]: "
+            "`pip install -e \".[plot]\"` in a clone)."
         ) from exc
 
 

@@ -68,6 +68,19 @@ class EmbeddingDisplay:
         Returns
         -------
         display : EmbeddingDisplay
+
+        Examples
+        --------
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")  # draw off screen
+        >>> import matplotlib.pyplot as plt
+        >>> import numpy as np
+        >>> from skattention.plotting import EmbeddingDisplay
+        >>> Z = np.random.default_rng(0).normal(size=(20, 2))
+        >>> display = EmbeddingDisplay(Z, y=Z[:, 0] ** 2).plot(s=20, title="a continuous target")
+        >>> display.classes_ is None, display.colorbar_ is not None  # a colour bar, no legend
+        (True, True)
+        >>> plt.close("all")
         """
         ax = get_axes(ax, "EmbeddingDisplay")
         Z = np.asarray(self.embedding, dtype=np.float64)
@@ -129,6 +142,23 @@ class EmbeddingDisplay:
         Returns
         -------
         display : EmbeddingDisplay
+
+        Examples
+        --------
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")  # draw off screen
+        >>> import matplotlib.pyplot as plt
+        >>> from sklearn.datasets import load_iris
+        >>> from sklearn.decomposition import PCA
+        >>> from skattention.plotting import EmbeddingDisplay
+        >>> X, y = load_iris(return_X_y=True)
+        >>> pca = PCA(n_components=3).fit(X)
+        >>> display = EmbeddingDisplay.from_estimator(pca, X, y, components=(0, 2))
+        >>> display.ax_.get_xlabel(), display.ax_.get_ylabel()
+        ('PCA 1', 'PCA 3')
+        >>> display.classes_
+        array([0, 1, 2])
+        >>> plt.close("all")
         """
         final = embedding[-1] if hasattr(embedding, "steps") else embedding
         check_is_fitted(final)

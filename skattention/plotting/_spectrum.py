@@ -65,6 +65,20 @@ class DiffusionSpectrumDisplay:
         Returns
         -------
         display : DiffusionSpectrumDisplay
+
+        Examples
+        --------
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")  # draw off screen
+        >>> import matplotlib.pyplot as plt
+        >>> from skattention.plotting import DiffusionSpectrumDisplay
+        >>> display = DiffusionSpectrumDisplay([0.0, 2e-5, 0.3, 0.5], threshold=1e-3)
+        >>> display = display.plot(yscale="linear")
+        >>> display.n_clusters_
+        2
+        >>> display.ax_.get_title()
+        '2 near-zero eigenvalues of I - S: 2 clusters'
+        >>> plt.close("all")
         """
         ax = get_axes(ax, "DiffusionSpectrumDisplay")
         ev = np.asarray(self.eigenvalues, dtype=np.float64)
@@ -128,6 +142,20 @@ class DiffusionSpectrumDisplay:
         Returns
         -------
         display : DiffusionSpectrumDisplay
+
+        Examples
+        --------
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")  # draw off screen
+        >>> import matplotlib.pyplot as plt
+        >>> from sklearn.datasets import make_blobs
+        >>> from skattention.plotting import DiffusionSpectrumDisplay
+        >>> X, _ = make_blobs(60, centers=[[0, 0], [5, 0], [0, 5]], cluster_std=0.3,
+        ...                   random_state=0)
+        >>> display = DiffusionSpectrumDisplay.from_data(X, n_neighbors=10, random_state=0)
+        >>> display.n_clusters_  # three blobs
+        3
+        >>> plt.close("all")
         """
         from ..manifold import spectral_cluster_count
 
@@ -164,6 +192,22 @@ class DiffusionSpectrumDisplay:
         Returns
         -------
         display : DiffusionSpectrumDisplay
+
+        Examples
+        --------
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")  # draw off screen
+        >>> import matplotlib.pyplot as plt
+        >>> from sklearn.datasets import make_blobs
+        >>> from skattention import AttentionDiffusionEmbedding
+        >>> from skattention.plotting import DiffusionSpectrumDisplay
+        >>> X, _ = make_blobs(60, centers=[[0, 0], [5, 0], [0, 5]], cluster_std=0.3,
+        ...                   random_state=0)
+        >>> embedding = AttentionDiffusionEmbedding(n_components=4, random_state=0).fit(X)
+        >>> display = DiffusionSpectrumDisplay.from_estimator(embedding)
+        >>> display.n_clusters_, len(display.eigenvalues)  # n_components + 1 eigenvalues known
+        (3, 5)
+        >>> plt.close("all")
         """
         check_is_fitted(embedding, "eigenvalues_")
         eigenvalues = np.sort(

@@ -48,7 +48,7 @@ class TrainingCurveDisplay:
     >>> from skattention import MetricAttentionClassifier
     >>> from skattention.plotting import TrainingCurveDisplay
     >>> X, y = load_iris(return_X_y=True)
-    >>> clf = MetricAttentionClassifier("linear", max_iter=20, n_iter_no_change=3,
+    >>> clf = MetricAttentionClassifier("linear", max_iter=50, tol=1e-2, n_iter_no_change=3,
     ...                                 random_state=0).fit(X, y)
     >>> display = TrainingCurveDisplay.from_estimator(clf)
     >>> len(display.loss_line_.get_xdata()) == clf.n_iter_
@@ -76,6 +76,19 @@ class TrainingCurveDisplay:
         Returns
         -------
         display : TrainingCurveDisplay
+
+        Examples
+        --------
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")  # draw off screen
+        >>> import matplotlib.pyplot as plt
+        >>> from skattention.plotting import TrainingCurveDisplay
+        >>> display = TrainingCurveDisplay([0.9, 0.5, 0.4], validation_loss_curve=[1.0, 0.7, 0.8],
+        ...                                validation_scores=[0.6, 0.8, 0.7])
+        >>> display = display.plot(title="three epochs")
+        >>> display.best_epoch_line_.get_label()
+        'lowest validation loss (epoch 2)'
+        >>> plt.close("all")
         """
         ax = get_axes(ax, "TrainingCurveDisplay")
         loss = np.asarray(self.loss_curve, dtype=np.float64)
@@ -141,6 +154,25 @@ class TrainingCurveDisplay:
         Returns
         -------
         display : TrainingCurveDisplay
+
+        Examples
+        --------
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")  # draw off screen
+        >>> import matplotlib.pyplot as plt
+        >>> from sklearn.datasets import load_iris
+        >>> from skattention import MetricAttentionClassifier
+        >>> from skattention.plotting import TrainingCurveDisplay
+        >>> X, y = load_iris(return_X_y=True)
+        >>> clf = MetricAttentionClassifier("linear", early_stopping=True, max_iter=100, tol=1e-3,
+        ...                                 random_state=0).fit(X, y)
+        >>> fig, ax = plt.subplots()
+        >>> display = TrainingCurveDisplay.from_estimator(clf, ax=ax)
+        >>> display.validation_loss_line_ is not None  # early stopping recorded it
+        True
+        >>> display.ax_score_.get_ylabel()  # on the twin axis at the right
+        'validation accuracy'
+        >>> plt.close("all")
         """
         final = estimator[-1] if hasattr(estimator, "steps") else estimator
         check_is_fitted(final)

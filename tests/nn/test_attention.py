@@ -1,6 +1,8 @@
 """MetricAttention: shapes, masks, the metric it computes, gradients, MultiheadAttention parity."""
 
+import copy
 import math
+import pickle
 
 import pytest
 import torch
@@ -12,15 +14,39 @@ from skattention.nn import MetricAttention
 METRICS = ["mlp", "linear", "dot"]
 
 
-def _inputs(n=2, length=4, src=5, e=6, dtype=torch.float64, seed=0, batch_first=True):
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors on one torch thread: on a busy machine, handing each tiny op to a second
+    thread made the grids below ~15 times slower; what they test does not depend on threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _inputs(n=2, length=4, src=5, e=6, dtype=torch.float64, seed=0, batch_first=True, kdim=None,
+            vdim=None):
     g = torch.Generator().manual_seed(seed)
-    shape_q = (n, length, e) if batch_first else (length, n, e)
-    shape_k = (n, src, e) if batch_first else (src, n, e)
+
+    def shape(length, width):
+        return (n, length, width) if batch_first else (length, n, width)
+
     return (
-        torch.randn(shape_q, generator=g, dtype=dtype),
-        torch.randn(shape_k, generator=g, dtype=dtype),
-        torch.randn(shape_k, generator=g, dtype=dtype),
+        torch.randn(shape(length, e), generator=g, dtype=dtype),
+        torch.randn(shape(src, kdim or e), generator=g, dtype=dtype),
+        torch.randn(shape(src, vdim or e), generator=g, dtype=dtype),
     )
+
+
+# the constructor options of nn.MultiheadAttention beyond the defaults
+OPTIONS = [
+    {},
+    {"kdim": 3},
+    {"vdim": 5},
+    {"kdim": 3, "vdim": 5, "add_bias_kv": True},
+    {"add_zero_attn": True},
+    {"kdim": 3, "add_bias_kv": True, "add_zero_attn": True},
+]
 
 
 def _randomise(layer, seed=1):
@@ -32,17 +58,41 @@ def _randomise(layer, seed=1):
     return layer
 
 
+def _projections(layer):
+    """((W_Q, b_Q), (W_K, b_K), (W_V, b_V)) read off the documented parameter layout."""
+    E = layer.embed_dim
+    shared = layer.metric != "dot" and layer.kdim == E
+    if layer.in_proj_weight is not None:
+        weights = list(layer.in_proj_weight.split(E))
+    else:
+        weights = [layer.q_proj_weight, layer.k_proj_weight, layer.v_proj_weight]
+        weights = [w for w in weights if w is not None]
+    pairs = list(zip(weights, layer.in_proj_bias.split(E)))
+    assert len(pairs) == (2 if shared else 3)
+    return (pairs[0], pairs[0], pairs[1]) if shared else tuple(pairs)
+
+
 def _reference(layer, q, k, v, mask=None):
     """Explicit float64 metric-attention, batch_first inputs, from the definition
-    f = ||phi(x)-phi(y)||^2."""
+    f = ||phi(x)-phi(y)||^2, with the appended keys of add_bias_kv and add_zero_attn."""
     E, H = layer.embed_dim, layer.num_heads
     d = E // H
-    W, b = layer.in_proj_weight, layer.in_proj_bias
-    zq, zk = q @ W[:E].T + b[:E], k @ W[:E].T + b[:E]
+    (wq, bq), (wk, bk), (wv, bv) = _projections(layer)
+    zq, zk, vv = q @ wq.T + bq, k @ wk.T + bk, v @ wv.T + bv
     if layer.phi is not None:
         phi = lambda z: z + layer.phi.outer(torch.tanh(layer.phi.inner(z)))  # noqa: E731
         zq, zk = phi(zq), phi(zk)
-    vv = v @ W[E:].T + b[E:]
+    n, extra = q.shape[0], 0
+    if layer.bias_k is not None:
+        zk = torch.cat([zk, layer.bias_k.expand(n, 1, E)], 1)
+        vv = torch.cat([vv, layer.bias_v.expand(n, 1, E)], 1)
+        extra += 1
+    if layer.add_zero_attn:  # a key and a value at the origin
+        zk = torch.cat([zk, torch.zeros(n, 1, E, dtype=zk.dtype)], 1)
+        vv = torch.cat([vv, torch.zeros(n, 1, E, dtype=vv.dtype)], 1)
+        extra += 1
+    if mask is not None:
+        mask = torch.nn.functional.pad(mask, (0, extra))  # the appended keys are never masked
     outs, ws = [], []
     for h in range(H):
         sl = slice(h * d, (h + 1) * d)
@@ -79,11 +129,12 @@ def test_shapes(metric, batch_first):
 
 @pytest.mark.parametrize("metric", ["mlp", "linear"])
 @pytest.mark.parametrize("need_weights", [True, False])
-def test_computes_the_metric_attention_of_the_definition(metric, need_weights):
-    layer = _randomise(
-        MetricAttention(6, 2, metric, batch_first=True, temperature=0.7, dtype=torch.float64)
-    )
-    q, k, v = _inputs()
+@pytest.mark.parametrize("options", OPTIONS)
+def test_computes_the_metric_attention_of_the_definition(metric, need_weights, options):
+    layer = _randomise(MetricAttention(
+        6, 2, metric, batch_first=True, temperature=0.7, dtype=torch.float64, **options
+    ))
+    q, k, v = _inputs(kdim=options.get("kdim"), vdim=options.get("vdim"))
     mask = torch.zeros(4, 5, dtype=torch.float64)
     mask[0, 1] = -math.inf
     mask[2, 3] = 0.3
@@ -159,34 +210,207 @@ def test_causal(metric):
     torch.testing.assert_close(out2, out[:, :3])  # the future does not change the past
 
 
-@pytest.mark.parametrize("batch_first", [True, False])
-@pytest.mark.parametrize("need_weights", [True, False])
-def test_dot_equals_multihead_attention(batch_first, need_weights):
-    torch.manual_seed(0)
-    mha = nn.MultiheadAttention(6, 3, batch_first=batch_first, dtype=torch.float64)
-    layer = MetricAttention(6, 3, "dot", batch_first=batch_first, dtype=torch.float64)
-    with torch.no_grad():
-        for p in mha.parameters():  # non-zero biases too
-            p.add_(0.1 * torch.randn_like(p))
-    layer.load_state_dict(mha.state_dict())
-    q, k, v = _inputs(batch_first=batch_first)
-    bool_mask = torch.zeros(4, 5, dtype=torch.bool)
+def _call_variants(n=2, length=4, src=5, heads=3):
+    """Keyword arguments of calls nn.MultiheadAttention accepts: masks of every kind and shape,
+    is_causal with its mask, need_weights and average_attn_weights."""
+    g = torch.Generator().manual_seed(5)
+    bool_mask = torch.zeros(length, src, dtype=torch.bool)
     bool_mask[0, :2] = True
-    float_mask = torch.randn(2 * 3, 4, 5, dtype=torch.float64)
-    kpm = torch.tensor([[False] * 5, [False, False, False, True, True]])
-    for kwargs in [
+    float_mask = torch.randn(n * heads, length, src, generator=g, dtype=torch.float64)
+    kpm = torch.zeros(n, src, dtype=torch.bool)
+    kpm[-1, -2:] = True
+    causal = torch.ones(length, src, dtype=torch.bool).triu(1)
+    masks = [
         {},
         {"attn_mask": bool_mask},
         {"attn_mask": float_mask},
         {"key_padding_mask": kpm},
         {"attn_mask": bool_mask, "key_padding_mask": kpm},
-    ]:
-        for avg in [True, False]:
-            expected = mha(q, k, v, need_weights=need_weights, average_attn_weights=avg, **kwargs)
-            got = layer(q, k, v, need_weights=need_weights, average_attn_weights=avg, **kwargs)
+        {"attn_mask": causal, "is_causal": True},
+    ]
+    for mask in masks:
+        for need_weights in [True, False]:
+            for average in [True, False]:
+                yield {**mask, "need_weights": need_weights, "average_attn_weights": average}
+
+
+def _unbatched(kwargs, batch_first):
+    """The first batch element's masks, for unbatched inputs."""
+    out = dict(kwargs)
+    if "key_padding_mask" in out:
+        out["key_padding_mask"] = out["key_padding_mask"][0]
+    if "attn_mask" in out and out["attn_mask"].dim() == 3:
+        out["attn_mask"] = out["attn_mask"][:3]  # (num_heads, L, S)
+    return out
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("kdim", [None, 3])
+@pytest.mark.parametrize("vdim", [None, 5])
+@pytest.mark.parametrize("add_bias_kv", [False, True])
+@pytest.mark.parametrize("add_zero_attn", [False, True])
+def test_runs_where_multihead_attention_runs_with_its_shapes(
+    metric, batch_first, kdim, vdim, add_bias_kv, add_zero_attn
+):
+    options = {"kdim": kdim, "vdim": vdim, "add_bias_kv": add_bias_kv,
+               "add_zero_attn": add_zero_attn, "batch_first": batch_first,
+               "dtype": torch.float64}
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(6, 3, **options)
+    layer = MetricAttention(6, 3, metric, **options)
+    assert (layer.kdim, layer.vdim, layer.add_zero_attn) == (mha.kdim, mha.vdim, add_zero_attn)
+    assert (layer.bias_k is None) == (mha.bias_k is None)
+    q, k, v = _inputs(batch_first=batch_first, kdim=kdim, vdim=vdim)
+    unbatched = tuple(t[0] if batch_first else t[:, 0] for t in (q, k, v))
+    for kwargs in _call_variants():
+        for inputs, call in [((q, k, v), kwargs), (unbatched, _unbatched(kwargs, batch_first))]:
+            expected = mha(*inputs, **call)
+            got = layer(*inputs, **call)
+            assert got[0].shape == expected[0].shape, call
+            assert (got[1] is None) == (expected[1] is None), call
+            if got[1] is not None:
+                assert got[1].shape == expected[1].shape, call
+                assert torch.isfinite(got[1]).all() and torch.isfinite(got[0]).all()
+    out, w = layer(q, k, v)
+    extra = add_bias_kv + add_zero_attn
+    assert w.shape == (2, 4, 5 + extra)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, dtype=torch.float64))
+    out.sum().backward()
+    assert all(p.grad is not None for p in layer.parameters())
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("options", OPTIONS)
+def test_dot_equals_multihead_attention(batch_first, options):
+    """With copied weights, every option, every kind of mask, batched or not."""
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(6, 3, batch_first=batch_first, dtype=torch.float64, **options)
+    layer = MetricAttention(6, 3, "dot", batch_first=batch_first, dtype=torch.float64, **options)
+    with torch.no_grad():
+        for p in mha.parameters():  # non-zero biases too
+            p.add_(0.1 * torch.randn_like(p))
+    layer.load_state_dict(mha.state_dict())
+    assert set(layer.state_dict()) == set(mha.state_dict())
+    q, k, v = _inputs(batch_first=batch_first, kdim=options.get("kdim"), vdim=options.get("vdim"))
+    unbatched = tuple(t[0] if batch_first else t[:, 0] for t in (q, k, v))
+    appended_keys = options.get("add_bias_kv", False) or options.get("add_zero_attn", False)
+    for kwargs in _call_variants():
+        for inputs, call in [((q, k, v), kwargs), (unbatched, _unbatched(kwargs, batch_first))]:
+            reference = call
+            if call.get("is_causal") and appended_keys and not call["need_weights"]:
+                # torch's two paths differ here: its fused one drops the mask for SDPA's own
+                # causal mask over S + 1 keys, which hides the appended key from every query;
+                # its explicit one uses the mask as given, padded with zeros (as documented).
+                # MetricAttention does the latter on both paths.
+                reference = {**call, "need_weights": True}
+            expected = mha(*inputs, **reference)
+            got = layer(*inputs, **call)
             torch.testing.assert_close(got[0], expected[0], rtol=0, atol=1e-10)
-            if need_weights:
+            if call["need_weights"]:
                 torch.testing.assert_close(got[1], expected[1], rtol=0, atol=1e-10)
+
+
+def _transformer_inputs(batch_first, requires_grad=False):
+    g = torch.Generator().manual_seed(4)
+    tgt = torch.randn(3, 5, 8, generator=g, dtype=torch.float64)
+    memory = torch.randn(3, 6, 8, generator=g, dtype=torch.float64)
+    if not batch_first:
+        tgt, memory = tgt.transpose(0, 1).contiguous(), memory.transpose(0, 1).contiguous()
+    tgt_kpm = torch.zeros(3, 5, dtype=torch.bool)
+    tgt_kpm[1, 4] = True
+    tgt_kpm[2, 2] = True  # a hole in the middle: query 2 of sequence 2 still sees keys 0 and 1
+    memory_kpm = torch.zeros(3, 6, dtype=torch.bool)
+    memory_kpm[1, 3:] = True
+    memory_mask = torch.zeros(5, 6, dtype=torch.bool)
+    memory_mask[0, 0] = True
+    masks = {
+        "tgt_mask": torch.ones(5, 5, dtype=torch.bool).triu(1),
+        "tgt_is_causal": True,
+        "memory_mask": memory_mask,
+        "tgt_key_padding_mask": tgt_kpm,
+        "memory_key_padding_mask": memory_kpm,
+    }
+    return tgt.requires_grad_(requires_grad), memory.requires_grad_(requires_grad), masks
+
+
+def _forward_backward(module, inputs, kwargs):
+    inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    out = module(*inputs, **kwargs)
+    (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view(out.shape)).sum().backward()
+    grads = {name: p.grad for name, p in module.named_parameters()}
+    return out, [t.grad for t in inputs], grads
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_dot_is_a_drop_in_inside_transformer_layers(kind, batch_first):
+    """Every attention of the layer replaced by MetricAttention("dot") with the same weights:
+    same outputs and same gradients, masks included."""
+    torch.manual_seed(0)
+    options = {"dim_feedforward": 16, "dropout": 0.0, "batch_first": batch_first,
+               "dtype": torch.float64}
+    tgt, memory, masks = _transformer_inputs(batch_first)
+    if kind == "encoder":
+        reference = nn.TransformerEncoderLayer(8, 2, **options)
+        inputs = (tgt,)
+        kwargs = {"src_mask": masks["tgt_mask"], "is_causal": True,
+                  "src_key_padding_mask": masks["tgt_key_padding_mask"]}
+        names = ["self_attn"]
+    else:
+        reference = nn.TransformerDecoderLayer(8, 2, **options)
+        inputs, kwargs, names = (tgt, memory), masks, ["self_attn", "multihead_attn"]
+    layer = copy.deepcopy(reference)
+    for name in names:
+        dot = MetricAttention(8, 2, "dot", batch_first=batch_first, dtype=torch.float64)
+        dot.load_state_dict(getattr(reference, name).state_dict())
+        setattr(layer, name, dot)
+    out, input_grads, grads = _forward_backward(layer, inputs, kwargs)
+    expected, expected_input_grads, expected_grads = _forward_backward(reference, inputs, kwargs)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-10)
+    for got, want in zip(input_grads, expected_input_grads):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+    assert grads.keys() == expected_grads.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], expected_grads[name], rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_metric_attentions_inside_a_transformer_decoder(batch_first):
+    """"mlp" self-attention and "linear" cross-attention (with a zero key) in every layer of a
+    TransformerDecoder: it trains, and the masks hold (the future and the padding of the
+    target and of the memory do not reach the output)."""
+    torch.manual_seed(0)
+    layer = nn.TransformerDecoderLayer(8, 2, dim_feedforward=16, dropout=0.0,
+                                       batch_first=batch_first, dtype=torch.float64)
+    layer.self_attn = MetricAttention(8, 2, "mlp", batch_first=batch_first,
+                                      learn_temperature=True, dtype=torch.float64)
+    layer.multihead_attn = MetricAttention(8, 2, "linear", batch_first=batch_first,
+                                           add_zero_attn=True, learn_temperature=True,
+                                           dtype=torch.float64)
+    decoder = nn.TransformerDecoder(layer, num_layers=2)
+    tgt, memory, masks = _transformer_inputs(batch_first)
+    out, (tgt_grad, memory_grad), grads = _forward_backward(decoder, (tgt, memory), masks)
+    assert out.shape == tgt.shape and torch.isfinite(out).all()
+    assert torch.isfinite(tgt_grad).all() and memory_grad.abs().sum() > 0
+    for name in ["self_attn.phi.outer.weight", "self_attn.log_temperature",
+                 "multihead_attn.in_proj_weight", "multihead_attn.log_temperature"]:
+        for i in range(2):
+            assert grads[f"layers.{i}.{name}"].abs().sum() > 0, name
+
+    def batch(t, i):  # batch element i, (seq, feature)
+        return t[i] if batch_first else t[:, i]
+
+    with torch.no_grad():
+        changed_tgt, changed_memory = tgt.clone(), memory.clone()
+        batch(changed_tgt, 0)[4] += 10.0    # the last target position: the future of the others
+        batch(changed_tgt, 2)[2] += 10.0    # a padded target position
+        batch(changed_memory, 1)[3:] -= 10.0  # padded memory
+        other = decoder(changed_tgt, changed_memory, **masks)
+    torch.testing.assert_close(batch(other, 0)[:4], batch(out, 0)[:4].detach())
+    torch.testing.assert_close(batch(other, 1), batch(out, 1).detach())
+    keep = [0, 1, 3, 4]  # position 2 of sequence 2 is a query still: only it may change
+    torch.testing.assert_close(batch(other, 2)[keep], batch(out, 2)[keep].detach())
 
 
 def test_drop_in_for_transformer_encoder_layer():
@@ -279,6 +503,61 @@ def test_invalid_arguments():
         layer(q, k, v, key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
     with pytest.raises(TypeError, match="bool or float"):
         layer(q, k, v, attn_mask=torch.zeros(4, 5, dtype=torch.long))
+    for name in ["kdim", "vdim"]:
+        with pytest.raises(ValueError, match=name):
+            MetricAttention(4, 1, **{name: 0})
+    cross = MetricAttention(4, 2, kdim=3, vdim=5, batch_first=True)
+    q, k, v = _inputs(dtype=torch.float32, e=4, kdim=3, vdim=5)
+    with pytest.raises(ValueError, match="key has 4 features; the layer expects 3 .kdim."):
+        cross(q, q, v)
+    with pytest.raises(ValueError, match="value has 3 features; the layer expects 5 .vdim."):
+        cross(q, k, k)
+    with pytest.raises(ValueError, match="query has 3 features; the layer expects 4"):
+        cross(k, k, v)
+    with pytest.raises(ValueError, match="all be 2-D .unbatched. or all 3-D"):
+        cross(q, k[0], v)
+    with pytest.raises(ValueError, match="same batch size"):
+        cross(q, k, v[:1])
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_parameter_layout_follows_multihead_attention(metric):
+    E = 6
+    same = MetricAttention(E, 2, metric)
+    rows = 3 if metric == "dot" else 2  # the squared-distance metrics share W
+    assert same.in_proj_weight.shape == (rows * E, E) and same.q_proj_weight is None
+    cross = MetricAttention(E, 2, metric, kdim=3, vdim=5, add_bias_kv=True)
+    assert cross.in_proj_weight is None
+    assert (cross.q_proj_weight.shape, cross.k_proj_weight.shape, cross.v_proj_weight.shape) == (
+        (E, E), (E, 3), (E, 5)
+    )
+    assert cross.in_proj_bias.shape == (3 * E,)
+    assert cross.bias_k.shape == cross.bias_v.shape == (1, 1, E)
+    values_only = MetricAttention(E, 2, metric, vdim=5, bias=False)
+    assert values_only.in_proj_bias is None
+    if metric == "dot":
+        assert values_only.k_proj_weight.shape == (E, E)
+    else:  # keys as wide as queries: they still share W
+        assert values_only.k_proj_weight is None
+    assert "kdim=3, vdim=5" in repr(cross) and "kdim" not in repr(same)
+
+
+def test_layers_pickled_before_the_new_options_load_and_run():
+    """A module pickled whole before kdim, vdim, add_bias_kv and add_zero_attn existed."""
+    layer = _randomise(MetricAttention(4, 2, "mlp", batch_first=True, dtype=torch.float64))
+    q, k, v = _inputs(e=4)
+    expected, _ = layer(q, k, v)
+    state = {key: value for key, value in layer.__dict__.items()
+             if key not in ("kdim", "vdim", "add_zero_attn")}
+    state["_parameters"] = {key: value for key, value in layer._parameters.items()
+                            if key not in ("q_proj_weight", "k_proj_weight", "v_proj_weight",
+                                           "bias_k", "bias_v")}
+    old = MetricAttention.__new__(MetricAttention)
+    old.__setstate__(state)
+    restored = pickle.loads(pickle.dumps(old))
+    assert (restored.kdim, restored.vdim, restored.add_zero_attn) == (4, 4, False)
+    assert restored.bias_k is None and restored.q_proj_weight is None
+    torch.testing.assert_close(restored(q, k, v)[0], expected, rtol=0, atol=0)
 
 
 def test_layer_modules_are_torch_only():

@@ -183,3 +183,17 @@ def test_attention_weights_through_a_pipeline(blobs):
     np.testing.assert_allclose(
         disp.scatter_.get_offsets(), X[indices[0][::-1]]
     )  # in the input space
+
+
+@pytest.mark.parametrize(
+    "display",
+    [AttentionWeightsDisplay, DiffusionSpectrumDisplay, EmbeddingDisplay, TrainingCurveDisplay],
+)
+def test_every_way_to_draw_has_a_doctested_example(display):
+    import inspect
+
+    methods = [m for m in ("plot", "from_estimator", "from_data") if hasattr(display, m)]
+    assert "plot" in methods and "from_estimator" in methods
+    for name in methods:
+        doc = inspect.getdoc(getattr(display, name))
+        assert "Examples\n--------\n>>> import matplotlib" in doc, f"{display.__name__}.{name}"
