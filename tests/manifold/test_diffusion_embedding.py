@@ -195,13 +195,13 @@ def test_memory_budget_is_respected_and_too_small_budget_is_clear():
     import skattention
 
     X, _ = make_s_curve(300, random_state=0)
-    reference = AttentionDiffusionEmbedding(random_state=0).fit(X)
+    reference = AttentionDiffusionEmbedding(n_neighbors=None, random_state=0).fit(X)
     with skattention.config_context(working_memory=0.05):  # a few rows per kernel block
-        small = AttentionDiffusionEmbedding(random_state=0).fit(X)
+        small = AttentionDiffusionEmbedding(n_neighbors=None, random_state=0).fit(X)
     np.testing.assert_allclose(small.embedding_, reference.embedding_, rtol=1e-8, atol=1e-12)
     with skattention.config_context(working_memory=1e-4):
         with pytest.raises(MemoryError, match="working_memory"):
-            AttentionDiffusionEmbedding(epsilon=1.0).fit(X)
+            AttentionDiffusionEmbedding(n_neighbors=None, epsilon=1.0).fit(X)
 
 
 @pytest.mark.parametrize(
