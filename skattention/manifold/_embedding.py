@@ -32,6 +32,10 @@ from ._operator import (
 
 # SpectralEmbedding's warning, word for word.
 _NOT_CONNECTED = "Graph is not fully connected, spectral embedding may not work as expected."
+# A second eigenvalue this close to 1 means parts joined only by affinities at the rounding
+# level of the others (far-apart blobs under a dense Gaussian kernel: exp(-400) > 0): the
+# embedding collapses as on a disconnected graph, and the same warning is given.
+_DISCONNECTED_GAP = 1e-10
 
 # Radii of the k-NN mask are widened by this relative amount at transform time, so that the
 # k-th neighbour of a training point stays inside its ball despite rounding in the recomputed
@@ -257,10 +261,10 @@ class AttentionDiffusionEmbedding(
             self.verbose, total=n_steps, desc=f"{type(self).__name__} fit", unit="step"
         ) as bar:
             op = self._operator(Z, n_neighbors, rng, device, bar)
-            if not op.connected:
-                warnings.warn(_NOT_CONNECTED, UserWarning, stacklevel=2)
             mu, v = self._eigenpairs(op, rng, device, bar)
             bar.set_postfix_str("done")
+        if not op.connected or mu[1] > 1.0 - _DISCONNECTED_GAP:
+            warnings.warn(_NOT_CONNECTED, UserWarning, stacklevel=2)
         psi = diffusion_coordinates(op, v)[:, 1:]
         mu = mu[1:]
         del op.A, v

@@ -19,7 +19,7 @@ from .._engine import budget_bytes, kneighbors, plan_rows, prepare_keys, track
 _WIDE_KEYS = 256
 # First candidate count, in multiples of n_neighbors, and bytes per candidate and row (distances,
 # indices, logits, mask, weights) besides the gathered values.
-_FIRST_CANDIDATES = 4
+_FIRST_CANDIDATES = 2
 _CANDIDATE_BYTES = 48
 
 

@@ -29,6 +29,11 @@ _COVERED_QUANTILE = 0.9
 # selection of thousands of neighbours per point would cost more than the whole graph).
 _REFERENCE_NEIGHBORS = 3.0
 _MAX_REFERENCE_NEIGHBORS = 256
+# With the k-NN operator, whose eps is at most the k-NN rule's (a kernel nearly flat over the
+# k-NN ball), the reference neighbourhoods need only reach a few k-NN radii: at most
+# max(64, 4 n_neighbors) points (the engine's selection costs about k per query and key).
+_KNN_REFERENCE_FACTOR = 4
+_KNN_MIN_REFERENCE = 64
 # n_neighbors="auto" beyond the dense operator's size: each point's k-NN ball (itself included).
 AUTO_NEIGHBORS = 15
 
@@ -92,7 +97,8 @@ def auto_epsilon(Z, knn_d2, random_state, device, keys=None):
     """``(epsilon, dimension)`` for ``epsilon="auto"``.
 
     On up to 2,000 sampled points and their ``ceil(3 sqrt(n)) + 1`` nearest points (themselves
-    included, at most 256; ``keys``: ``Z`` prepared by the engine, or ``None``),
+    included; at most 256, and with the k-NN operator at most ``max(64, 4 n_neighbors)``;
+    ``keys``: ``Z`` prepared by the engine, or ``None``),
     :func:`bgh_bandwidth` gives the dimension and a bandwidth at which a typical point's
     neighbourhood looks d-dimensional; the number of effective neighbours (kernel
     degree ``sum_j exp(-d_ij^2 / eps)``) of the median point there is the target, and eps is the
@@ -116,6 +122,8 @@ def auto_epsilon(Z, knn_d2, random_state, device, keys=None):
         else np.arange(n)
     )
     k = min(n, math.ceil(_REFERENCE_NEIGHBORS * math.sqrt(n)) + 1, _MAX_REFERENCE_NEIGHBORS)
+    if knn_d2 is not None:
+        k = min(k, max(_KNN_MIN_REFERENCE, _KNN_REFERENCE_FACTOR * knn_d2.shape[1]))
     _, idx = kneighbors(Z[sample], keys, k, device=device, dtype="float64")
     # The slope is read on a log scale: rounding residues of the blockwise distances (about
     # 1e-16 of the squared norms) in place of exact zeros (each point itself, duplicates) would
@@ -188,13 +196,14 @@ def resolve_n_neighbors(n_neighbors, n):
     """The operator for ``n`` points: ``None`` (dense) or the k of the k-NN graph.
 
     ``"auto"``: the dense operator while its ``n x n`` float64 array fits in the working memory
-    (``working_memory`` MiB: 5,792 points at the default 256), the k-NN graph of
-    ``AUTO_NEIGHBORS`` points beyond (at most ``n``), as SpectralEmbedding defaults to its
-    nearest-neighbours affinity; an explicit value is kept.
+    (``working_memory`` MiB: 5,792 points at the default 256) and in the memory the system has
+    available, the k-NN graph of ``AUTO_NEIGHBORS`` points otherwise (at most ``n``), as
+    SpectralEmbedding defaults to its nearest-neighbours affinity; an explicit value is kept.
     """
     if n_neighbors != "auto":
         return n_neighbors
-    if 8 * n * n <= budget_bytes():
+    available = _available_memory()
+    if 8 * n * n <= min(budget_bytes(), math.inf if available is None else available):
         return None
     return min(n, AUTO_NEIGHBORS)
 
