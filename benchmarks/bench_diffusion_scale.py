@@ -58,14 +58,18 @@ def child_fit(args):
     from skattention.manifold import AttentionDiffusionEmbedding, _embedding
 
     steps = {}
-    for name in STEPS:  # time each step where the estimator calls it
-        def timed(*a, _f=getattr(_embedding, name), _name=name, **k):
+
+    def timed(name, function):
+        def run(*a, **k):
             start = time.perf_counter()
-            out = _f(*a, **k)
-            steps[_name] = steps.get(_name, 0.0) + time.perf_counter() - start
+            out = function(*a, **k)
+            steps[name] = steps.get(name, 0.0) + time.perf_counter() - start
             return out
 
-        setattr(_embedding, name, timed)
+        return run
+
+    for name in STEPS:  # time each step where the estimator calls it
+        setattr(_embedding, name, timed(name, getattr(_embedding, name)))
     X, t = swiss_roll(args.child)
     params = json.loads(args.params)
     est = AttentionDiffusionEmbedding(n_components=2, random_state=0, **params)
