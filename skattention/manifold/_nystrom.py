@@ -5,7 +5,7 @@ A new point ``x`` is adjacent to the training point ``x_j`` when ``||x - x_j|| <
 r_j)`` (``r``: distance to the k-th nearest training point, with a relative slack). The engine's
 radius-masked attention decides this exactly but scores every training point for every query;
 here each query's candidates are its ``m`` nearest training points (the engine's exact
-selection) and the few training points with the widest balls, which hold every adjacent point as
+selection) and the 1% of training points with the widest balls, which hold every adjacent point as
 soon as the ``m``-th distance exceeds both radii left to check: ``m`` doubles for the rows where
 it does not. The work is then about ``n_queries * m`` instead of ``n_queries * n_train``.
 """
@@ -14,12 +14,15 @@ import numpy as np
 
 from .._engine import budget_bytes, kneighbors, plan_rows, prepare_keys, track
 
-# Training points whose k-NN balls are the widest, scored for every query (without them a single
-# outlier's wide ball would send every query's candidate search to the whole training set).
-_WIDE_KEYS = 256
+# Training points whose k-NN balls are the widest, scored for every query: 1% of them, at least
+# 1,024 (without them a single outlier's wide ball would send every query's candidate search to
+# the whole training set; with them, the other radii are at most the 99th percentile's, which
+# a few k nearest exceed where the density varies little).
+_WIDE_FRACTION = 0.01
+_MIN_WIDE_KEYS = 1024
 # First candidate count, in multiples of n_neighbors, and bytes per candidate and row (distances,
 # indices, logits, mask, weights) besides the gathered values.
-_FIRST_CANDIDATES = 2
+_FIRST_CANDIDATES = 3
 _CANDIDATE_BYTES = 48
 
 
@@ -35,7 +38,8 @@ def knn_nystrom(Z, fit_Z, values, *, n_neighbors, epsilon, log_prior, radius, sl
     keys = prepare_keys(fit_Z, device=device, dtype="float64")
     key_radius = radius * (1 + slack)
     order = np.argsort(key_radius, kind="stable")
-    wide = order[max(0, n_train - _WIDE_KEYS):]
+    n_wide = max(_MIN_WIDE_KEYS, int(_WIDE_FRACTION * n_train))
+    wide = order[max(0, n_train - n_wide):]
     is_wide = np.zeros(n_train, dtype=bool)
     is_wide[wide] = True
     # every training point not among the wide ones has a radius of at most cut
