@@ -165,48 +165,48 @@ def _lobpcg_pairs(A, sqrt_degree, k, tol, solver, random_state, progress, on_sol
     top = sqrt_degree / np.linalg.norm(sqrt_degree)
     wanted = k - 1
     block = wanted + _GUARD_VECTORS
-    bar = progress_bar(progress, desc="LOBPCG", unit="it", inner=True)
-    with bar:
-        def count(n_iter):
-            bar.update(n_iter)
-            if on_solve is not None:
-                for _ in range(n_iter):
-                    on_solve()
-
-        if solver == "amg":
-            w, v = _amg_lobpcg(A, top, block, wanted, tol, random_state, count)
-        elif sp.issparse(A):
-            w, v = _multilevel_lobpcg(A, top, block, wanted, tol, random_state, count)
-        else:
-            X = random_state.standard_normal((A.shape[0], block))
-            w, v = _refine(A, X, top, wanted, tol, _MAX_ITER, count)
+    count = (progress, on_solve)
+    if solver == "amg":
+        w, v = _amg_lobpcg(A, top, block, wanted, tol, random_state, count)
+    elif sp.issparse(A):
+        w, v = _multilevel_lobpcg(A, top, block, wanted, tol, random_state, count)
+    else:
+        X = random_state.standard_normal((A.shape[0], block))
+        w, v = _refine(A, X, top, wanted, tol, _MAX_ITER, count)
     return np.r_[1.0, w[:wanted]], np.c_[top, v[:, :wanted]]
 
 
 def _refine(A, X, top, wanted, tol, max_iter, count, M=None, shift=None):
     """LOBPCG from the block ``X`` in the orthogonal complement of ``top`` until the ``wanted``
     leading residual norms are at most ``tol`` or ``max_iter`` iterations have run; restarted
-    every ``_CHECK_EVERY`` iterations to check (and to report progress). ``shift``: the
-    block solves for the smallest eigenvalues of ``shift I - A`` (preconditioned by ``M``).
-    Returns the Ritz values of ``A`` (descending) and vectors."""
+    every ``_CHECK_EVERY`` iterations to check and to report progress (``count``: the
+    verbosity, and ``on_solve`` called once per iteration); a bar of ``max_iter`` iterations
+    shows the time left at most. ``shift``: the block solves for the smallest eigenvalues of
+    ``shift I - A`` (preconditioned by ``M``). Returns the Ritz values of ``A`` (descending) and
+    vectors."""
+    progress, on_solve = count
     operator = A if shift is None else shift * sp.identity(A.shape[0], format="csr") - A
     Y = top[:, None]
     done = 0
-    while True:
-        n_iter = min(_CHECK_EVERY, max_iter - done)
-        with warnings.catch_warnings():
-            # its own warning on stopping early: the residuals are checked here
-            warnings.simplefilter("ignore", UserWarning)
-            w, X = lobpcg(operator, X, M=M, Y=Y, tol=tol, maxiter=n_iter,
-                          largest=shift is None)
-        done += n_iter
-        count(n_iter)
-        mu = w if shift is None else shift - w
-        order = np.argsort(mu)[::-1]
-        mu, X = mu[order], X[:, order]
-        residual = np.linalg.norm(A @ X[:, :wanted] - X[:, :wanted] * mu[:wanted], axis=0)
-        if residual.max() <= tol or done >= max_iter:
-            break
+    with progress_bar(progress, total=max_iter, desc=f"LOBPCG on {A.shape[0]:,} points",
+                      unit="it", inner=True) as bar:
+        while True:
+            n_iter = min(_CHECK_EVERY, max_iter - done)
+            with warnings.catch_warnings():
+                # its own warning on stopping early: the residuals are checked here
+                warnings.simplefilter("ignore", UserWarning)
+                w, X = lobpcg(operator, X, M=M, Y=Y, tol=tol, maxiter=n_iter,
+                              largest=shift is None)
+            done += n_iter
+            bar.update(n_iter)
+            for _ in range(n_iter if on_solve is not None else 0):
+                on_solve()
+            mu = w if shift is None else shift - w
+            order = np.argsort(mu)[::-1]
+            mu, X = mu[order], X[:, order]
+            residual = np.linalg.norm(A @ X[:, :wanted] - X[:, :wanted] * mu[:wanted], axis=0)
+            if residual.max() <= tol or done >= max_iter:
+                break
     if max_iter == _MAX_ITER and residual.max() > tol:
         warnings.warn(
             f"LOBPCG stopped after {done} iterations with a residual norm of "
