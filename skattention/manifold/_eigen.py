@@ -229,7 +229,7 @@ def _multilevel_lobpcg(A, top, block, wanted, tol, random_state, count):
         P = _prolongation(vector, aggregate_of, n_aggregates)
         levels.append((operator, vector, P))
         operator, vector = (P.T @ operator @ P).tocsr(), P.T @ vector
-    if operator.shape[0] < _POINTS_PER_VECTOR * block:
+    if operator.shape[0] <= max(_COARSEST, _POINTS_PER_VECTOR * block):
         # the coarsest level solved exactly, without its top eigenvector (eigenvalue 1)
         _, V = np.linalg.eigh(operator.toarray())
         V = V[:, ::-1][:, : block + 1]
