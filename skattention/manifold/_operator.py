@@ -233,7 +233,7 @@ def check_dense_memory(n, n_neighbors, eigen_solver, k):
         hint = (
             "set n_neighbors to an int or 'auto' (a sparse k-NN operator)"
             if n_neighbors is None
-            else "use eigen_solver='auto', 'arpack' or 'lobpcg'"
+            else "use eigen_solver='arpack' or 'lobpcg' (or 'auto')"
         )
         raise MemoryError(
             f"AttentionDiffusionEmbedding needs {need / 2**20:.1f} MiB for {what} but only "
