@@ -135,7 +135,7 @@ def test_dense_diffusion_arrays_beyond_available_memory_suggest_n_neighbors(monk
     with pytest.raises(
         MemoryError, match=r"1\.2 MiB for a dense 400 x 400 operator(.|\n)*n_neighbors"
     ):
-        AttentionDiffusionEmbedding(random_state=0).fit(X)
+        AttentionDiffusionEmbedding(n_neighbors=None, random_state=0).fit(X)
     with pytest.raises(MemoryError, match="eigen_solver='arpack'"):
         AttentionDiffusionEmbedding(n_neighbors=15, eigen_solver="dense", random_state=0).fit(X)
     small = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)  # sparse path fits
@@ -146,9 +146,9 @@ def test_dense_diffusion_operator_is_not_scratch():
     # A budget smaller than the n x n operator still fits it (default settings must not refuse
     # ordinary sizes): only the kernel blocks follow working_memory, and the result is the same.
     X, _ = make_s_curve(250, random_state=1)
-    ref = AttentionDiffusionEmbedding(random_state=0).fit(X)
+    ref = AttentionDiffusionEmbedding(n_neighbors=None, random_state=0).fit(X)
     with skattention.config_context(working_memory=0.02):  # 250^2 x 8 bytes = 0.48 MiB
-        small = AttentionDiffusionEmbedding(random_state=0).fit(X)
+        small = AttentionDiffusionEmbedding(n_neighbors=None, random_state=0).fit(X)
     np.testing.assert_allclose(small.embedding_, ref.embedding_, rtol=1e-8, atol=1e-12)
 
 

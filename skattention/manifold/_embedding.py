@@ -1,20 +1,24 @@
 """AttentionDiffusionEmbedding: the attention matrix as a diffusion operator (diffusion maps)."""
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._engine import attention, kneighbors, progress_bar, resolve_device
+from .._engine import attention, prepare_keys, progress_bar, resolve_device
 from ..utils._callbacks import begin_subtask, end_subtask, report_subtask
 from ..utils._device import DevicePortableMixin
 from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, HasMethods, Interval, StrOptions
 from ..utils._sklearn_compat import _fit_context
+from ._eigen import resolve_eigen_solver, top_eigenpairs
+from ._nystrom import knn_nystrom
 from ._operator import (
     auto_epsilon,
     check_dense_memory,
@@ -22,10 +26,16 @@ from ._operator import (
     diffusion_operator,
     knn_graph,
     laplacian_eigenvalues,
-    resolve_eigen_solver,
+    resolve_n_neighbors,
     signed_power,
-    top_eigenpairs,
 )
+
+# SpectralEmbedding's warning, word for word.
+_NOT_CONNECTED = "Graph is not fully connected, spectral embedding may not work as expected."
+# A second eigenvalue this close to 1 means parts joined only by affinities at the rounding
+# level of the others (far-apart blobs under a dense Gaussian kernel: exp(-400) > 0): the
+# embedding collapses as on a disconnected graph, and the same warning is given.
+_DISCONNECTED_GAP = 1e-10
 
 # Radii of the k-NN mask are widened by this relative amount at transform time, so that the
 # k-th neighbour of a training point stays inside its ball despite rounding in the recomputed
@@ -76,11 +86,17 @@ class AttentionDiffusionEmbedding(
         Coifman–Lafon density normalisation (a log-prior ``-alpha log q_j`` on the attention).
     diffusion_time : float >= 0, default=1
         Eigenvectors are scaled by ``eigenvalue ** diffusion_time``.
-    n_neighbors : int, default=None
+    n_neighbors : int, "auto" or None, default="auto"
         ``None``: dense attention over all training points (an n x n operator). An int: a sparse
         operator on the symmetric k-NN graph (``j`` is among the ``n_neighbors`` nearest points
-        of ``i``, itself included, or ``i`` is among ``j``'s); new points attend to their
-        ``n_neighbors`` nearest training points and to those whose k-NN ball contains them.
+        of ``i``, itself included, or ``i`` is among ``j``'s), built by the engine's exact
+        neighbour search; new points attend to their ``n_neighbors`` nearest training points and
+        to those whose k-NN ball contains them. ``"auto"``: the dense operator while its
+        n x n float64 array fits in the working memory (``skattention.get_config()
+        ["working_memory"]``: up to 5,792 points at the default 256 MiB), else the k-NN graph
+        of 15 points (``n_neighbors_``), as :class:`~sklearn.manifold.SpectralEmbedding`
+        defaults to a nearest-neighbours affinity. An explicit ``None`` whose n x n array
+        cannot fit in the memory available raises a ``MemoryError``.
     include_self : bool, default=True
         Keep each point's affinity with itself (``exp(0) = 1``): attention of a point over all
         training points, itself included. ``False`` drops it, as the graph Laplacian of
@@ -89,19 +105,33 @@ class AttentionDiffusionEmbedding(
         ``SpectralEmbedding(affinity="rbf", gamma=gamma)`` up to a scale per component (the
         same eigenvectors). ``transform`` still lets a new point attend to every training
         point, so on the training points themselves it no longer reproduces ``embedding_``.
-    eigen_solver : {"auto", "dense", "arpack"}, default="auto"
+    eigen_solver : {"auto", "dense", "arpack", "lobpcg", "amg"}, default="auto"
         ``"dense"``: a full ``torch.linalg.eigh`` on ``device``. ``"arpack"``: scipy's Lanczos in
         shift-invert mode just above the top eigenvalue 1 (a Cholesky factorisation made in the
         memory of the dense operator, or a sparse LU), which separates the leading eigenvalues
-        however close to 1 they crowd. ``"auto"``: dense up to 200 points, else arpack.
+        however close to 1 they crowd. ``"lobpcg"``: LOBPCG with products by the operator
+        only, no factorisation; on the k-NN operator started from a multilevel cascade (the
+        graph aggregated level after level down to a few hundred nodes, solved there, and the
+        eigenvectors refined level by level on the way back). ``"amg"``: LOBPCG preconditioned
+        by pyamg's smoothed aggregation (``pip install pyamg``). ``"auto"``: dense up to 200
+        points; beyond, arpack on the dense operator and on k-NN operators up to 100,000
+        points, lobpcg on larger ones. scipy's BLAS runs on one thread in every solver.
+    eigen_tol : float >= 0 or "auto", default="auto"
+        Stopping tolerance of the eigen-solver: for ``"arpack"`` the relative accuracy of the
+        eigenvalues (``"auto"``: machine precision), for ``"lobpcg"`` and ``"amg"`` the largest
+        residual norm ``||A v - mu v||`` of the unit eigenvectors of the symmetric conjugate
+        ``A`` of ``S`` (``"auto"``: 1e-6; a ``ConvergenceWarning`` when 1,000 iterations do not
+        reach it). Ignored by ``"dense"``.
     device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
         Where kernels, neighbours and attention run. The fitted model holds NumPy arrays only.
     random_state : int, RandomState instance or None, default=None
-        Seeds the bandwidth rule's sample of points and the Lanczos starting vector.
+        Seeds the bandwidth rule's sample of points, the Lanczos starting vector, LOBPCG's
+        starting block and the aggregation of the multilevel cascade.
     verbose : int, default=0
         ``0``: silent. ``1``: progress bars on standard error over the steps of ``fit``
-        (neighbours, bandwidth, operator, eigenpairs), over the Lanczos iterations and over
-        the query blocks of a long ``transform`` (tqdm when installed, else plain lines;
+        (neighbours, bandwidth, operator, eigenpairs), over the neighbour search's blocks, the
+        Lanczos solves and the LOBPCG iterations, and over the query blocks of a long
+        ``transform`` (tqdm when installed, else plain lines;
         ``pip install skattention[progress]``).
 
     Attributes
@@ -119,6 +149,9 @@ class AttentionDiffusionEmbedding(
         squared step against the untruncated ``intrinsic_dimension_ * epsilon_ / 2``).
     epsilon_ : float
         The bandwidth used.
+    n_neighbors_ : int or None
+        The k of the k-NN operator, or ``None`` for the dense operator (``n_neighbors``
+        resolved).
     intrinsic_dimension_ : float or None
         Dimension estimated by the bandwidth rule (``epsilon="auto"`` only).
     metric_ : transformer or None
@@ -153,9 +186,10 @@ class AttentionDiffusionEmbedding(
         "epsilon": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "alpha": [Interval(Real, 0, 1, closed="both")],
         "diffusion_time": [Interval(Real, 0, None, closed="left")],
-        "n_neighbors": [Count(Integral, 1, None, closed="left"), None],
+        "n_neighbors": [Count(Integral, 1, None, closed="left"), StrOptions({"auto"}), None],
         "include_self": ["boolean"],
-        "eigen_solver": [StrOptions({"auto", "dense", "arpack"})],
+        "eigen_solver": [StrOptions({"auto", "dense", "arpack", "lobpcg", "amg"})],
+        "eigen_tol": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
         "device": [str, torch.device],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
@@ -169,9 +203,10 @@ class AttentionDiffusionEmbedding(
         epsilon="auto",
         alpha=1.0,
         diffusion_time=1,
-        n_neighbors=None,
+        n_neighbors="auto",
         include_self=True,
         eigen_solver="auto",
+        eigen_tol="auto",
         device="auto",
         random_state=None,
         verbose=0,
@@ -184,6 +219,7 @@ class AttentionDiffusionEmbedding(
         self.n_neighbors = n_neighbors
         self.include_self = include_self
         self.eigen_solver = eigen_solver
+        self.eigen_tol = eigen_tol
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
@@ -210,69 +246,30 @@ class AttentionDiffusionEmbedding(
                 f"n_components={self.n_components} must be smaller than n_samples={n}: the "
                 "embedding drops the trivial eigenvector."
             )
-        if self.n_neighbors is not None and self.n_neighbors > n:
-            raise ValueError(f"n_neighbors={self.n_neighbors} must be at most n_samples={n}.")
+        n_neighbors = resolve_n_neighbors(self.n_neighbors, n)
+        if n_neighbors is not None and n_neighbors > n:
+            raise ValueError(f"n_neighbors={n_neighbors} must be at most n_samples={n}.")
+        # Fail before any work when the dense n x n arrays cannot fit in memory.
+        check_dense_memory(n, n_neighbors, self.eigen_solver, self.n_components + 1)
         device = resolve_device(self.device)
         rng = check_random_state(self.random_state)
         self.metric_ = self._fit_metric(X, y)
         Z = self._to_metric_space(X)
 
-        n_steps = self._fit_subtasks()
+        n_steps = 2 + (n_neighbors is not None) + (self.epsilon == "auto")
         with progress_bar(
             self.verbose, total=n_steps, desc=f"{type(self).__name__} fit", unit="step"
         ) as bar:
-
-            def step(name, compute, max_subtasks=0):
-                # each step a subtask of the fit for scikit-learn's callbacks; a stop request is
-                # ignored: no embedding exists before the eigen-solve has run
-                bar.set_postfix_str(name)
-                task = begin_subtask(self, name, max_subtasks=max_subtasks)
-                result = compute(task)
-                bar.update()
-                end_subtask(self, task)
-                return result
-
-            # Fail before any work when the dense n x n arrays cannot fit in memory.
-            check_dense_memory(n, self.n_neighbors, self.eigen_solver, self.n_components + 1)
-            knn = None
-            if self.n_neighbors is not None:
-                knn = step("k-NN graph", lambda _: knn_graph(Z, self.n_neighbors, device))
-            if self.epsilon == "auto":
-                self.epsilon_, self.intrinsic_dimension_ = step(
-                    "bandwidth",
-                    lambda _: auto_epsilon(Z, None if knn is None else knn[0], rng, device),
-                )
-            else:
-                self.epsilon_, self.intrinsic_dimension_ = float(self.epsilon), None
-            op = step(
-                "operator",
-                lambda _: diffusion_operator(
-                    Z, self.epsilon_, self.alpha, knn, device, include_self=self.include_self
-                ),
-            )
-            # the Lanczos solves of the eigen-solve are its subtasks (their number is not
-            # known in advance); the dense eigh is one LAPACK call, a subtask without any
-            lanczos = resolve_eigen_solver(self.eigen_solver, n, self.n_components + 1) == "arpack"
-            mu, v = step(
-                "eigenpairs",
-                lambda task: top_eigenpairs(
-                    op.A,
-                    self.n_components + 1,
-                    self.eigen_solver,
-                    device,
-                    rng,
-                    progress=self.verbose,
-                    on_solve=None if task is None else (
-                        lambda: report_subtask(self, "Lanczos solve", parent=task)
-                    ),
-                ),
-                max_subtasks=None if lanczos else 0,
-            )
+            op = self._operator(Z, n_neighbors, rng, device, bar)
+            mu, v = self._eigenpairs(op, rng, device, bar)
             bar.set_postfix_str("done")
+        if not op.connected or mu[1] > 1.0 - _DISCONNECTED_GAP:
+            warnings.warn(_NOT_CONNECTED, UserWarning, stacklevel=2)
         psi = diffusion_coordinates(op, v)[:, 1:]
         mu = mu[1:]
         del op.A, v
 
+        self.n_neighbors_ = n_neighbors
         self.eigenvalues_ = mu
         self.laplacian_eigenvalues_ = laplacian_eigenvalues(
             mu, op, self.epsilon_, self.intrinsic_dimension_
@@ -285,9 +282,60 @@ class AttentionDiffusionEmbedding(
         self._radius = op.radius
         return self
 
+    def _step(self, bar, name, compute, max_subtasks=0):
+        """One step of the fit, a subtask of it for scikit-learn's callbacks (a stop request
+        is ignored: no embedding exists before the eigen-solve has run)."""
+        bar.set_postfix_str(name)
+        task = begin_subtask(self, name, max_subtasks=max_subtasks)
+        result = compute(task)
+        bar.update()
+        end_subtask(self, task)
+        return result
+
+    def _operator(self, Z, n_neighbors, rng, device, bar):
+        """The k-NN graph (when ``n_neighbors``), the bandwidth (``epsilon_``,
+        ``intrinsic_dimension_``) and the diffusion operator."""
+        # the keys prepared once for the graph and the bandwidth rule's neighbours
+        keys = prepare_keys(Z, device=device, dtype="float64")
+        knn = None
+        if n_neighbors is not None:
+            knn = self._step(bar, "k-NN graph", lambda _: knn_graph(
+                Z, n_neighbors, device, keys=keys, progress=self.verbose))
+        if self.epsilon == "auto":
+            self.epsilon_, self.intrinsic_dimension_ = self._step(
+                bar, "bandwidth",
+                lambda _: auto_epsilon(Z, None if knn is None else knn[0], rng, device, keys),
+            )
+        else:
+            self.epsilon_, self.intrinsic_dimension_ = float(self.epsilon), None
+        return self._step(bar, "operator", lambda _: diffusion_operator(
+            Z, self.epsilon_, self.alpha, knn, device, include_self=self.include_self))
+
+    def _eigenpairs(self, op, rng, device, bar):
+        """The leading eigenpairs of ``op``; the iterations of an iterative solver (Lanczos
+        solves, LOBPCG iterations: their number is not known in advance) are subtasks of the
+        step, the dense eigh (one LAPACK call) has none."""
+        k = self.n_components + 1
+        solver = resolve_eigen_solver(self.eigen_solver, op.A.shape[0], k, sp.issparse(op.A))
+        iteration = "Lanczos solve" if solver == "arpack" else "LOBPCG iteration"
+        return self._step(
+            bar, "eigenpairs",
+            lambda task: top_eigenpairs(
+                op.A, k, self.eigen_solver, device, rng, sqrt_degree=np.sqrt(op.degree),
+                eigen_tol=self.eigen_tol, progress=self.verbose,
+                on_solve=None if task is None else (
+                    lambda: report_subtask(self, iteration, parent=task)
+                ),
+            ),
+            max_subtasks=None if solver != "dense" else 0,
+        )
+
     def _fit_subtasks(self):
         """Subtasks of the fit for scikit-learn's callbacks: its steps (k-NN graph, bandwidth,
-        operator, eigenpairs), the Lanczos solves being those of the eigen-solve."""
+        operator, eigenpairs), the solver's iterations being those of the eigen-solve; not known
+        in advance with ``n_neighbors="auto"`` (the operator depends on the data's size)."""
+        if self.n_neighbors == "auto":
+            return None
         return 2 + (self.n_neighbors is not None) + (self.epsilon == "auto")
 
     def fit_transform(self, X, y=None):
@@ -321,24 +369,18 @@ class AttentionDiffusionEmbedding(
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         Z = self._to_metric_space(X)
-        radius = None
-        if self.n_neighbors is not None:
-            d2, _ = kneighbors(
-                Z,
-                self._fit_Z,
-                self.n_neighbors,
-                device=self.device,
-                dtype="float64",
-                progress=self.verbose,
+        if self.n_neighbors_ is not None:
+            return knn_nystrom(
+                Z, self._fit_Z, self._nystrom_values, n_neighbors=self.n_neighbors_,
+                epsilon=self.epsilon_, log_prior=self._log_prior, radius=self._radius,
+                slack=_RADIUS_SLACK, device=self.device, progress=self.verbose,
             )
-            radius = (np.sqrt(d2[:, -1]) * (1 + _RADIUS_SLACK), self._radius * (1 + _RADIUS_SLACK))
         out = attention(
             Z,
             self._fit_Z,
             self._nystrom_values,
             temperature=self.epsilon_,
             log_prior=self._log_prior,
-            radius=radius,
             device=self.device,
             dtype="float64",
             progress=self.verbose,

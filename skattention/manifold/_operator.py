@@ -12,19 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-import torch
-from scipy.linalg import cho_factor, cho_solve
-from scipy.sparse.linalg import LinearOperator, eigsh, splu
-from sklearn.neighbors import NearestNeighbors
+from scipy.sparse.csgraph import connected_components
 
-from .._engine import (
-    budget_bytes,
-    gaussian_kernel,
-    kneighbors,
-    plan_rows,
-    progress_bar,
-    resolve_device,
-)
+from .._engine import budget_bytes, gaussian_kernel, kneighbors, plan_rows
+from ._eigen import resolve_eigen_solver
 
 # Points sampled by the bandwidth rule (their 90th percentile is what it needs).
 _BANDWIDTH_QUERIES = 2000
@@ -32,15 +23,19 @@ _BANDWIDTH_QUERIES = 2000
 _KNN_DEGREE_FRACTION = 0.9
 # epsilon="auto" gives this fraction of the points the target number of effective neighbours.
 _COVERED_QUANTILE = 0.9
-# epsilon="auto": the bandwidth rule looks at each sampled point's ceil(3 sqrt(n)) + 1 nearest.
+# epsilon="auto": the bandwidth rule looks at each sampled point's ceil(3 sqrt(n)) + 1 nearest,
+# at most _MAX_REFERENCE_NEIGHBORS of them (reached at 7,200 points: beyond, only the k-NN
+# operator is chosen by default, whose own bound on eps is the smaller one, and the exact
+# selection of thousands of neighbours per point would cost more than the whole graph).
 _REFERENCE_NEIGHBORS = 3.0
-# k-NN graphs on the CPU use a k-d tree up to this many dimensions (brute force beyond).
-_TREE_MAX_DIM = 15
-# "auto" eigen-solver: a full dense decomposition up to this many points (shift-invert beyond).
-_DENSE_EIGEN_MAX = 200
-# Shift-invert target just above the top eigenvalue 1 of A: the leading eigenvalues, which
-# crowd near 1 when eps is small, become well separated (1 / (mu - sigma)).
-_SHIFT = 1.0 + 1e-6
+_MAX_REFERENCE_NEIGHBORS = 256
+# With the k-NN operator, whose eps is at most the k-NN rule's (a kernel nearly flat over the
+# k-NN ball), the reference neighbourhoods need only reach a few k-NN radii: at most
+# max(64, 4 n_neighbors) points (the engine's selection costs about k per query and key).
+_KNN_REFERENCE_FACTOR = 4
+_KNN_MIN_REFERENCE = 64
+# n_neighbors="auto" beyond the dense operator's size: each point's k-NN ball (itself included).
+AUTO_NEIGHBORS = 15
 
 
 def per_point_bandwidth(neighbor_d2, target_degree, quantile=_COVERED_QUANTILE):
@@ -98,12 +93,14 @@ def bgh_bandwidth(neighbor_d2):
     return float(np.exp(log_eps[best])), float(2.0 * slope[best])
 
 
-def auto_epsilon(Z, knn_d2, random_state, device):
+def auto_epsilon(Z, knn_d2, random_state, device, keys=None):
     """``(epsilon, dimension)`` for ``epsilon="auto"``.
 
     On up to 2,000 sampled points and their ``ceil(3 sqrt(n)) + 1`` nearest points (themselves
-    included), :func:`bgh_bandwidth` gives the dimension and a bandwidth at which a typical
-    point's neighbourhood looks d-dimensional; the number of effective neighbours (kernel
+    included; at most 256, and with the k-NN operator at most ``max(64, 4 n_neighbors)``;
+    ``keys``: ``Z`` prepared by the engine, or ``None``),
+    :func:`bgh_bandwidth` gives the dimension and a bandwidth at which a typical point's
+    neighbourhood looks d-dimensional; the number of effective neighbours (kernel
     degree ``sum_j exp(-d_ij^2 / eps)``) of the median point there is the target, and eps is the
     smallest bandwidth at which 90% of the points reach it, so that sparse regions get as many
     neighbours as the typical point (:func:`per_point_bandwidth`). The Gaussian then lies within
@@ -118,13 +115,16 @@ def auto_epsilon(Z, knn_d2, random_state, device):
     corrects for the truncation, see :func:`laplacian_eigenvalues`).
     """
     n = Z.shape[0]
+    keys = Z if keys is None else keys
     sample = (
         np.sort(random_state.choice(n, _BANDWIDTH_QUERIES, replace=False))
         if n > _BANDWIDTH_QUERIES
         else np.arange(n)
     )
-    k = min(n, math.ceil(_REFERENCE_NEIGHBORS * math.sqrt(n)) + 1)
-    _, idx = kneighbors(Z[sample], Z, k, device=device, dtype="float64")
+    k = min(n, math.ceil(_REFERENCE_NEIGHBORS * math.sqrt(n)) + 1, _MAX_REFERENCE_NEIGHBORS)
+    if knn_d2 is not None:
+        k = min(k, max(_KNN_MIN_REFERENCE, _KNN_REFERENCE_FACTOR * knn_d2.shape[1]))
+    _, idx = kneighbors(Z[sample], keys, k, device=device, dtype="float64")
     # The slope is read on a log scale: rounding residues of the blockwise distances (about
     # 1e-16 of the squared norms) in place of exact zeros (each point itself, duplicates) would
     # stretch it; the distances of the chosen neighbours are recomputed exactly.
@@ -173,6 +173,7 @@ class DiffusionOperator:
 
     A: object  # ndarray (dense) or csr_matrix (k-NN)
     degree: np.ndarray  # D, row sums of K_alpha
+    connected: bool  # whether the graph of the nonzero affinities is connected
     log_prior: np.ndarray  # -alpha log q_j: the attention prior of the Markov operator
     radius: np.ndarray  # k-NN graph: distance to each point's k-th neighbour (itself first)
     mean_sq_jump: float = None  # k-NN graph: sum_ij pi_i S_ij d_ij^2, the mean squared step of S
@@ -191,17 +192,34 @@ def _available_memory():
     return None
 
 
+def resolve_n_neighbors(n_neighbors, n):
+    """The operator for ``n`` points: ``None`` (dense) or the k of the k-NN graph.
+
+    ``"auto"``: the dense operator while its ``n x n`` float64 array fits in the working memory
+    (``working_memory`` MiB: 5,792 points at the default 256) and in the memory the system has
+    available, the k-NN graph of ``AUTO_NEIGHBORS`` points otherwise (at most ``n``), as
+    SpectralEmbedding defaults to its nearest-neighbours affinity; an explicit value is kept.
+    """
+    if n_neighbors != "auto":
+        return n_neighbors
+    available = _available_memory()
+    if 8 * n * n <= min(budget_bytes(), math.inf if available is None else available):
+        return None
+    return min(n, AUTO_NEIGHBORS)
+
+
 def check_dense_memory(n, n_neighbors, eigen_solver, k):
     """Check that the dense n x n arrays of a diffusion fit fit in the memory available.
 
     The dense operator is one n x n float64 array (the shift-invert Cholesky factorises it in
     place); a full ``eigh`` adds its eigenvectors and LAPACK workspace (about 3 n^2 more). Like
-    scikit-learn's dense SpectralEmbedding these arrays are the algorithm's, not scratch: they are
-    checked against the memory the system has available, and ``working_memory`` bounds the kernel
-    blocks that fill them. Raises ``MemoryError`` suggesting ``n_neighbors`` (a sparse operator)
-    or ``eigen_solver='arpack'`` when they cannot fit.
+    scikit-learn's dense SpectralEmbedding these arrays are the algorithm's, not scratch: an
+    explicit ``n_neighbors=None`` or ``eigen_solver="dense"`` is checked against the memory the
+    system has available (``n_neighbors="auto"`` chooses the dense operator only within
+    ``working_memory``), and ``working_memory`` bounds the kernel blocks that fill them. Raises
+    ``MemoryError`` suggesting the k-NN operator or another eigen-solver when they cannot fit.
     """
-    full_eigh = resolve_eigen_solver(eigen_solver, n, k) == "dense"
+    full_eigh = resolve_eigen_solver(eigen_solver, n, k, n_neighbors is not None) == "dense"
     if n_neighbors is not None and not full_eigh:
         return
     need = 8 * n * n * ((0 if n_neighbors is not None else 1) + (3 if full_eigh else 0))
@@ -213,9 +231,9 @@ def check_dense_memory(n, n_neighbors, eigen_solver, k):
             else f"a dense {n} x {n} eigen-decomposition"
         )
         hint = (
-            "set n_neighbors (a sparse k-NN operator)"
+            "set n_neighbors to an int or 'auto' (a sparse k-NN operator)"
             if n_neighbors is None
-            else "use eigen_solver='arpack'"
+            else "use eigen_solver='arpack' or 'lobpcg' (or 'auto')"
         )
         raise MemoryError(
             f"AttentionDiffusionEmbedding needs {need / 2**20:.1f} MiB for {what} but only "
@@ -241,6 +259,7 @@ def diffusion_operator(Z, epsilon, alpha, knn, device, include_self=True):
         np.fill_diagonal(K, self_affinity)  # exact (the blockwise formula rounds)
         q = K.sum(1)
         _check_degrees(q, epsilon)
+        connected = _dense_graph_connected(K)
         if alpha:
             scale = q**-alpha
             K *= scale[:, None]
@@ -260,6 +279,7 @@ def diffusion_operator(Z, epsilon, alpha, knn, device, include_self=True):
         K.eliminate_zeros()
         q = np.asarray(K.sum(1)).ravel()
         _check_degrees(q, epsilon)
+        connected = connected_components(K, directed=False, return_labels=False) == 1
         if alpha:
             scale = sp.diags(q**-alpha)
             K = scale @ K @ scale
@@ -269,8 +289,24 @@ def diffusion_operator(Z, epsilon, alpha, knn, device, include_self=True):
         inv_sqrt = sp.diags(1.0 / np.sqrt(d))
         A = (inv_sqrt @ K @ inv_sqrt).tocsr()
     return DiffusionOperator(
-        A=A, degree=d, log_prior=-alpha * np.log(q), radius=radius, mean_sq_jump=mean_sq_jump
+        A=A, degree=d, connected=connected, log_prior=-alpha * np.log(q), radius=radius,
+        mean_sq_jump=mean_sq_jump,
     )
+
+
+def _dense_graph_connected(K):
+    """Whether the graph of the nonzero entries of the dense symmetric ``K`` (nonnegative) is
+    connected: the points reached from the first, grown by one product with ``K`` per hop (a
+    sparse copy of a dense kernel would hold all n^2 entries again)."""
+    reached = np.zeros(K.shape[0])
+    reached[0] = 1.0
+    count = 1
+    while True:
+        reached = (K @ reached > 0).astype(np.float64)
+        new_count = int(reached.sum())
+        if new_count in (count, K.shape[0]):
+            return new_count == K.shape[0]
+        count = new_count
 
 
 def _check_degrees(q, epsilon):
@@ -281,98 +317,15 @@ def _check_degrees(q, epsilon):
         )
 
 
-def knn_graph(Z, n_neighbors, device):
-    """Squared distances and indices of each point's ``n_neighbors`` nearest points, itself first.
-
-    On the CPU in low dimension a k-d tree (scikit-learn) finds them in about n log n; otherwise
-    the engine's exact blockwise top-k (n^2, but on any device).
-    """
-    if resolve_device(device).type == "cpu" and Z.shape[1] <= _TREE_MAX_DIM:
-        dist, idx = (
-            NearestNeighbors(n_neighbors=n_neighbors, algorithm="kd_tree").fit(Z).kneighbors(Z)
-        )
-        d2 = dist**2
-    else:
-        d2, idx = kneighbors(Z, Z, n_neighbors, device=device, dtype="float64")
+def knn_graph(Z, n_neighbors, device, keys=None, progress=False):
+    """Squared distances and indices of each point's ``n_neighbors`` nearest points, itself first,
+    by the engine's exact blockwise selection (``keys``: ``Z`` prepared by the engine once for
+    this and the bandwidth rule, or ``None``)."""
+    d2, idx = kneighbors(Z, Z if keys is None else keys, n_neighbors, device=device,
+                         dtype="float64", progress=progress)
     # Each point is its own nearest neighbour at distance exactly 0 (duplicates aside).
     d2[:, 0] = np.where(idx[:, 0] == np.arange(len(Z)), 0.0, d2[:, 0])
     return d2, idx
-
-
-def resolve_eigen_solver(eigen_solver, n, k):
-    """The solver that finds ``k`` eigenpairs of ``n`` points: ``"dense"`` (a full ``eigh``:
-    asked for, ``"auto"`` up to ``_DENSE_EIGEN_MAX`` points, or ``k >= n - 1``, more than
-    Lanczos can give) or ``"arpack"``."""
-    if eigen_solver == "dense" or k >= n - 1:
-        return "dense"
-    if eigen_solver == "auto" and n <= _DENSE_EIGEN_MAX:
-        return "dense"
-    return "arpack"
-
-
-def top_eigenpairs(A, k, eigen_solver, device, random_state, progress=False, on_solve=None):
-    """The ``k`` largest eigenvalues of the symmetric ``A`` (descending) and their eigenvectors.
-
-    ``A`` is consumed: the dense shift-invert path factorises ``sigma I - A`` in its memory.
-    ``progress``: verbosity; a counter of the Lanczos solves on standard error when they last
-    more than a couple of seconds. ``on_solve()``, when given, is called after each Lanczos
-    solve (each application of the shift-inverted operator, ARPACK's iteration); its result is
-    ignored: ARPACK cannot be stopped and still return eigenpairs. The dense ``eigh`` is one
-    LAPACK call, with no iteration to report.
-    """
-    n = A.shape[0]
-    if resolve_eigen_solver(eigen_solver, n, k) == "dense":
-        dense = A.toarray() if sp.issparse(A) else A
-        w, v = torch.linalg.eigh(
-            torch.from_numpy(np.ascontiguousarray(dense)).to(resolve_device(device))
-        )
-        w, v = w.cpu().numpy()[::-1][:k], v.cpu().numpy()[:, ::-1][:, :k]
-    else:
-        # Shift-invert Lanczos: the eigenvalues of A near 1 become the largest of
-        # (sigma I - A)^-1, far apart even when eps is small and they crowd below 1.
-        v0 = random_state.uniform(-1, 1, n)
-        if sp.issparse(A):
-            # sigma I - A is symmetric positive definite: a symmetric fill-reducing ordering and
-            # no pivoting (an LDL^T in effect) factorise it about 3x faster than scipy's default.
-            factor = splu(
-                (A - _SHIFT * sp.identity(n, format="csr")).tocsc(),
-                permc_spec="MMD_AT_PLUS_A",
-                diag_pivot_thresh=0.0,
-                options=dict(SymmetricMode=True),
-            )
-            solve = factor.solve
-        else:
-            A *= -1.0
-            A.flat[:: n + 1] += _SHIFT  # sigma I - A, positive definite, factorised in place
-            # A is symmetric, so its transpose (a Fortran-ordered view) is the same matrix:
-            # LAPACK factorises it in place instead of copying n x n.
-            factor = cho_factor(A.T, overwrite_a=True, check_finite=False)
-
-            def solve(x):
-                return -cho_solve(factor, x, check_finite=False)
-
-        with progress_bar(progress, desc="Lanczos", unit="solve", inner=True) as bar:
-
-            def counted_solve(x):
-                bar.update()
-                x = solve(x)
-                if on_solve is not None:
-                    on_solve()
-                return x
-
-            inverse = LinearOperator((n, n), matvec=counted_solve, dtype=A.dtype)
-            # In shift-invert mode ARPACK only applies OPinv = (A - sigma I)^-1; A is never used.
-            w, v = eigsh(_never_applied(n), k=k, sigma=_SHIFT, which="LM", OPinv=inverse, v0=v0)
-        order = np.argsort(w)[::-1]
-        w, v = w[order], v[:, order]
-    return np.ascontiguousarray(w), np.ascontiguousarray(v)
-
-
-def _never_applied(n):
-    def fail(x):
-        raise RuntimeError("shift-invert Lanczos applied A itself")  # pragma: no cover
-
-    return LinearOperator((n, n), matvec=fail, dtype=np.float64)
 
 
 def diffusion_coordinates(op, eigenvectors):

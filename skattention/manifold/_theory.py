@@ -16,7 +16,8 @@ from sklearn.utils.validation import check_array
 
 from .._engine import attention, gaussian_kernel_log_sums, resolve_device
 from ..utils._param_validation import Count, Hidden, Interval, StrOptions, validate_params
-from ._operator import auto_epsilon, diffusion_operator, knn_graph, top_eigenpairs
+from ._eigen import top_eigenpairs
+from ._operator import auto_epsilon, diffusion_operator, knn_graph
 
 
 @validate_params(
@@ -188,7 +189,8 @@ def spectral_cluster_count(
         else auto_epsilon(X, None if knn is None else knn[0], rng, dev)[0]
     )
     op = diffusion_operator(X, float(eps), alpha, knn, dev)
-    mu, _ = top_eigenpairs(op.A, min(max_clusters, n), "auto", dev, rng)
+    mu, _ = top_eigenpairs(op.A, min(max_clusters, n), "auto", dev, rng,
+                           sqrt_degree=np.sqrt(op.degree))
     gaps = np.sort(1.0 - mu)
     count = int(np.sum(gaps < threshold))
     return (count, gaps) if return_eigenvalues else count

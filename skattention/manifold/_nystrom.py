@@ -1,0 +1,93 @@
+"""The Nyström extension of the k-NN operator: attention of new points to the training points
+adjacent to them in the symmetric k-NN graph, in memory-bounded blocks of queries.
+
+A new point ``x`` is adjacent to the training point ``x_j`` when ``||x - x_j|| <= max(r(x),
+r_j)`` (``r``: distance to the k-th nearest training point, with a relative slack). The engine's
+radius-masked attention decides this exactly but scores every training point for every query;
+here each query's candidates are its ``m`` nearest training points (the engine's exact
+selection) and the 1% of training points with the widest balls, which hold every adjacent point as
+soon as the ``m``-th distance exceeds both radii left to check: ``m`` doubles for the rows where
+it does not. The work is then about ``n_queries * m`` instead of ``n_queries * n_train``.
+"""
+
+import numpy as np
+
+from .._engine import budget_bytes, kneighbors, plan_rows, prepare_keys, track
+
+# Training points whose k-NN balls are the widest, scored for every query: 1% of them, at least
+# 1,024 (without them a single outlier's wide ball would send every query's candidate search to
+# the whole training set; with them, the other radii are at most the 99th percentile's, which
+# a few k nearest exceed where the density varies little).
+_WIDE_FRACTION = 0.01
+_MIN_WIDE_KEYS = 1024
+# First candidate count, in multiples of n_neighbors, and bytes per candidate and row (distances,
+# indices, logits, mask, weights) besides the gathered values.
+_FIRST_CANDIDATES = 3
+_CANDIDATE_BYTES = 48
+
+
+def knn_nystrom(Z, fit_Z, values, *, n_neighbors, epsilon, log_prior, radius, slack, device,
+                progress=False):
+    """``sum_j S(x, x_j) values_j`` for each row ``x`` of ``Z`` under the k-NN operator.
+
+    ``radius``: each training point's distance to its k-th nearest; ``log_prior``: the
+    attention's ``-alpha log q_j``; ``slack``: the relative widening of both radii (so that
+    ``Z = fit_Z`` reproduces the fitted graph despite rounding).
+    """
+    n_train = fit_Z.shape[0]
+    keys = prepare_keys(fit_Z, device=device, dtype="float64")
+    key_radius = radius * (1 + slack)
+    order = np.argsort(key_radius, kind="stable")
+    n_wide = max(_MIN_WIDE_KEYS, int(_WIDE_FRACTION * n_train))
+    wide = order[max(0, n_train - n_wide):]
+    is_wide = np.zeros(n_train, dtype=bool)
+    is_wide[wide] = True
+    # every training point not among the wide ones has a radius of at most cut
+    cut = key_radius[order[n_train - len(wide) - 1]] if len(wide) < n_train else 0.0
+    first = min(n_train, _FIRST_CANDIDATES * n_neighbors)
+    width = _CANDIDATE_BYTES + 8 * values.shape[1]
+    row_bytes = (first + len(wide)) * width + 8 * Z.shape[1] * (len(wide) + 1)
+    rows = plan_rows(Z.shape[0], row_bytes=row_bytes, budget=budget_bytes())
+    context = dict(fit_Z=fit_Z, keys=keys, values=values, n_neighbors=n_neighbors,
+                   epsilon=epsilon, log_prior=log_prior, key_radius=key_radius, wide=wide,
+                   is_wide=is_wide, cut=cut, first=first, slack=slack, device=device)
+    out = np.empty((Z.shape[0], values.shape[1]))
+    starts = range(0, Z.shape[0], rows)
+    for start in track(starts, progress, desc="Nystrom", unit="block"):
+        out[start : start + rows] = _block(Z[start : start + rows], **context)
+    return out
+
+
+def _block(Zb, *, fit_Z, keys, values, n_neighbors, epsilon, log_prior, key_radius, wide,
+           is_wide, cut, first, slack, device):
+    """The extension of one block of queries, ``m`` doubling for the rows that need it."""
+    n_train = fit_Z.shape[0]
+    out = np.empty((Zb.shape[0], values.shape[1]))
+    todo, m = np.arange(Zb.shape[0]), first
+    while todo.size:
+        d2, idx = kneighbors(Zb[todo], keys, m, device=device, dtype="float64")
+        query_radius = np.sqrt(d2[:, n_neighbors - 1]) * (1 + slack)
+        # keys beyond the m nearest are at least the m-th distance away: farther than both
+        # the query's own radius and that of every training point but the wide ones
+        complete = (m >= n_train) | (d2[:, -1] > np.maximum(query_radius, cut) ** 2)
+        done = todo[complete]
+        out[done] = _average(Zb[done], d2[complete], idx[complete], query_radius[complete],
+                             fit_Z, values, epsilon, log_prior, key_radius, wide, is_wide)
+        todo, m = todo[~complete], min(n_train, 2 * m)
+    return out
+
+
+def _average(Zq, d2, idx, query_radius, fit_Z, values, epsilon, log_prior, key_radius, wide,
+             is_wide):
+    """Softmax-weighted average of ``values`` over each query's adjacent candidates: its nearest
+    (``d2``, ``idx``, less the wide keys) and the wide keys (exact distances by differences)."""
+    diff = Zq[:, None, :] - fit_Z[wide][None, :, :]
+    wide_d2 = np.einsum("ijk,ijk->ij", diff, diff)
+    d2 = np.concatenate([np.where(is_wide[idx], np.inf, d2), wide_d2], axis=1)
+    idx = np.concatenate([idx, np.broadcast_to(wide, (len(Zq), len(wide)))], axis=1)
+    adjacent = d2 <= np.maximum(query_radius[:, None], key_radius[idx]) ** 2
+    logits = np.where(adjacent, -d2 / epsilon + log_prior[idx], -np.inf)
+    logits -= logits.max(1, keepdims=True)
+    weights = np.exp(logits)
+    weights /= weights.sum(1, keepdims=True)
+    return np.einsum("ij,ijc->ic", weights, values[idx])
