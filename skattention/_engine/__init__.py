@@ -8,8 +8,15 @@ enforces it). See docs/engine.md for which module owns what.
 from ._attention import attention, kneighbors
 from ._budget import budget_bytes, plan_rows
 from ._cluster import anneal, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
-from ._device import resolve_device, resolve_dtype, seeded_torch_rng
-from ._inputs import averaging_dtype, check_temperature, prepare_keys
+from ._device import (
+    device_available,
+    is_auto_device,
+    parse_device,
+    resolve_device,
+    resolve_dtype,
+    seeded_torch_rng,
+)
+from ._inputs import averaging_dtype, check_temperature, clamp_log_temperature, prepare_keys
 from ._kernels import (
     ball_counts,
     ball_sums,
@@ -83,7 +90,11 @@ __all__ = [
     "averaging_dtype",
     "budget_bytes",
     "check_temperature",
+    "clamp_log_temperature",
     "cpu_threads",
+    "device_available",
+    "is_auto_device",
+    "parse_device",
     "plan_rows",
     "progress_bar",
     "resolve_device",

@@ -16,7 +16,7 @@ import torch
 
 from ._blocks import Radius, product_values
 from ._budget import budget_bytes
-from ._device import resolve_device, resolve_dtype
+from ._device import is_auto_device, resolve_device, resolve_dtype
 from ._scores import ENGINE_METRICS, Scorer
 
 
@@ -223,7 +223,7 @@ def check_prepared(prepared, metric, device, dtype):
             f"metric={metric!r} differs from the metric the keys were prepared for "
             f"({prepared.metric!r})."
         )
-    if not (device is None or (isinstance(device, str) and device == "auto")):
+    if not is_auto_device(device):
         asked = resolve_device(device)
         # "cuda" names the current device, which tensors report as "cuda:0"
         if (asked.type, asked.index or 0) != (raw.device.type, raw.device.index or 0):
@@ -292,6 +292,19 @@ def check_temperature(temperature, device=None, dtype=None, *, positive_finite=F
     if learned and not positive_finite and 0 < value < math.inf:
         return temperature.reshape(()).to(device=device, dtype=dtype)
     return value
+
+
+def clamp_log_temperature(log_temperature, dtype=None):
+    """A log-temperature (a float or a tensor) clamped to ``[log(tiny) / 2, log(max) / 2]`` of
+    ``dtype`` (``None``: the tensor's own): a temperature whose ``exp`` under- or overflows
+    the dtype would become 0 or inf, the limits without a gradient, so a learned or
+    calibrated temperature stays well inside its range. A tensor comes back as a tensor
+    (differentiable inside the range), a float as a float."""
+    info = torch.finfo(log_temperature.dtype if dtype is None else dtype)
+    low, high = 0.5 * math.log(info.tiny), 0.5 * math.log(info.max)
+    if isinstance(log_temperature, torch.Tensor):
+        return log_temperature.clamp(low, high)
+    return min(max(log_temperature, low), high)
 
 
 def check_nonnegative_real(value, name):

@@ -25,6 +25,7 @@ import torch
 from ._attention import attention
 from ._blocks import flushed_exp, self_mask, single_block_attention
 from ._budget import CPU_WHOLE_ROW_KEYS, budget_bytes, cache_row_slices, plan_rows
+from ._inputs import clamp_log_temperature
 from ._parallel import small_work_single_threaded
 from ._scores import Scorer
 
@@ -635,8 +636,7 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
         i = min(range(len(grid)), key=losses.__getitem__)
         if losses[i] < best_loss:
             best, best_loss = grid[i], losses[i]
-    info = torch.finfo(log_temperature.dtype)
-    best = min(max(best, 0.5 * math.log(info.tiny)), 0.5 * math.log(info.max))
+    best = clamp_log_temperature(best, log_temperature.dtype)
     log_temperature.fill_(best)
     return best_loss
 
@@ -650,5 +650,4 @@ def _key_log_prior(weight):
 def _exp_in_range(log_t):
     """``exp(log_t)`` kept inside the dtype's normal range: an exp that under- or overflows to 0
     or inf is the limit without a gradient, and the backward pass would fail."""
-    info = torch.finfo(log_t.dtype)
-    return torch.exp(log_t.clamp(0.5 * math.log(info.tiny), 0.5 * math.log(info.max)))
+    return torch.exp(clamp_log_temperature(log_t))
