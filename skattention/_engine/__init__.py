@@ -7,6 +7,7 @@ enforces it). See docs/engine.md for which module owns what.
 
 from ._attention import attention, kneighbors
 from ._budget import budget_bytes, plan_rows
+from ._calibration import calibrate_temperature
 from ._cluster import anneal, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
 from ._device import (
     device_available,
@@ -25,6 +26,7 @@ from ._kernels import (
     sqdist_log_histogram,
 )
 from ._maps import ResidualBlock, build_map
+from ._metric_training import batch_rows, train_metric
 from ._parallel import cpu_threads, rows_single_threaded
 from ._progress import progress_bar, track, write
 from ._scores import LEARNED_METRICS, METRICS
@@ -39,13 +41,7 @@ from ._shards import (
     shard_attention,
     shard_lightest_weights,
 )
-from ._training import (
-    ProgressReport,
-    batch_rows,
-    calibrate_temperature,
-    train_metric,
-    train_network,
-)
+from ._training import EarlyStopping, ProgressReport, train_network
 
 __all__ = [
     # attention and its selection step
@@ -74,6 +70,7 @@ __all__ = [
     "soft_kmeans",
     "sqdist_to_centers",
     # training: learned maps, the training loop and its callbacks
+    "EarlyStopping",
     "ProgressReport",
     "ResidualBlock",
     "batch_rows",
