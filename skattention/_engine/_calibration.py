@@ -5,11 +5,11 @@ import math
 import torch
 
 from ._attention import attention
-from ._blocks import flushed_exp
 from ._budget import budget_bytes, cache_row_slices
 from ._inputs import clamp_log_temperature
 from ._metric_training import _LOG_EPS, key_log_prior, soft_neighbour_loss
 from ._scores import Scorer
+from ._softmax import flushed_exp
 
 # Temperature calibration: a grid over log T around the trained value, then two finer grids
 # around the best point so far (each step a fifth of the last one's, the best point not scored

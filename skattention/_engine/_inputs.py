@@ -14,10 +14,11 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
-from ._blocks import Radius, product_values
 from ._budget import budget_bytes
 from ._device import is_auto_device, resolve_device, resolve_dtype
+from ._masks import Radius
 from ._scores import ENGINE_METRICS, Scorer
+from ._softmax import product_values
 
 
 @dataclass
@@ -25,7 +26,7 @@ class Spec:
     """One validated attention (or k-NN) problem on its compute device and dtype.
 
     ``values`` is 2-D (``squeeze`` says whether the caller's was 1-D), ``values_mm`` the same
-    as products take them (``_blocks.product_values``, built on first use: only the streaming
+    as products take them (``_softmax.product_values``, built on first use: only the streaming
     backend's products need the copy); ``temperature`` a float,
     or a 0-d tensor when it is learned; ``prior_vec`` a per-key log-prior, ``prior_fn`` a
     callable one, ``key_mask`` the keys ``prior_vec`` masks (``None`` when none is);
@@ -127,6 +128,19 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
         raise ValueError(f"on_empty must be 'raise' or 'zero', got {on_empty!r}.")
     spec.on_empty = on_empty
     return spec
+
+
+def differentiated(spec):
+    """Whether the attention of ``spec`` is differentiated: autograd is on and an input
+    requires grad (a learned ``phi`` shows up as keys that require grad), or the temperature
+    is learned."""
+    return torch.is_grad_enabled() and (
+        spec.queries.requires_grad
+        or spec.scorer.keys.requires_grad
+        or spec.values.requires_grad
+        or isinstance(spec.temperature, torch.Tensor)
+        or (spec.prior_vec is not None and spec.prior_vec.requires_grad)
+    )
 
 
 def prepare_keys(keys, *, metric="sqeuclidean", device="auto", dtype=None):

@@ -12,40 +12,29 @@ import math
 
 import torch
 
-from ._blocks import (
-    NEG_INF,
-    TopK,
-    backend_result,
-    batch_exp,
-    call_prior_fn,
-    cat_or_empty,
-    empty_rows,
-    query_index,
-    raw_scores,
-    scaled,
-    score_pair_bytes,
-)
-from ._budget import CPU_BLOCK_ENTRIES, cpu_block_rows, plan_blocks, plan_rows
+from ._budget import CPU_BLOCK_ENTRIES, cpu_block_rows, plan_blocks, plan_rows, score_pair_bytes
 from ._cells import key_cells
 from ._exact import merge_exact, row_packed, sort_exact
+from ._masks import call_prior_fn, query_index, raw_scores, scaled
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
+from ._results import backend_result, cat_or_empty, empty_rows
+from ._scores import NEG_INF
+from ._softmax import batch_exp
+from ._topk import TopK
 
 
 # Candidates kept on the fast scores: k and two more (a few more for large k), so that a row whose
 # k-th exact distance is clearly closer than every key left out is settled without a second pass
-# over the keys (measured on 10,000 queries of 32 Gaussian dimensions: one more leaves 1% of the
-# rows to a second pass, two more 0.05%); the top-k merge is the hot loop, so few extra
-# candidates keep it fast.
+# over the keys (docs/performance.md, "The k-NN selection"); the top-k merge is the hot loop, so
+# few extra candidates keep it fast.
 def _n_candidates(k, n_keys):
     return min(n_keys, k + 2 + k // 8)
 
 
 # Keys per CPU block of the selection (twice as many query rows): a row's block maximum beats its
 # running k-th best less often per block, so fewer rows go through a top-k and each sorts fewer
-# keys (measured, 2 threads: the k-NN predict 5-20% faster than with 1,024 keys over 100,000 x
-# 10,000 x 32, 20,000 x 5,000 x 8, 50,000 x 4,000 x 128, 200,000 x 3,000 x 16). Exact
-# whatever the width.
+# keys (docs/performance.md, "The k-NN selection"). Exact whatever the width.
 _CPU_SELECTION_KEYS = 512
 # Scratch bytes of one candidate key of the second pass: its index pair from nonzero (16), its
 # exact value and key index (16), their packing per row (24) and the merge's concatenations,
@@ -176,7 +165,7 @@ def _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what):
 
 
 # A query block over key cells that computes more than this fraction of the keys: the cells do
-# not pay (measured: a Gaussian cloud without clusters computes all of them).
+# not pay (keys without cluster structure; docs/performance.md, "Key cells").
 _CELLS_PAY_BELOW = 0.6
 # Scratch bytes per row and key block of the blocks' lower bounds (``KeyCells.lower_bounds``:
 # four float64 temporaries alive at once, and the block order).

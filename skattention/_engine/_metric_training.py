@@ -17,9 +17,9 @@ import math
 import torch
 
 from ._attention import attention
-from ._blocks import self_mask, single_block_attention
 from ._budget import CPU_WHOLE_ROW_KEYS, budget_bytes, plan_rows
 from ._inputs import clamp_log_temperature
+from ._one_block import self_mask, single_block_attention
 from ._optimizers import Adam, AveragingOptimizer
 from ._parallel import small_work_single_threaded
 from ._scores import Scorer

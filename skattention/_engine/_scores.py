@@ -35,6 +35,9 @@ LEARNED_METRICS = {"mlp": "sqeuclidean", "linear": "sqeuclidean", "dot": "dot",
 METRICS = {"euclidean": "sqeuclidean", **LEARNED_METRICS}
 
 
+# The score of a masked (query, key) pair: it gets no weight.
+NEG_INF = float("-inf")
+
 # The BLAS kernels give a row of a product the same rounding whatever the rows around it only
 # when the row count is a multiple of 4 (one or two rows take a matrix-vector path, a ragged tail
 # another kernel; measured with torch's MKL on AVX-512, float32 and float64, 1 and 2 threads):

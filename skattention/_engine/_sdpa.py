@@ -18,9 +18,9 @@ import threading
 import torch
 import torch.nn.functional as F
 
-from ._blocks import empty_rows
 from ._budget import memory_error, plan_rows
 from ._progress import track
+from ._results import empty_rows
 from ._scores import padded_rows
 
 # Queries per scaled_dot_product_attention call (its fused kernels need O(n) memory only).
