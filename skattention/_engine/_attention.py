@@ -22,7 +22,7 @@ from ._inputs import check_weights_count, differentiated, make_spec
 from ._knn import knn_attention, nearest_keys
 from ._one_block import few_rows_over_prepared_keys
 from ._parallel import small_calls_single_threaded
-from ._scores import Scorer
+from ._scores import PreparedKeys
 from ._sdpa import sdpa_attention, sdpa_pays
 from ._stream import shifted_stream_pays, stream_attention
 
@@ -142,7 +142,7 @@ def attention(
     >>> out, idx
     (array([0.]), array([[0, 1]]))
     """
-    if (isinstance(keys, Scorer) and n_neighbors is None and radius is None
+    if (isinstance(keys, PreparedKeys) and n_neighbors is None and radius is None
             and exclude_self is False and not return_weights and backend == "auto"):
         out = few_rows_over_prepared_keys(queries, keys, values, metric, temperature,
                                            log_prior, on_empty, device, dtype, working_memory)
@@ -169,7 +169,7 @@ def _sdpa_applies(spec, backend):
     it cannot is an error)."""
     T = spec.temperature
     sdpa_ok = (
-        spec.scorer.squared  # SDPA's augmented coordinates give squared distances only
+        spec.keys.squared  # SDPA's augmented coordinates give squared distances only
         and spec.n_neighbors is None
         and spec.radius is None
         and spec.self_index is None

@@ -8,7 +8,7 @@ from ._attention import attention
 from ._budget import budget_bytes, cache_row_slices
 from ._inputs import clamp_log_temperature
 from ._metric_training import _LOG_EPS, key_log_prior, soft_neighbour_loss
-from ._scores import Scorer
+from ._scores import PreparedKeys
 from ._softmax import flushed_exp
 
 # Temperature calibration: a grid over log T around the trained value, then two finer grids
@@ -36,8 +36,8 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     n_pairs = queries.shape[0] * keys.shape[0]
     scores = None
     if 3 * n_pairs * X.element_size() <= budget_bytes(None):
-        scorer = Scorer(keys, metric_map.kind)
-        scores = scorer.logits(scorer.prepare_queries(queries), 0, scorer.n_keys, scale=1.0)
+        prepared = PreparedKeys(keys, metric_map.kind)
+        scores = prepared.logits(prepared.prepare_queries(queries), 0, prepared.n_keys, scale=1.0)
         # [values, 1]^T: one product gives each row's weighted values and its normaliser
         values_1t = torch.cat([values, values.new_ones((values.shape[0], 1))], 1).T.contiguous()
 

@@ -1,7 +1,7 @@
 """Validation of engine inputs into one problem object, :class:`Spec` (torch only).
 
 :func:`attention` and :func:`kneighbors` validate their arguments once, here, into a ``Spec``:
-tensors on the compute device and dtype, the prepared keys (``Scorer``), the priors and masks,
+tensors on the compute device and dtype, the prepared keys (``PreparedKeys``), the priors and masks,
 the temperature and the scratch budget. Backends read the spec and nothing else. The checks of
 single values (temperature, counts, radius) are shared with the kernels of ``_kernels.py``.
 """
@@ -17,7 +17,7 @@ import torch
 from ._budget import budget_bytes
 from ._device import is_auto_device, resolve_device, resolve_dtype
 from ._masks import Radius
-from ._scores import ENGINE_METRICS, Scorer
+from ._scores import ENGINE_METRICS, PreparedKeys
 from ._softmax import product_values
 
 
@@ -25,6 +25,7 @@ from ._softmax import product_values
 class Spec:
     """One validated attention (or k-NN) problem on its compute device and dtype.
 
+    ``keys`` are the prepared keys (the caller's, or prepared here for this call);
     ``values`` is 2-D (``squeeze`` says whether the caller's was 1-D), ``values_mm`` the same
     as products take them (``_softmax.product_values``, built on first use: only the streaming
     backend's products need the copy); ``temperature`` a float,
@@ -39,7 +40,7 @@ class Spec:
     device: torch.device
     dtype: torch.dtype
     queries: torch.Tensor
-    scorer: Scorer
+    keys: PreparedKeys
     values: torch.Tensor = None
     values_mm_of: object = None
     squeeze: bool = False
@@ -68,14 +69,14 @@ class Spec:
 
     @property
     def n_keys(self):
-        return self.scorer.n_keys
+        return self.keys.n_keys
 
 
 def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, exclude_self,
               device, dtype, working_memory, temperature=1.0, return_weights=False,
               n_weights=None, on_empty="raise", progress=False):
     """Validate the arguments of :func:`attention` (``values`` given) or :func:`kneighbors`."""
-    prepared = keys if isinstance(keys, Scorer) else None
+    prepared = keys if isinstance(keys, PreparedKeys) else None
     if prepared is not None:
         # keys validated and prepared once (prepare_keys): no per-call pass over them
         dev, dt = prepared.raw.device, prepared.raw.dtype
@@ -113,7 +114,7 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
     self_index = check_exclude_self(exclude_self, n_q, n_k, dev)
     budget = budget_bytes(working_memory)
     spec = Spec(
-        device=dev, dtype=dt, queries=Q, scorer=prepared or Scorer(K, metric),
+        device=dev, dtype=dt, queries=Q, keys=prepared or PreparedKeys(K, metric),
         n_neighbors=n_neighbors,
         radius=radius, prior_vec=prior_vec, prior_fn=prior_fn, self_index=self_index,
         budget=budget, progress=progress, as_numpy=not isinstance(queries, torch.Tensor),
@@ -136,7 +137,7 @@ def differentiated(spec):
     is learned."""
     return torch.is_grad_enabled() and (
         spec.queries.requires_grad
-        or spec.scorer.keys.requires_grad
+        or spec.keys.keys.requires_grad
         or spec.values.requires_grad
         or isinstance(spec.temperature, torch.Tensor)
         or (spec.prior_vec is not None and spec.prior_vec.requires_grad)
@@ -157,7 +158,7 @@ def prepare_keys(keys, *, metric="sqeuclidean", device="auto", dtype=None):
         )
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, keys)
-    return Scorer(as_tensor(keys, "keys", dev, dt, ndims=(2,)), metric)
+    return PreparedKeys(as_tensor(keys, "keys", dev, dt, ndims=(2,)), metric)
 
 
 def averaging_dtype(values, temperature, dtype, device):
@@ -210,7 +211,7 @@ def checked_log_prior(prepared, log_prior, n_keys, device, dtype):
 
 def _remembered(prepared, name, source, build, *key):
     """``build()``, remembered on prepared keys for the same unmodified ``source`` tensor and
-    ``key`` (``Scorer.remembered``; the call's device is the prepared keys')."""
+    ``key`` (``PreparedKeys.remembered``; the call's device is the prepared keys')."""
     return build() if prepared is None else prepared.remembered(name, source, build, *key)
 
 

@@ -3,7 +3,8 @@
 scaling by the temperature.
 
 A block is the scores of a block of queries (rows ``qs:qe``) against a block of keys (columns
-``ks:ke``). Scores are *partial* (``||q||^2 - f``, see ``Scorer``); masks set them to ``-inf``.
+``ks:ke``). Scores are *partial* (``||q||^2 - f``, see ``PreparedKeys``); masks set them to
+``-inf``.
 """
 
 import math
@@ -18,7 +19,7 @@ class Radius:
     """The radius prior: key j is kept for query i when f(q_i, k_j) <= r_ij**2, where r_ij is one
     number or ``max(query_radius[i], key_radius[j])``.
 
-    Blocks hold partial scores ``s = ||q||^2 - f`` (see ``Scorer``), so the fast test is
+    Blocks hold partial scores ``s = ||q||^2 - f`` (see ``PreparedKeys``), so the fast test is
     ``s >= ||q||^2 - r_ij**2`` (:meth:`threshold`). Only keys within the rounding margin of that
     threshold are settled on exact distances (``_exact.settle``), so a key at distance exactly
     ``r`` is always kept, as in scikit-learn. A ``lenient`` block keeps those keys unsettled
@@ -36,15 +37,15 @@ class Radius:
             self.max_r2 = float(torch.cat([self.query_r2_exact, self.key_r2_exact]).max())
         self._qoff = self._q_r2 = self._rows = None
 
-    def start_block(self, scorer, q, q_raw, rows, budget, lenient=False):
+    def start_block(self, prepared, q, q_raw, rows, budget, lenient=False):
         """Prepare the query rows ``rows`` (a slice or index tensor of the queries); ``q`` are
         their centred coordinates, ``q_raw`` the uncentred ones."""
         q = q.detach()
-        self._scorer, self._q_raw, self._rows, self._budget = scorer, q_raw, rows, budget
+        self._keys, self._q_raw, self._rows, self._budget = prepared, q_raw, rows, budget
         self._lenient = lenient
         eps = torch.finfo(q.dtype).eps
-        self._margin = (scorer.margin(q) + 4 * eps * self.max_r2)[:, None]
-        self._qoff = scorer.query_offset(q)[:, None]
+        self._margin = (prepared.margin(q) + 4 * eps * self.max_r2)[:, None]
+        self._qoff = prepared.query_offset(q)[:, None]
         if self.radius is not None:
             self._qoff = self._qoff - self.radius**2
         else:
@@ -69,7 +70,7 @@ class Radius:
             return excess > self._margin
 
         def exact_excess(rows, cols):
-            f = self._scorer.exact_pairs(self._q_raw, rows, cols + ks, self._budget)
+            f = self._keys.exact_pairs(self._q_raw, rows, cols + ks, self._budget)
             return f - self.exact_r2(rows, cols + ks)
 
         return settle(excess, self._margin, exact_excess)
@@ -115,8 +116,8 @@ def _masked(s, mask, inplace):
 
 def raw_scores(spec, q, rows, ks, ke, q_index, inplace, augmented=None):
     """Partial scores of a block (query rows ``rows``, a slice or an index tensor) with every
-    mask applied (-inf), and the callable prior's bias (``augmented``: ``Scorer.block``'s)."""
-    s = spec.scorer.block(q, ks, ke, augmented=augmented)
+    mask applied (-inf), and the callable prior's bias (``augmented``: ``PreparedKeys.block``'s)."""
+    s = spec.keys.block(q, ks, ke, augmented=augmented)
     if spec.radius is not None:
         s = _masked(s, spec.radius.outside(s, ks, ke), inplace)
     if spec.self_index is not None:

@@ -22,7 +22,7 @@ from ._inputs import clamp_log_temperature
 from ._one_block import self_mask, single_block_attention
 from ._optimizers import Adam, AveragingOptimizer
 from ._parallel import small_work_single_threaded
-from ._scores import Scorer
+from ._scores import PreparedKeys
 from ._training import Callback, EarlyStopping, TrainingHistory, run_training
 
 _LOG_EPS = 1e-7  # floor of a propagated class probability inside the log-loss
@@ -179,7 +179,7 @@ class _MinibatchStep:
         if not self.log_temperature.requires_grad:
             temperature = float(temperature)  # a fixed temperature: a float, as attention() has it
         prior = None if self.log_prior is None else self.log_prior[cand_d]
-        prepared = Scorer(keys, self.metric_map.kind, check_finite=False)
+        prepared = PreparedKeys(keys, self.metric_map.kind, check_finite=False)
         self.optimizer.zero_grad(set_to_none=True)
         batch_loss = self._backward(queries, prepared, self.values[cand_d], temperature, prior,
                                     own_d, self.values[batch_d], w)
@@ -283,23 +283,23 @@ class _SwapBack(Callback):
         return False
 
 
-def _minibatch_attention(queries, scorer, values, temperature, log_prior, own):
+def _minibatch_attention(queries, prepared, values, temperature, log_prior, own):
     """The attention of a training step: :func:`attention` of the minibatch ``queries`` over
-    the candidate keys prepared in ``scorer``, each query's own key ``own`` excluded, computed
+    the prepared candidate keys ``prepared``, each query's own key ``own`` excluded, computed
     as its streaming backend computes it (one block of every key), without the public entry's
     checks of its arguments: they are internal tensors of the step, whose loss is checked
     instead, and at 256 x 512 candidates those checks and the dispatch took about a tenth of a
     step. Where that backend would do otherwise (more keys than one block holds, a row that
     could be left without a key) it is :func:`attention` itself."""
-    if scorer.n_keys <= CPU_WHOLE_ROW_KEYS:
-        work = queries.shape[0] * scorer.n_keys * (scorer.dim + values.shape[1])
+    if prepared.n_keys <= CPU_WHOLE_ROW_KEYS:
+        work = queries.shape[0] * prepared.n_keys * (prepared.dim + values.shape[1])
         with small_work_single_threaded(work, queries.device):  # as attention() runs it
-            out = single_block_attention(scorer, scorer.centre(queries), values,
+            out = single_block_attention(prepared, prepared.centre(queries), values,
                                          1.0 / temperature, log_prior,
-                                         self_mask(own, scorer.n_keys))
+                                         self_mask(own, prepared.n_keys))
         if out is not None:
             return out
-    return attention(queries, scorer.raw, values, metric=scorer.metric, temperature=temperature,
+    return attention(queries, prepared.raw, values, metric=prepared.metric, temperature=temperature,
                      log_prior=log_prior, exclude_self=own, on_empty="zero",
                      device=queries.device, dtype=queries.dtype)
 

@@ -20,7 +20,7 @@ from ._scores import ROW_MULTIPLE, distance_logits, distance_logits_grads
 from ._softmax import flushed_exp, flushed_softmax, rows_times
 
 
-def single_block_attention(scorer, q, v, scale, log_prior, mask=None):
+def single_block_attention(prepared, q, v, scale, log_prior, mask=None):
     """``softmax(logits) @ v`` of queries ``q`` against every key in one block, under autograd,
     or ``None`` where a row could have no unmasked key (the caller's general path handles it).
 
@@ -32,13 +32,13 @@ def single_block_attention(scorer, q, v, scale, log_prior, mask=None):
     """
     if log_prior is not None and bool(torch.isneginf(log_prior).any()):
         return None  # a zero-weight key: a row of such keys alone would have no softmax
-    if mask is not None and scorer.n_keys < 2:
+    if mask is not None and prepared.n_keys < 2:
         return None
-    if scorer.squared:
-        z = scorer.logits(q, 0, scorer.n_keys, scale=scale, log_prior=log_prior)
+    if prepared.squared:
+        z = prepared.logits(q, 0, prepared.n_keys, scale=scale, log_prior=log_prior)
         return _SingleBlockSoftmax.apply(z, None, None, None, v, mask)
-    partial = scorer.block(q, 0, scorer.n_keys)
-    return _SingleBlockSoftmax.apply(partial, scorer.query_offset(q), scale, log_prior, v, mask)
+    partial = prepared.block(q, 0, prepared.n_keys)
+    return _SingleBlockSoftmax.apply(partial, prepared.query_offset(q), scale, log_prior, v, mask)
 
 
 def self_mask(own, n_keys):
@@ -125,7 +125,7 @@ class _SingleBlockSoftmax(torch.autograd.Function):
         return (g if need_partial else None), d_offset, d_scale, d_prior, d_v, None
 
 
-def few_rows_over_prepared_keys(queries, scorer, values, metric, temperature, log_prior,
+def few_rows_over_prepared_keys(queries, prepared, values, metric, temperature, log_prior,
                                  on_empty, device, dtype, working_memory):
     """Dense attention of a few query rows (a tensor, at most ``ROW_MULTIPLE``: a web
     service's single row) over keys prepared for the ``"euclidean"`` kind (a learned tabular
@@ -134,63 +134,63 @@ def few_rows_over_prepared_keys(queries, scorer, values, metric, temperature, lo
     the general path (a quarter of a single-row call). ``None`` where the general path applies
     (it then checks the arguments and says what is wrong): anything else, a result that is
     not finite."""
-    if (scorer.squared or scorer.n_keys == 0 or not isinstance(queries, torch.Tensor)
+    if (prepared.squared or prepared.n_keys == 0 or not isinstance(queries, torch.Tensor)
             or queries.ndim != 2 or on_empty not in ("raise", "zero")
-            or (torch.is_grad_enabled() and scorer.keys.requires_grad)
+            or (torch.is_grad_enabled() and prepared.keys.requires_grad)
             or not 0 < queries.shape[0] <= ROW_MULTIPLE or queries.requires_grad
-            or queries.dtype != scorer.raw.dtype or queries.device != scorer.raw.device
-            or queries.shape[1] != scorer.n_features
+            or queries.dtype != prepared.raw.dtype or queries.device != prepared.raw.device
+            or queries.shape[1] != prepared.n_features
             or not isinstance(temperature, float) or not 0.0 < temperature < math.inf
             or not isinstance(values, torch.Tensor) or values.requires_grad
             or not (log_prior is None or isinstance(log_prior, torch.Tensor))):
         return None
-    n_q, n_k = queries.shape[0], scorer.n_keys
-    dev, dt = scorer.raw.device, scorer.raw.dtype
+    n_q, n_k = queries.shape[0], prepared.n_keys
+    dev, dt = prepared.raw.device, prepared.raw.dtype
     try:  # any error is the general path's to report, in its order
-        check_prepared(scorer, metric, device, dtype)
-        V = checked_values(scorer, values, n_k, dev, dt)
-        prior_vec, _, key_mask = checked_log_prior(scorer, log_prior, n_k, dev, dt)
+        check_prepared(prepared, metric, device, dtype)
+        V = checked_values(prepared, values, n_k, dev, dt)
+        prior_vec, _, key_mask = checked_log_prior(prepared, log_prior, n_k, dev, dt)
         n_values, budget = V.shape[1] if V.ndim == 2 else 1, budget_bytes(working_memory)
         # whether the streaming plan holds these rows and every key in one block: remembered
         # on the keys (the plan's arithmetic was a tenth of a single-row call)
-        one_block = scorer.remembered(
-            "one_block", scorer.raw, lambda: _one_block_plan(n_q, scorer, n_values, budget),
+        one_block = prepared.remembered(
+            "one_block", prepared.raw, lambda: _one_block_plan(n_q, prepared, n_values, budget),
             n_q, n_values, budget)
     except (ValueError, TypeError, MemoryError):
         return None
     if not one_block or key_mask is not None or (
             prior_vec is not None and prior_vec.requires_grad):
         return None
-    squeeze, V, values_mm_of = values_for_products(scorer, values, V)
+    squeeze, V, values_mm_of = values_for_products(prepared, values, V)
     values_mm = values_mm_of()  # remembered on the keys: built outside inference mode
     # Inference mode: no view or version tracking on the call's dozen ops (measured: a
     # single-row predict of the default classifier 37 us faster, of about 550). Its tensors
     # stay inside: the result is returned as an ordinary tensor, which autograd may use.
-    with torch.inference_mode(), rows_single_threaded(scorer, n_q, V.shape[1]):
-        out = one_block_attention(scorer, queries, temperature, prior_vec, values_mm,
+    with torch.inference_mode(), rows_single_threaded(prepared, n_q, V.shape[1]):
+        out = one_block_attention(prepared, queries, temperature, prior_vec, values_mm,
                                   V.shape[1])
     if out is None:
         return None
     return (out[:, 0] if squeeze else out).clone()
 
 
-def _one_block_plan(n_q, scorer, n_values, budget):
-    """Whether :func:`dense_plan` of ``n_q`` queries over the prepared keys ``scorer`` puts
+def _one_block_plan(n_q, prepared, n_values, budget):
+    """Whether :func:`dense_plan` of ``n_q`` queries over the prepared keys ``prepared`` puts
     them and every key in one block."""
-    item = scorer.raw.element_size()
-    _, bq, bk = dense_plan(n_q, scorer.n_keys, scorer.n_features, n_values, pair_bytes(item),
-                           None, scorer.raw.device, True, budget, item)
-    return bk >= scorer.n_keys and n_q <= bq
+    item = prepared.raw.element_size()
+    _, bq, bk = dense_plan(n_q, prepared.n_keys, prepared.n_features, n_values, pair_bytes(item),
+                           None, prepared.raw.device, True, budget, item)
+    return bk >= prepared.n_keys and n_q <= bq
 
 
-def one_block_attention(scorer, Q, T, prior_vec, values_mm, dv):
+def one_block_attention(prepared, Q, T, prior_vec, values_mm, dv):
     """Dense attention of a few queries ``Q`` over every key in one block (a web service's
     single row), without the blockwise loop's machinery (closures, state objects, empty-row
     passes: about a fifth of a single-row call): the operations of ``OnlineSoftmax.single``,
     so each row equals the same row in any batch. ``None`` where a result is not finite (an
     empty row, an overflow): the general path then says which."""
     with _mkl_threads(1):
-        z = scorer.logits(scorer.prepare_queries(Q), 0, scorer.n_keys, scale=1.0 / T,
+        z = prepared.logits(prepared.prepare_queries(Q), 0, prepared.n_keys, scale=1.0 / T,
                           log_prior=prior_vec)
         out = rows_times(flushed_softmax(z, z.amax(1)), values_mm)[:, :dv]
     # every entry is finite when their sum is (one reduction; a sum that overflows sends the

@@ -36,7 +36,7 @@ def small_calls_single_threaded(spec):
     one core: its kernels are too short for a parallel region to pay, and on a busy machine every
     region waits for a descheduled thread (measured: a single-row predict 5.5 ms with two torch
     threads under load, 1.35 ms with one). The caller's thread count is restored afterwards."""
-    width = spec.scorer.dim + (spec.values.shape[1] if spec.values is not None else 0)
+    width = spec.keys.dim + (spec.values.shape[1] if spec.values is not None else 0)
     return small_work_single_threaded(spec.n_queries * spec.n_keys * width, spec.device)
 
 
@@ -52,8 +52,8 @@ def small_work_single_threaded(work, device):
 
 def rows_single_threaded(prepared, n_rows, n_values):
     """:func:`small_work_single_threaded` of ``n_rows`` queries over ``prepared`` keys
-    (``Scorer``) with ``n_values`` values: a caller that maps a few rows before their attention
-    (an estimator's learned map) enters it once around both."""
+    (``PreparedKeys``) with ``n_values`` values: a caller that maps a few rows before their
+    attention (an estimator's learned map) enters it once around both."""
     return small_work_single_threaded(n_rows * prepared.n_keys * (prepared.dim + n_values),
                                       prepared.raw.device)
 

@@ -8,12 +8,12 @@ translation invariant) to limit cancellation.
 
 Euclidean scores (``"euclidean"``, -||q - k||, the non-squared distance of ModernNCA) need the
 whole distance, so their blocks add the per-query term back and take a square root
-(:meth:`Scorer.to_scores`); everything that selects keys (k-NN, radius, ``T = 0``) works on
+(:meth:`PreparedKeys.to_scores`); everything that selects keys (k-NN, radius, ``T = 0``) works on
 the squared distances as for ``"sqeuclidean"``, which order keys the same way.
 
 These fast scores are rounded (the centring, the matmul); selections are never decided on them
-alone. :meth:`Scorer.margin` bounds their rounding error and :meth:`Scorer.exact_f` /
-:meth:`Scorer.exact_pairs` give the exact values (float64 differences of the uncentred
+alone. :meth:`PreparedKeys.margin` bounds their rounding error and :meth:`PreparedKeys.exact_f` /
+:meth:`PreparedKeys.exact_pairs` give the exact values (float64 differences of the uncentred
 coordinates) that ``_exact.py`` settles the close calls with.
 """
 
@@ -52,7 +52,7 @@ def padded_rows(x, multiple=ROW_MULTIPLE):
     return x if pad == 0 else torch.nn.functional.pad(x, (0, 0, 0, pad))
 
 
-class Scorer:
+class PreparedKeys:
     """Prepared keys for blockwise scoring.
 
     Parameters

@@ -130,7 +130,7 @@ def _nearest_partial(spec, n_select, key_offset):
     n_q = spec.n_queries
     fs, idxs = [], []
     for *_, f, idx in nearest_blocks(spec, spec.n_neighbors, 0, "shard selection"):
-        fs.append(f if spec.scorer.squared else f.sqrt())  # kneighbors' distances
+        fs.append(f if spec.keys.squared else f.sqrt())  # kneighbors' distances
         idxs.append(idx)
     f = torch.cat(fs) if fs else torch.zeros((n_q, spec.n_neighbors), dtype=torch.float64)
     idx = torch.cat(idxs) if idxs else torch.full((n_q, spec.n_neighbors), -1)

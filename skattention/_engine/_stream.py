@@ -28,7 +28,7 @@ def stream_attention(spec, state_only=False):
     sum of ``exp(z - m)`` and weighted values: what shards of the keys merge, ``_shards.py``)."""
     stream = _Stream(spec, state_only)
     if stream.one_block_fits():
-        out = one_block_attention(spec.scorer, spec.queries, spec.temperature, spec.prior_vec,
+        out = one_block_attention(spec.keys, spec.queries, spec.temperature, spec.prior_vec,
                                   spec.values_mm, stream.dv)
         if out is not None:
             return (out,)
@@ -56,8 +56,8 @@ class _Stream:
 
     def __init__(self, spec, state_only):
         self.spec, self.state_only = spec, state_only
-        scorer, Q, T, n_weights = spec.scorer, spec.queries, spec.temperature, spec.n_weights
-        self.n_q, self.n_k, self.dv = Q.shape[0], scorer.n_keys, spec.values.shape[1]
+        prepared, Q, T, n_weights = spec.keys, spec.queries, spec.temperature, spec.n_weights
+        self.n_q, self.n_k, self.dv = Q.shape[0], prepared.n_keys, spec.values.shape[1]
         self.V_mm = spec.values_mm  # padded once for the products of every block
         self.inplace = not spec.grad
         self.uniform = T == math.inf
@@ -77,7 +77,7 @@ class _Stream:
                              and not state_only)
         self.shift_keys = None
         if self._shifts_logits():
-            self.shift_keys = shifted_logit_keys(scorer, 1.0 / T, spec.prior_vec)
+            self.shift_keys = shifted_logit_keys(prepared, 1.0 / T, spec.prior_vec)
 
     def one_block_fits(self):
         """Whether the whole call is one block of plain logits (``one_block_attention``)."""
@@ -94,28 +94,28 @@ class _Stream:
         with augmented keys (a copy of the keys) that fit a quarter of the budget."""
         spec = self.spec
         return (self.inplace and not self.need_raw and not spec.n_weights
-                and not self.state_only and spec.scorer.squared and spec.key_mask is None
+                and not self.state_only and spec.keys.squared and spec.key_mask is None
                 and not isinstance(spec.temperature, torch.Tensor) and self.n_k > self.bk
                 and spec.queries.device.type == "cpu" and _shift_keys_fit(spec))
 
     def query_block(self, qs):
         """``(out, weights, indices)`` of the query block starting at row ``qs`` (weights and
         indices ``None`` unless tracked), or its online softmax state (``state_only``)."""
-        spec, scorer = self.spec, self.spec.scorer
+        spec, prepared = self.spec, self.spec.keys
         qe = min(self.n_q, qs + self.bq)
         rows = slice(qs, qe)
-        q_raw = scorer.map_queries(spec.queries[qs:qe])
-        q = scorer.centre(q_raw)
+        q_raw = prepared.map_queries(spec.queries[qs:qe])
+        q = prepared.centre(q_raw)
         block = block_spec(spec)
         if block.radius is not None:
-            block.radius.start_block(scorer, q, q_raw, rows, spec.budget)
+            block.radius.start_block(prepared, q, q_raw, rows, spec.budget)
         state = OnlineSoftmax(qe - qs, self.dv, self.V_mm, q, blocks=not self.single_block)
         top = (TopK(qe - qs, spec.n_weights, q, with_aux=self.uniform) if spec.n_weights
                else None)
         if self.single_block and spec.grad and not self.need_raw:
             mask = None if spec.self_index is None else self_mask(spec.self_index[qs:qe],
                                                                   self.n_k)
-            out = single_block_attention(scorer, q, spec.values, 1.0 / spec.temperature,
+            out = single_block_attention(prepared, q, spec.values, 1.0 / spec.temperature,
                                          spec.prior_vec, mask)
             if out is not None:
                 return out, None, None
@@ -124,10 +124,10 @@ class _Stream:
 
     def _key_blocks(self, block, q, rows, state, top):
         """Every key block into the query block's online softmax ``state`` (and ``top``)."""
-        spec, scorer, T = self.spec, self.spec.scorer, self.spec.temperature
+        spec, prepared, T = self.spec, self.spec.keys, self.spec.temperature
         q_index = query_index(spec, rows, q.device)
         q_shift = None
-        augmented = scorer.augmented(q) if self.need_raw else None
+        augmented = prepared.augmented(q) if self.need_raw else None
         for ks in range(0, self.n_k, self.bk):
             ke = min(self.n_k, ks + self.bk)
             if q_shift is not None:
@@ -140,10 +140,10 @@ class _Stream:
                     z = aux = torch.where(s > NEG_INF, prior.expand_as(s), NEG_INF)
                     rank = s
                 else:
-                    z = scaled(scorer.to_scores(s, q), T) + prior
+                    z = scaled(prepared.to_scores(s, q), T) + prior
                     rank, aux = z, None
             else:
-                z = scorer.logits(q, ks, ke, scale=1.0 / T, log_prior=spec.prior_vec)
+                z = prepared.logits(q, ks, ke, scale=1.0 / T, log_prior=spec.prior_vec)
                 if spec.self_index is not None:
                     z = mask_self(z, spec.self_index, rows, ks, ke, inplace=True)
                 rank, aux = z, None
@@ -160,7 +160,7 @@ class _Stream:
     def _add_shifted(self, state, q, q_shift, rows, ks, ke):
         """A key block's logits less the rows' running shift, in one product with the shifted
         keys, into ``state``; rows whose block sum is too large are redone on plain logits."""
-        spec, scorer, T = self.spec, self.spec.scorer, self.spec.temperature
+        spec, prepared, T = self.spec, self.spec.keys, self.spec.temperature
         n_rows = rows.stop - rows.start
         q_shift[:n_rows, -1] = -state.m
         z = torch.mm(q_shift, self.shift_keys[:, ks:ke])[:n_rows]
@@ -168,7 +168,7 @@ class _Stream:
             z = mask_self(z, spec.self_index, rows, ks, ke, inplace=True)
 
         def redo(bad):
-            z = scorer.logits(q[bad], ks, ke, scale=1.0 / T, log_prior=spec.prior_vec)
+            z = prepared.logits(q[bad], ks, ke, scale=1.0 / T, log_prior=spec.prior_vec)
             if spec.self_index is not None:
                 z = mask_self(z, spec.self_index, bad + rows.start, ks, ke, inplace=True)
             return z
@@ -182,9 +182,9 @@ class _Stream:
             # Partial scores are ||q||^2 - f in the keys' centred coordinates; states of other
             # key sets (shards, centred elsewhere) compare on -f / T: remove the query term
             # ("euclidean" logits are whole scores already).
-            whole = self.uniform or not spec.scorer.squared
+            whole = self.uniform or not spec.keys.squared
             max_z = (state.m if whole
-                     else state.m - scaled(spec.scorer.query_offset(q), spec.temperature))
+                     else state.m - scaled(spec.keys.query_offset(q), spec.temperature))
             return (max_z, state.l, state.o[:, :dv]), None, None
         if top is None:
             if state.l is not None:  # None: one softmax over every key, no row empty
@@ -223,21 +223,21 @@ def _shift_keys_fit(spec):
     """Whether the augmented keys of the shifted path (a copy of the keys) fit a quarter of
     the budget."""
     item = spec.queries.element_size()
-    return spec.n_keys * (spec.scorer.dim + 2) * item <= spec.budget // 4
+    return spec.n_keys * (spec.keys.dim + 2) * item <= spec.budget // 4
 
 
-def shifted_logit_keys(scorer, scale, log_prior):
+def shifted_logit_keys(prepared, scale, log_prior):
     """Keys ``[coef * scale * k, scale * offset + log_prior, 1]`` (the squared kinds), so that
     the queries of :func:`shifted_queries`, ``[q, 1, -shift]``, give a block's logits less a
-    per-row shift in one product; transposed, ``(d + 2, n_keys)``, as ``Scorer.keys_t``."""
-    keys_t, d = scorer.keys_t, scorer.dim
+    per-row shift in one product; transposed, ``(d + 2, n_keys)``, as ``PreparedKeys.keys_t``."""
+    keys_t, d = prepared.keys_t, prepared.dim
     out = keys_t.new_empty((d + 2, keys_t.shape[1]))
-    torch.mul(keys_t, scorer.coef * scale, out=out[:d])
+    torch.mul(keys_t, prepared.coef * scale, out=out[:d])
     bias = out[d]
-    if scorer.key_offset is None:
+    if prepared.key_offset is None:
         bias.zero_()
     else:
-        torch.mul(scorer.key_offset, scale, out=bias)
+        torch.mul(prepared.key_offset, scale, out=bias)
     if log_prior is not None:
         bias.add_(log_prior)
     out[d + 1] = 1.0

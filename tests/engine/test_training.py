@@ -69,9 +69,9 @@ def test_epochs_of_one_step_are_not_averaged():
     assert torch.equal(weight, plain_weight) and log_t == plain_t
 
 
-def _old_step_attention(queries, scorer, values, temperature, log_prior, own):
+def _old_step_attention(queries, prepared, values, temperature, log_prior, own):
     """A training step's attention as it was computed before its own entry: the public one."""
-    return attention(queries, scorer.raw, values, metric=scorer.metric, temperature=temperature,
+    return attention(queries, prepared.raw, values, metric=prepared.metric, temperature=temperature,
                      log_prior=log_prior, exclude_self=own, on_empty="zero",
                      device=queries.device, dtype=queries.dtype)
 
