@@ -145,7 +145,7 @@ def attention(
     if (isinstance(keys, PreparedKeys) and n_neighbors is None and radius is None
             and exclude_self is False and not return_weights and backend == "auto"):
         out = few_rows_over_prepared_keys(queries, keys, values, metric, temperature,
-                                           log_prior, on_empty, device, dtype, working_memory)
+                                          log_prior, on_empty, device, dtype, working_memory)
         if out is not None:
             return out
     spec = make_spec(

@@ -52,8 +52,7 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     # likeliest to be wrong counted once as if it were (the loss of its likeliest wrong class,
     # with the mean weight). Without it, a validation split that the map separates perfectly
     # (small or easy sets) is fitted best by T -> 0, and the test set's rare errors then get
-    # probabilities near 0 (log-loss 0.4-0.9 on wdbc, 65 validation points, against 0.1-0.3
-    # for HistGradientBoosting).
+    # probabilities near 0, a large log-loss (docs/performance.md, "Engine design notes").
     pseudo_weight = float(total) / weight_val.shape[0] if loss == "log_loss" else 0.0
 
     def objective(loss_sum, wrong):
@@ -78,8 +77,8 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
                 else:
                     torch.add(log_prior, chunk, alpha=math.exp(-log_t), out=z)
                     z.sub_(z.amax(1, keepdim=True))
-                # (the flush: this calibration took 0.88 s without it, 0.53 s with, on magic;
-                # values^T @ p^T: 4 times faster than p @ values for a few values, measured)
+                # flushed exponentials and values^T @ p^T, the fast forms for a few values
+                # (docs/performance.md, "Fit")
                 sums_1 = (values_1t @ flushed_exp(z, inplace=True).T).T
                 loss_sum, wrong = terms(sums_1[:, :-1] / sums_1[:, -1:], rows)
                 sums[j] += loss_sum

@@ -36,9 +36,9 @@ MAX_CELL_ENTRIES = 1 << 24
 # At most this many cells (their chain holds a square matrix of their distances); a cell of
 # more keys is cut into more blocks.
 _MAX_CELLS = 1024
-# Calls the cells serve: at least this many queries, key blocks and query-key pairs (about
-# 0.2 s of selection on 2 cores: building the cells, once per prepared keys, took 0.08 s over
-# 100,000 x 32 keys, and telling whether they pay 13 ms a call).
+# Calls the cells serve: at least this many queries, key blocks and query-key pairs: enough
+# selection work that building the cells (once per prepared keys) and telling whether they pay
+# (once per call) cost little beside it (docs/performance.md, "Key cells").
 MIN_QUERIES = 2048
 MIN_BLOCKS = 16
 MIN_PAIRS = 1 << 28
@@ -116,8 +116,8 @@ class KeyCells:
         queries, an upper bound on each one's k-th nearest ``f`` (its k-th exact ``f`` over the
         keys of its nearest blocks) against every block's lower bound; the cells pay when the
         keys a sampled query cannot rule out are at most ``_PAYS_UP_TO`` of all on average
-        (measured: about 0.1 on the benchmark's 10 Gaussian clusters, 1.0 on one Gaussian
-        cloud)."""
+        (clustered keys rule out most, a cloud without clusters none: docs/performance.md,
+        "Key cells")."""
         n_q = queries.shape[0]
         sample = queries[torch.linspace(0, n_q - 1, min(n_q, _PAY_SAMPLE),
                                         device=queries.device).long()]

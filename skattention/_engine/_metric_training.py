@@ -258,7 +258,7 @@ def _averaged(optimizer, validate, average, n, batch_size):
     parameters and the callback that puts the live ones back after each epoch; else
     ``optimizer``, ``validate`` and no callback."""
     # The average spans at most an epoch: over more it lags behind training by epochs where an
-    # epoch is a few steps.
+    # epoch is a few steps (docs/performance.md, "Engine design notes").
     decay = None if average is None else min(average, 1.0 - 1.0 / -(-n // batch_size))
     if decay is None or decay <= 0 or validate is None:
         return optimizer, validate, []
@@ -288,9 +288,10 @@ def _minibatch_attention(queries, prepared, values, temperature, log_prior, own)
     the prepared candidate keys ``prepared``, each query's own key ``own`` excluded, computed
     as its streaming backend computes it (one block of every key), without the public entry's
     checks of its arguments: they are internal tensors of the step, whose loss is checked
-    instead, and at 256 x 512 candidates those checks and the dispatch took about a tenth of a
-    step. Where that backend would do otherwise (more keys than one block holds, a row that
-    could be left without a key) it is :func:`attention` itself."""
+    instead, and those checks and the dispatch are a noticeable part of a small step
+    (docs/performance.md, "Engine design notes"). Where that backend would do otherwise (more
+    keys than one block holds, a row that could be left without a key) it is
+    :func:`attention` itself."""
     if prepared.n_keys <= CPU_WHOLE_ROW_KEYS:
         work = queries.shape[0] * prepared.n_keys * (prepared.dim + values.shape[1])
         with small_work_single_threaded(work, queries.device):  # as attention() runs it
@@ -308,8 +309,8 @@ def batch_rows(n_candidates, n_values, dim, itemsize, working_memory=None):
     """Most minibatch rows whose training step fits ``working_memory`` (MiB; ``None``: config).
 
     Under autograd the (rows x n_candidates) scores of a step, their exponentials and, in the
-    backward pass, their gradients coexist: about 4 values and a mask byte per pair (measured:
-    13 bytes per pair in float32), plus per-row outputs, targets and gradients.
+    backward pass, their gradients coexist: about 4 values and a mask byte per pair
+    (docs/engine.md, "Memory"), plus per-row outputs, targets and gradients.
     """
     return plan_rows(
         None, row_bytes=n_candidates * (4 * itemsize + 2) + itemsize * (4 * n_values + 4 * dim + 8),

@@ -48,8 +48,8 @@ def self_mask(own, n_keys):
 
 
 def _outer_rows(a, b, out):
-    """``a @ b`` into ``out`` for ``a`` with few columns: one broadcast pass per column
-    (4 times faster than BLAS's rank-2 product over 2,048 columns, measured)."""
+    """``a @ b`` into ``out`` for ``a`` with few columns: one broadcast pass per column, which
+    beats BLAS's product of such thin operands (docs/performance.md, "Engine design notes")."""
     if a.shape[1] > 8:
         return torch.mm(a, b, out=out)
     torch.mul(a[:, :1], b[0], out=out)
@@ -81,12 +81,12 @@ class _SingleBlockSoftmax(torch.autograd.Function):
             if mask is not None:
                 mask(z, rows)
             z.sub_(z.amax(1, keepdim=True))
-            # (measured: a regressor on residual targets, whose sharper attention put many
-            # weights below exp(-60), ran this pass and the backward up to 4 times slower)
+            # flushed: subnormal weights slow this pass and the backward many times over
+            # (docs/performance.md, "Fit")
             flushed_exp(z, inplace=True)
             z.div_(z.sum(1, keepdim=True))
-            # z @ v as v^T's rows against z's: BLAS's (rows x keys) @ (keys x few) is about
-            # 8 times slower than this form for a few values (measured, float32).
+            # z @ v as v^T's rows against z's: the form BLAS handles well for a few values
+            # (docs/performance.md, "Fit")
             torch.nn.functional.linear(z, v_t, out=out[rows])
         ctx.save_for_backward(p, d, v_t, out, scale if isinstance(scale, torch.Tensor) else None)
         return out
@@ -126,12 +126,13 @@ class _SingleBlockSoftmax(torch.autograd.Function):
 
 
 def few_rows_over_prepared_keys(queries, prepared, values, metric, temperature, log_prior,
-                                 on_empty, device, dtype, working_memory):
+                                on_empty, device, dtype, working_memory):
     """Dense attention of a few query rows (a tensor, at most ``ROW_MULTIPLE``: a web
     service's single row) over keys prepared for the ``"euclidean"`` kind (a learned tabular
     metric's predict), computed as the streaming backend computes it when its plan holds every
     key in one block (:func:`one_block_attention`), without the spec and the backend choice of
-    the general path (a quarter of a single-row call). ``None`` where the general path applies
+    the general path (a good part of a single-row call: docs/performance.md, "One row at a
+    time"). ``None`` where the general path applies
     (it then checks the arguments and says what is wrong): anything else, a result that is
     not finite."""
     if (prepared.squared or prepared.n_keys == 0 or not isinstance(queries, torch.Tensor)
@@ -152,7 +153,7 @@ def few_rows_over_prepared_keys(queries, prepared, values, metric, temperature, 
         prior_vec, _, key_mask = checked_log_prior(prepared, log_prior, n_k, dev, dt)
         n_values, budget = V.shape[1] if V.ndim == 2 else 1, budget_bytes(working_memory)
         # whether the streaming plan holds these rows and every key in one block: remembered
-        # on the keys (the plan's arithmetic was a tenth of a single-row call)
+        # on the keys (the plan's arithmetic is a noticeable part of a single-row call)
         one_block = prepared.remembered(
             "one_block", prepared.raw, lambda: _one_block_plan(n_q, prepared, n_values, budget),
             n_q, n_values, budget)
@@ -163,9 +164,9 @@ def few_rows_over_prepared_keys(queries, prepared, values, metric, temperature, 
         return None
     squeeze, V, values_mm_of = values_for_products(prepared, values, V)
     values_mm = values_mm_of()  # remembered on the keys: built outside inference mode
-    # Inference mode: no view or version tracking on the call's dozen ops (measured: a
-    # single-row predict of the default classifier 37 us faster, of about 550). Its tensors
-    # stay inside: the result is returned as an ordinary tensor, which autograd may use.
+    # Inference mode: no view or version tracking on the call's dozen ops (docs/performance.md,
+    # "One row at a time"). Its tensors stay inside: the result is returned as an ordinary
+    # tensor, which autograd may use.
     with torch.inference_mode(), rows_single_threaded(prepared, n_q, V.shape[1]):
         out = one_block_attention(prepared, queries, temperature, prior_vec, values_mm,
                                   V.shape[1])
@@ -186,12 +187,12 @@ def _one_block_plan(n_q, prepared, n_values, budget):
 def one_block_attention(prepared, Q, T, prior_vec, values_mm, dv):
     """Dense attention of a few queries ``Q`` over every key in one block (a web service's
     single row), without the blockwise loop's machinery (closures, state objects, empty-row
-    passes: about a fifth of a single-row call): the operations of ``OnlineSoftmax.single``,
+    passes, which weigh on a single-row call): the operations of ``OnlineSoftmax.single``,
     so each row equals the same row in any batch. ``None`` where a result is not finite (an
     empty row, an overflow): the general path then says which."""
     with _mkl_threads(1):
         z = prepared.logits(prepared.prepare_queries(Q), 0, prepared.n_keys, scale=1.0 / T,
-                          log_prior=prior_vec)
+                            log_prior=prior_vec)
         out = rows_times(flushed_softmax(z, z.amax(1)), values_mm)[:, :dv]
     # every entry is finite when their sum is (one reduction; a sum that overflows sends the
     # call to the general path, which checks entry by entry)

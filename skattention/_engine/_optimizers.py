@@ -9,7 +9,8 @@ class Adam:
     instead of an L2 term in the gradient), computed as ``torch.optim``'s single-tensor code
     computes it (the optimizer torch uses for CPU parameters: the same values to the bit), with
     its ``state_dict`` layout. Not ``torch.optim`` itself: its ``Optimizer`` imports
-    ``torch._dynamo`` on first use, about a second added to the first fit of every process.
+    ``torch._dynamo`` on first use, a slow import added to the first fit of every process
+    (docs/performance.md, "Fit").
 
     ``groups``: parameters, or dicts of ``params`` and ``weight_decay``, as for ``torch.optim``.
     """

@@ -90,13 +90,13 @@ class PreparedKeys:
             self.keys, self.keys_t = keys, keys.T
         else:
             # Products take the keys transposed and contiguous (``keys`` is a view of them):
-            # with a few query rows MKL packs a transposed operand on every call (1 x 64 x
-            # 9,000 float32: 0.10 ms against 0.19), and the contiguous form gave a row the same
-            # rounding among 4 rows as among 1,024 in every shape tried, where the transposed
-            # view did not from 96 dimensions in float32 (measured with torch's MKL, 1 thread).
-            # For the distance kinds the offsets are one more row of the same matrix: an
-            # addmm's bias is a copy into every score block before the product (a third of
-            # the k-NN selection's product time).
+            # with a few query rows MKL packs a transposed operand on every call, and the
+            # contiguous form gave a row the same rounding among 4 rows as among 1,024 in every
+            # shape tried, where the transposed view did not from 96 dimensions in float32
+            # (torch's MKL, docs/performance.md, "Batch independence"). For the distance kinds
+            # the offsets are one more row of the same matrix: an addmm's bias is a copy into
+            # every score block before the product (docs/performance.md, "Engine design
+            # notes").
             rows = keys.shape[1] + (self.key_offset is not None)
             self.keys_t = keys.new_empty((rows, keys.shape[0]))
             self.keys_t[: keys.shape[1]] = keys.T
@@ -106,8 +106,8 @@ class PreparedKeys:
             self.keys = self.keys_t.T
         self.n_keys, self.dim = keys.shape
         # (``check_finite=False``: a training step, whose keys are the map's images of checked
-        # inputs and whose loss is checked instead: the two passes and their reductions were
-        # a tenth of a step's time on two threads)
+        # inputs and whose loss is checked instead: the two passes and their reductions are a
+        # noticeable part of a step)
         if check_finite and (not bool(torch.isfinite(keys).all()) or (
             self.key_offset is not None and not bool(torch.isfinite(self.key_offset).all())
         )):

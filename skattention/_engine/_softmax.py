@@ -116,12 +116,12 @@ def flushed_exp(z, inplace=False):
     else as :func:`batch_exp`, rounded alike in any batch (:func:`flushed_softmax` for
     ``torch.softmax``, whose exponential is fast on ``-inf``).
 
-    torch's ``exp`` is 40 to 170 times slower on arguments below about -87 (float32; results
-    subnormal or 0) and 20 to 40 times slower on ``-inf`` than on normal ones, and products
-    with subnormal weights about 100 times slower (measured): a sharp temperature puts many of
-    a row's keys there. So the arguments are clamped a unit below the cut (their exponentials
-    stay normal numbers), and the weights at most the cut's exponential are then zeroed: three
-    fast passes whatever the values."""
+    torch's ``exp`` is many times slower on arguments whose results are subnormal or 0 and on
+    ``-inf`` than on normal ones, and so are products with subnormal weights
+    (docs/performance.md, "Fit"): a sharp temperature puts many of a row's keys there. So the
+    arguments are clamped a unit below the cut (their exponentials stay normal numbers), and
+    the weights at most the cut's exponential are then zeroed: three fast passes whatever the
+    values."""
     low = flush_below(z.dtype)
     if inplace:
         p = z.clamp_min_(low - 1.0).exp_()
@@ -155,7 +155,7 @@ def product_values(v):
     """Values (n, d) as :func:`rows_times` multiplies them, prepared once per call or per
     prepared keys: a column of ones appended (column ``d``: a product then also gives each
     row's weight sum, which :class:`OnlineSoftmax` reads there instead of summing its block in
-    a pass of its own, measured 0.3 ms of a 1,000 x 1,024 float64 block's 2.8 ms), and in
+    a pass of its own: docs/performance.md, "float64"), and in
     float64 zero columns up to a multiple of 8 (the kernel pairs rows unless the columns fill
     whole vectors of 8). Callers slice the first ``d`` columns off their results."""
     ones = v.new_ones((v.shape[0], 1))

@@ -88,10 +88,12 @@ class _Stream:
 
     def _shifts_logits(self):
         """Whether key blocks after a row's first take logits less the row's running shift
-        in one product (``OnlineSoftmax.add_shifted``): several key blocks of plain logits (no
-        masks from raw scores, no weights to return), on the CPU (where it was measured to
-        pay; on accelerators each block's overflow check would be a device synchronisation),
-        with augmented keys (a copy of the keys) that fit a quarter of the budget."""
+        in one product, then exp in place (``OnlineSoftmax.add_shifted``: two fewer passes
+        over each block and no bias copy; docs/performance.md, "float64"): several key blocks
+        of plain logits (no masks from raw scores, no weights to return), on the CPU (where it
+        is measured; on accelerators each block's overflow check would be a device
+        synchronisation), with augmented keys (a copy of the keys) that fit a quarter of the
+        budget."""
         spec = self.spec
         return (self.inplace and not self.need_raw and not spec.n_weights
                 and not self.state_only and spec.keys.squared and spec.key_mask is None
@@ -210,10 +212,10 @@ def _top_weights(top, state, empty, uniform):
 
 def shifted_stream_pays(spec):
     """Whether dense attention (which SDPA could compute) is faster here, by its shifted-logit
-    blocks: measured on 2 cores, float64, 2,000 queries, 32 dimensions, per-key prior: 100,000
-    keys 283 ms against SDPA's 366 ms, 30,000 keys 107 against 117 (float32: 152 against 170,
-    but 71 against 54). Whole-row blocks (up to ``CPU_WHOLE_ROW_KEYS`` keys) are slower than
-    SDPA for many queries. Not the number of queries: one query and many take one path."""
+    blocks: in float64 on the CPU over more keys than one block holds (in float32 SDPA wins
+    over some of those sizes; docs/performance.md, "float64"). Whole-row blocks (up to
+    ``CPU_WHOLE_ROW_KEYS`` keys) are slower than SDPA for many queries. Not the number of
+    queries: one query and many take one path."""
     return (spec.device.type == "cpu" and spec.dtype == torch.float64 and not spec.grad
             and spec.n_keys > CPU_WHOLE_ROW_KEYS and spec.key_mask is None
             and _shift_keys_fit(spec))
