@@ -84,11 +84,11 @@ def test_training_chunks_a_batch_too_large_for_the_budget(data):
 
 
 def test_auto_batch_size_is_sized_from_the_budget(data, monkeypatch):
-    from skattention._engine import _training
+    from skattention._engine import batch_rows
 
     X, y = data
     seen = []
-    original = _training.batch_rows
+    original = batch_rows
 
     def spy(*args, **kwargs):
         seen.append(original(*args, **kwargs))

@@ -7,9 +7,17 @@ enforces it). See docs/engine.md for which module owns what.
 
 from ._attention import attention, kneighbors
 from ._budget import budget_bytes, plan_rows
+from ._calibration import calibrate_temperature
 from ._cluster import anneal, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
-from ._device import resolve_device, resolve_dtype, seeded_torch_rng
-from ._inputs import averaging_dtype, check_temperature, prepare_keys
+from ._device import (
+    device_available,
+    is_auto_device,
+    parse_device,
+    resolve_device,
+    resolve_dtype,
+    seeded_torch_rng,
+)
+from ._inputs import averaging_dtype, check_temperature, clamp_log_temperature, prepare_keys
 from ._kernels import (
     ball_counts,
     ball_sums,
@@ -18,6 +26,7 @@ from ._kernels import (
     sqdist_log_histogram,
 )
 from ._maps import ResidualBlock, build_map
+from ._metric_training import batch_rows, train_metric
 from ._parallel import cpu_threads, rows_single_threaded
 from ._progress import progress_bar, track, write
 from ._scores import LEARNED_METRICS, METRICS
@@ -32,13 +41,7 @@ from ._shards import (
     shard_attention,
     shard_lightest_weights,
 )
-from ._training import (
-    ProgressReport,
-    batch_rows,
-    calibrate_temperature,
-    train_metric,
-    train_network,
-)
+from ._training import EarlyStopping, ProgressReport, train_network
 
 __all__ = [
     # attention and its selection step
@@ -67,6 +70,7 @@ __all__ = [
     "soft_kmeans",
     "sqdist_to_centers",
     # training: learned maps, the training loop and its callbacks
+    "EarlyStopping",
     "ProgressReport",
     "ResidualBlock",
     "batch_rows",
@@ -83,7 +87,11 @@ __all__ = [
     "averaging_dtype",
     "budget_bytes",
     "check_temperature",
+    "clamp_log_temperature",
     "cpu_threads",
+    "device_available",
+    "is_auto_device",
+    "parse_device",
     "plan_rows",
     "progress_bar",
     "resolve_device",

@@ -18,21 +18,13 @@ import math
 
 import torch
 
-from ._blocks import pair_bytes
-from ._budget import budget_bytes
-from ._inputs import (
-    check_prepared,
-    check_weights_count,
-    checked_log_prior,
-    checked_values,
-    make_spec,
-    values_for_products,
-)
+from ._inputs import check_weights_count, differentiated, make_spec
 from ._knn import knn_attention, nearest_keys
-from ._parallel import rows_single_threaded, small_calls_single_threaded
-from ._scores import ROW_MULTIPLE, Scorer
+from ._one_block import few_rows_over_prepared_keys
+from ._parallel import small_calls_single_threaded
+from ._scores import PreparedKeys
 from ._sdpa import sdpa_attention, sdpa_pays
-from ._stream import dense_plan, one_block_attention, shifted_stream_pays, stream_attention
+from ._stream import shifted_stream_pays, stream_attention
 
 _BACKENDS = ("auto", "stream", "sdpa")
 
@@ -150,10 +142,10 @@ def attention(
     >>> out, idx
     (array([0.]), array([[0, 1]]))
     """
-    if (isinstance(keys, Scorer) and n_neighbors is None and radius is None
+    if (isinstance(keys, PreparedKeys) and n_neighbors is None and radius is None
             and exclude_self is False and not return_weights and backend == "auto"):
-        out = _few_rows_over_prepared_keys(queries, keys, values, metric, temperature,
-                                           log_prior, on_empty, device, dtype, working_memory)
+        out = few_rows_over_prepared_keys(queries, keys, values, metric, temperature,
+                                          log_prior, on_empty, device, dtype, working_memory)
         if out is not None:
             return out
     spec = make_spec(
@@ -164,17 +156,20 @@ def attention(
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be 'auto', 'stream' or 'sdpa', got {backend!r}.")
     spec.n_weights = check_weights_count(spec, return_weights, n_weights)
+    spec.grad = differentiated(spec)
+    sdpa_ok = _sdpa_applies(spec, backend)
+    with torch.set_grad_enabled(spec.grad), small_calls_single_threaded(spec):
+        result = _backend_result(spec, backend, sdpa_ok)
+    return _returned(spec, result)
+
+
+def _sdpa_applies(spec, backend):
+    """Whether the SDPA backend can compute this attention: dense, with a per-key prior at
+    most, a finite positive float temperature, no weights returned (``backend="sdpa"`` where
+    it cannot is an error)."""
     T = spec.temperature
-    # A learned phi shows up as keys that require grad.
-    spec.grad = torch.is_grad_enabled() and (
-        spec.queries.requires_grad
-        or spec.scorer.keys.requires_grad
-        or spec.values.requires_grad
-        or isinstance(T, torch.Tensor)
-        or (spec.prior_vec is not None and spec.prior_vec.requires_grad)
-    )
     sdpa_ok = (
-        spec.scorer.squared  # SDPA's augmented coordinates give squared distances only
+        spec.keys.squared  # SDPA's augmented coordinates give squared distances only
         and spec.n_neighbors is None
         and spec.radius is None
         and spec.self_index is None
@@ -188,16 +183,28 @@ def attention(
             "backend='sdpa' needs dense attention with a finite positive float temperature, "
             "a per-key log_prior at most, and return_weights=False."
         )
-    with torch.set_grad_enabled(spec.grad), small_calls_single_threaded(spec):
-        result = None
-        if spec.n_neighbors is not None or (isinstance(T, float) and T == 0.0):
-            result = knn_attention(spec)
-        elif sdpa_ok and backend != "stream" and (
-            backend == "sdpa" or (sdpa_pays(spec) and not shifted_stream_pays(spec))
-        ):
-            result = sdpa_attention(spec, strict=backend == "sdpa")
-        if result is None:
-            result = stream_attention(spec)
+    return sdpa_ok
+
+
+def _backend_result(spec, backend, sdpa_ok):
+    """The result of the backend that computes ``spec``: the k-NN one for a selection
+    (``n_neighbors``, ``T = 0``), SDPA where it applies and pays (or is asked for), else the
+    streaming one (also where SDPA cannot run this call after all)."""
+    T = spec.temperature
+    if spec.n_neighbors is not None or (isinstance(T, float) and T == 0.0):
+        return knn_attention(spec)
+    if sdpa_ok and backend != "stream" and (
+        backend == "sdpa" or (sdpa_pays(spec) and not shifted_stream_pays(spec))
+    ):
+        result = sdpa_attention(spec, strict=backend == "sdpa")
+        if result is not None:
+            return result
+    return stream_attention(spec)
+
+
+def _returned(spec, result):
+    """What :func:`attention` returns from a backend's result: checked finite, as the caller's
+    values were shaped, NumPy for NumPy queries."""
     out = result[0]
     if not bool(torch.isfinite(out).all()):
         raise ValueError(
@@ -211,64 +218,6 @@ def attention(
     if spec.as_numpy:
         return tuple(_to_numpy(t) for t in (out, *result[1:]))
     return (out, *result[1:])
-
-
-def _few_rows_over_prepared_keys(queries, scorer, values, metric, temperature, log_prior,
-                                 on_empty, device, dtype, working_memory):
-    """Dense attention of a few query rows (a tensor, at most ``ROW_MULTIPLE``: a web
-    service's single row) over keys prepared for the ``"euclidean"`` kind (a learned tabular
-    metric's predict), computed as the streaming backend computes it when its plan holds every
-    key in one block (:func:`one_block_attention`), without the spec and the backend choice of
-    the general path (a quarter of a single-row call). ``None`` where the general path applies
-    (it then checks the arguments and says what is wrong): anything else, a result that is
-    not finite."""
-    if (scorer.squared or scorer.n_keys == 0 or not isinstance(queries, torch.Tensor)
-            or queries.ndim != 2 or on_empty not in ("raise", "zero")
-            or (torch.is_grad_enabled() and scorer.keys.requires_grad)
-            or not 0 < queries.shape[0] <= ROW_MULTIPLE or queries.requires_grad
-            or queries.dtype != scorer.raw.dtype or queries.device != scorer.raw.device
-            or queries.shape[1] != scorer.n_features
-            or not isinstance(temperature, float) or not 0.0 < temperature < math.inf
-            or not isinstance(values, torch.Tensor) or values.requires_grad
-            or not (log_prior is None or isinstance(log_prior, torch.Tensor))):
-        return None
-    n_q, n_k = queries.shape[0], scorer.n_keys
-    dev, dt = scorer.raw.device, scorer.raw.dtype
-    try:  # any error is the general path's to report, in its order
-        check_prepared(scorer, metric, device, dtype)
-        V = checked_values(scorer, values, n_k, dev, dt)
-        prior_vec, _, key_mask = checked_log_prior(scorer, log_prior, n_k, dev, dt)
-        n_values, budget = V.shape[1] if V.ndim == 2 else 1, budget_bytes(working_memory)
-        # whether the streaming plan holds these rows and every key in one block: remembered
-        # on the keys (the plan's arithmetic was a tenth of a single-row call)
-        one_block = scorer.remembered(
-            "one_block", scorer.raw, lambda: _one_block_plan(n_q, scorer, n_values, budget),
-            n_q, n_values, budget)
-    except (ValueError, TypeError, MemoryError):
-        return None
-    if not one_block or key_mask is not None or (
-            prior_vec is not None and prior_vec.requires_grad):
-        return None
-    squeeze, V, values_mm_of = values_for_products(scorer, values, V)
-    values_mm = values_mm_of()  # remembered on the keys: built outside inference mode
-    # Inference mode: no view or version tracking on the call's dozen ops (measured: a
-    # single-row predict of the default classifier 37 us faster, of about 550). Its tensors
-    # stay inside: the result is returned as an ordinary tensor, which autograd may use.
-    with torch.inference_mode(), rows_single_threaded(scorer, n_q, V.shape[1]):
-        out = one_block_attention(scorer, queries, temperature, prior_vec, values_mm,
-                                  V.shape[1])
-    if out is None:
-        return None
-    return (out[:, 0] if squeeze else out).clone()
-
-
-def _one_block_plan(n_q, scorer, n_values, budget):
-    """Whether :func:`dense_plan` of ``n_q`` queries over the prepared keys ``scorer`` puts
-    them and every key in one block."""
-    item = scorer.raw.element_size()
-    _, bq, bk = dense_plan(n_q, scorer.n_keys, scorer.n_features, n_values, pair_bytes(item),
-                           None, scorer.raw.device, True, budget, item)
-    return bk >= scorer.n_keys and n_q <= bq
 
 
 def kneighbors(

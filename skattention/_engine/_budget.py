@@ -25,9 +25,9 @@ CPU_BLOCK_ENTRIES = 1 << 20
 # and its logits): a quarter of the above stays in cache.
 _CPU_ROW_PASS_ENTRIES = CPU_BLOCK_ENTRIES // 4
 _CPU_KEY_BLOCK = 1024
-# Dense attention over at most this many keys: one key block on the CPU (``plan_blocks``).
-# Measured on 2 cores, float32, 32 dims: as fast as 1024-key blocks for large batches at
-# 3,000-10,000 keys, 1.5 times slower at 50,000 (an online softmax over 16,384-key blocks).
+# Dense attention over at most this many keys: one key block on the CPU (``plan_blocks``); up
+# to here whole rows cost no more than key blocks, beyond it they do (docs/performance.md,
+# "Engine design notes").
 CPU_WHOLE_ROW_KEYS = 16384
 _ACCEL_KEY_BLOCK = 16384
 
@@ -118,7 +118,32 @@ def cpu_block_rows(row_entries):
 
 def cache_row_slices(n_rows, n_cols, device):
     """Row slices of a (n_rows x n_cols) matrix pass that keep a chunk and two temporaries of
-    its size in a CPU core's cache (measured: a softmax with its logits over 8,500 columns is
-    2.5 times faster in chunks of 16-32 rows than whole); one slice on accelerators."""
+    its size in a CPU core's cache (a pass over wide rows that leaves the cache is several
+    times slower); one slice on accelerators."""
     rows = n_rows if device.type != "cpu" else max(1, _CPU_ROW_PASS_ENTRIES // max(1, n_cols))
     return [slice(s, min(n_rows, s + rows)) for s in range(0, n_rows, rows)]
+
+
+def score_pair_bytes(spec):
+    """Scratch bytes per (query, key) entry of a score block: the block and its temporaries."""
+    return pair_bytes(spec.queries.element_size(), spec.radius)
+
+
+def pair_bytes(item, radius=None):
+    """:func:`score_pair_bytes` of queries of ``item`` bytes per number and a ``radius``."""
+    return 3 * item + 2 + (radius.pair_bytes(item) if radius else 0)
+
+
+def dense_plan(n_q, n_k, dim, n_values, pair_bytes, n_weights, device, inplace, budget,
+               item):
+    """``(plan, bq, bk)``: the :func:`plan_blocks` arguments of dense attention of ``n_q``
+    queries of ``dim`` numbers of ``item`` bytes over ``n_k`` keys with ``n_values`` values
+    (``pair_bytes`` per score, the ``n_weights`` largest weights of each query tracked), and
+    its query and key blocks."""
+    query_bytes = item * (2 * n_values + 4 + 2 * dim) + (n_weights or 0) * 3 * (2 * item + 8)
+    plan = dict(
+        pair_bytes=pair_bytes, row_bytes=query_bytes, device=device, what="dense attention",
+        hint="use a smaller n_neighbors", cache_sized=inplace,
+        whole_rows_up_to=CPU_WHOLE_ROW_KEYS,
+    )
+    return (plan, *plan_blocks(n_q, n_k, budget=budget, **plan))

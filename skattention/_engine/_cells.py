@@ -17,7 +17,7 @@ import math
 import torch
 
 from ._cluster import kmeans_step, sqdist_to_centers
-from ._scores import Scorer
+from ._scores import PreparedKeys
 
 # Keys per cell block: the CPU selection's key block.
 CELL_KEYS = 512
@@ -30,24 +30,24 @@ _LLOYD_STEPS = 6
 _PAY_SAMPLE = 128
 _PAYS_UP_TO = 0.3
 # Cells hold the keys again in cell order (about 3.5 times their memory: the reordered keys
-# in the two layouts of a Scorer, and the permutation): not for more than this many key
+# in the two layouts of a PreparedKeys, and the permutation): not for more than this many key
 # entries (about 230 MB more for float32 keys).
 MAX_CELL_ENTRIES = 1 << 24
 # At most this many cells (their chain holds a square matrix of their distances); a cell of
 # more keys is cut into more blocks.
 _MAX_CELLS = 1024
-# Calls the cells serve: at least this many queries, key blocks and query-key pairs (about
-# 0.2 s of selection on 2 cores: building the cells, once per prepared keys, took 0.08 s over
-# 100,000 x 32 keys, and telling whether they pay 13 ms a call).
+# Calls the cells serve: at least this many queries, key blocks and query-key pairs: enough
+# selection work that building the cells (once per prepared keys) and telling whether they pay
+# (once per call) cost little beside it (docs/performance.md, "Key cells").
 MIN_QUERIES = 2048
 MIN_BLOCKS = 16
 MIN_PAIRS = 1 << 28
 
 
 class KeyCells:
-    """The keys of ``scorer`` (a distance kind, no ``phi``) in cell blocks.
+    """The keys of ``prepared`` (a distance kind, no ``phi``) in cell blocks.
 
-    Attributes: ``scorer`` the keys in cell order (a :class:`Scorer` of their own), ``perm``
+    Attributes: ``keys`` the keys in cell order (a :class:`PreparedKeys` of their own), ``perm``
     the original index of each of them, ``bounds`` the block boundaries (a list, ``n_blocks +
     1`` positions) of blocks of at most ``block_keys`` keys, ``shift`` / ``centres`` /
     ``radii`` the blocks' centres (float64, less ``shift``) and radii (float64),
@@ -55,8 +55,8 @@ class KeyCells:
     queries are grouped. ``working_memory`` (MiB) bounds the scratch of the build.
     """
 
-    def __init__(self, scorer, working_memory):
-        raw = scorer.raw.detach()
+    def __init__(self, prepared, working_memory):
+        raw = prepared.raw.detach()
         n, d = raw.shape
         self.block_keys = CELL_KEYS
         n_cells = min(_MAX_CELLS, max(2, n // CELL_KEYS))
@@ -84,7 +84,7 @@ class KeyCells:
             bounds.extend(start + count * j // pieces for j in range(pieces))
             start += count
         self.bounds = [*bounds, n]
-        self.scorer = Scorer(raw[self.perm], scorer.metric, check_finite=False)
+        self.keys = PreparedKeys(raw[self.perm], prepared.metric, check_finite=False)
         sizes = torch.tensor(
             [b - a for a, b in zip(self.bounds[:-1], self.bounds[1:], strict=True)],
             device=raw.device,
@@ -96,12 +96,12 @@ class KeyCells:
         budget = int(working_memory * 2**20)
         chunk = max(1, budget // (32 * max(1, d)))
         for s in range(0, n, chunk):
-            keys = self.scorer.raw[s : s + chunk].double() - shift64
+            keys = self.keys.raw[s : s + chunk].double() - shift64
             sums.index_add_(0, block_of[s : s + chunk], keys)
         self.centres = sums / sizes[:, None].double()
         self.radii = torch.zeros(sizes.numel(), dtype=torch.float64, device=raw.device)
         for s in range(0, n, chunk):
-            keys = self.scorer.raw[s : s + chunk].double() - shift64
+            keys = self.keys.raw[s : s + chunk].double() - shift64
             dist = (keys - self.centres[block_of[s : s + chunk]]).norm(dim=1)
             self.radii.scatter_reduce_(0, block_of[s : s + chunk], dist, "amax")
         self._centre_sq = (self.centres * self.centres).sum(1)
@@ -116,8 +116,8 @@ class KeyCells:
         queries, an upper bound on each one's k-th nearest ``f`` (its k-th exact ``f`` over the
         keys of its nearest blocks) against every block's lower bound; the cells pay when the
         keys a sampled query cannot rule out are at most ``_PAYS_UP_TO`` of all on average
-        (measured: about 0.1 on the benchmark's 10 Gaussian clusters, 1.0 on one Gaussian
-        cloud)."""
+        (clustered keys rule out most, a cloud without clusters none: docs/performance.md,
+        "Key cells")."""
         n_q = queries.shape[0]
         sample = queries[torch.linspace(0, n_q - 1, min(n_q, _PAY_SAMPLE),
                                         device=queries.device).long()]
@@ -130,9 +130,9 @@ class KeyCells:
         for i, (blocks, count) in enumerate(zip(nearest.tolist(), reach.tolist(), strict=True)):
             index = torch.cat([torch.arange(self.bounds[j], self.bounds[j + 1])
                                for j in blocks[: count + 1]]).to(sample.device)
-            f = self.scorer.exact_f(sample[i : i + 1], index[None], budget)[0]
+            f = self.keys.exact_f(sample[i : i + 1], index[None], budget)[0]
             upper[i] = f.kthvalue(min(k, f.numel())).values
-        needed = ((lower <= upper[:, None]).double() @ sizes) / self.scorer.n_keys
+        needed = ((lower <= upper[:, None]).double() @ sizes) / self.keys.n_keys
         return float(needed.mean()) <= _PAYS_UP_TO
 
     def cell_of(self, points, working_memory):
@@ -170,14 +170,14 @@ def _chain(points, working_memory):
     return torch.tensor(order, device=p.device)
 
 
-def key_cells(scorer, n_queries, working_memory):
+def key_cells(prepared, n_queries, working_memory):
     """The :class:`KeyCells` of prepared keys (remembered on them), or ``None`` where the cells
     cannot serve: keys that require grad or are mapped by a callable, the ``"dot"`` kind, too
     few keys or queries for the cells to pay, too many key entries to hold twice."""
-    n, d = scorer.raw.shape
-    if (scorer.phi is not None or not scorer.is_distance or scorer.raw.requires_grad
+    n, d = prepared.raw.shape
+    if (prepared.phi is not None or not prepared.is_distance or prepared.raw.requires_grad
             or n < MIN_BLOCKS * CELL_KEYS or n_queries < MIN_QUERIES
             or n * n_queries < MIN_PAIRS or n * d > MAX_CELL_ENTRIES
-            or not math.isfinite(scorer.max_key_sq)):
+            or not math.isfinite(prepared.max_key_sq)):
         return None
-    return scorer.remembered("cells", scorer.raw, lambda: KeyCells(scorer, working_memory))
+    return prepared.remembered("cells", prepared.raw, lambda: KeyCells(prepared, working_memory))

@@ -19,8 +19,69 @@ _DTYPES = {
 }
 
 
+def is_auto_device(device):
+    """Whether a ``device`` parameter asks for the default device (``"auto"`` or ``None``)."""
+    return device is None or (isinstance(device, str) and device == "auto")
+
+
+def parse_device(device):
+    """The :class:`torch.device` a ``device`` parameter names, without checking that this
+    machine has it; ``"auto"`` (or ``None``) is CUDA when available, else the CPU.
+
+    The one parser of ``device`` values: :func:`resolve_device` adds the availability check,
+    and ``skattention.utils`` asks it whether a configured device exists here.
+
+    Raises
+    ------
+    ValueError
+        If ``device`` names no device, or one of a type the engine does not support.
+    """
+    if is_auto_device(device):
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(
+            f"device={device!r} is not a valid device; use 'auto', 'cpu', 'cuda' or 'cuda:N'."
+        ) from exc
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(
+            f"device={device!r} is not supported; use 'auto', 'cpu', 'cuda' or 'cuda:N'."
+        )
+    return dev
+
+
+def device_available(dev):
+    """Whether this machine has the parsed device ``dev`` (:func:`parse_device`)."""
+    return _unavailable(dev, dev) is None
+
+
+def _unavailable(dev, device):
+    """Why this machine does not have the parsed device ``dev`` (asked for as ``device``), or
+    ``None`` when it has it."""
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            return (
+                f"device={device!r} was requested but CUDA is not available on this machine "
+                "(torch.cuda.is_available() is False); use device='cpu' or device='auto'."
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            return (
+                f"device={device!r} was requested but only {torch.cuda.device_count()} "
+                "CUDA device(s) are visible."
+            )
+    elif dev.type == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            return f"device={device!r} was requested but MPS is not available."
+    return None
+
+
 def resolve_device(device="auto"):
     """Turn a device specification into a usable :class:`torch.device`.
+
+    A :class:`torch.device` that an estimator resolved once for a public call passes through
+    without being parsed again (an accelerator's is still checked to exist here, the CPU
+    always does).
 
     Parameters
     ----------
@@ -42,32 +103,12 @@ def resolve_device(device="auto"):
     >>> resolve_device("cpu")
     device(type='cpu')
     """
-    if device is None or (isinstance(device, str) and device == "auto"):
-        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(
-            f"device={device!r} is not a valid device; use 'auto', 'cpu', 'cuda' or 'cuda:N'."
-        ) from exc
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(
-                f"device={device!r} was requested but CUDA is not available on this machine "
-                "(torch.cuda.is_available() is False); use device='cpu' or device='auto'."
-            )
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device={device!r} was requested but only {torch.cuda.device_count()} "
-                "CUDA device(s) are visible."
-            )
-    elif dev.type == "mps":
-        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-            raise ValueError(f"device={device!r} was requested but MPS is not available.")
-    elif dev.type != "cpu":
-        raise ValueError(
-            f"device={device!r} is not supported; use 'auto', 'cpu', 'cuda' or 'cuda:N'."
-        )
+    if isinstance(device, torch.device) and device.type == "cpu":
+        return device
+    dev = parse_device(device)
+    reason = _unavailable(dev, device)
+    if reason is not None:
+        raise ValueError(reason)
     return dev
 
 

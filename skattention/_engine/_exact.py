@@ -1,12 +1,12 @@
 """Exact selection: decisions on exact distances, ties broken by the lower key index.
 
-Blocks hold fast scores (one matmul on centred coordinates, ``Scorer.block``), rounded in the
-compute dtype. Every selection the engine makes (top-k membership, radius membership, the arg-max
-of ``T = 0``) is decided on them only where rounding cannot change it: a fast value more than
-``Scorer.margin`` away from the decision threshold is clearly on its side; the others are settled
-on exact values of ``f`` (float64 differences of the uncentred coordinates), and exact ties go to
-the lower key index, scikit-learn's rule. Decisions therefore depend neither on the block sizes
-nor on how the queries are batched.
+Blocks hold fast scores (one matmul on centred coordinates, ``PreparedKeys.block``), rounded in
+the compute dtype. Every selection the engine makes (top-k membership, radius membership, the
+arg-max of ``T = 0``) is decided on them only where rounding cannot change it: a fast value more
+than ``PreparedKeys.margin`` away from the decision threshold is clearly on its side; the others
+are settled on exact values of ``f`` (float64 differences of the uncentred coordinates), and
+exact ties go to the lower key index, scikit-learn's rule. Decisions therefore depend neither on
+the block sizes nor on how the queries are batched.
 """
 
 import torch

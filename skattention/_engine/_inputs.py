@@ -1,7 +1,7 @@
 """Validation of engine inputs into one problem object, :class:`Spec` (torch only).
 
 :func:`attention` and :func:`kneighbors` validate their arguments once, here, into a ``Spec``:
-tensors on the compute device and dtype, the prepared keys (``Scorer``), the priors and masks,
+tensors on the compute device and dtype, the prepared keys (``PreparedKeys``), the priors and masks,
 the temperature and the scratch budget. Backends read the spec and nothing else. The checks of
 single values (temperature, counts, radius) are shared with the kernels of ``_kernels.py``.
 """
@@ -14,18 +14,20 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
-from ._blocks import Radius, product_values
 from ._budget import budget_bytes
-from ._device import resolve_device, resolve_dtype
-from ._scores import ENGINE_METRICS, Scorer
+from ._device import is_auto_device, resolve_device, resolve_dtype
+from ._masks import Radius
+from ._scores import ENGINE_METRICS, PreparedKeys
+from ._softmax import product_values
 
 
 @dataclass
 class Spec:
     """One validated attention (or k-NN) problem on its compute device and dtype.
 
+    ``keys`` are the prepared keys (the caller's, or prepared here for this call);
     ``values`` is 2-D (``squeeze`` says whether the caller's was 1-D), ``values_mm`` the same
-    as products take them (``_blocks.product_values``, built on first use: only the streaming
+    as products take them (``_softmax.product_values``, built on first use: only the streaming
     backend's products need the copy); ``temperature`` a float,
     or a 0-d tensor when it is learned; ``prior_vec`` a per-key log-prior, ``prior_fn`` a
     callable one, ``key_mask`` the keys ``prior_vec`` masks (``None`` when none is);
@@ -38,7 +40,7 @@ class Spec:
     device: torch.device
     dtype: torch.dtype
     queries: torch.Tensor
-    scorer: Scorer
+    keys: PreparedKeys
     values: torch.Tensor = None
     values_mm_of: object = None
     squeeze: bool = False
@@ -67,14 +69,14 @@ class Spec:
 
     @property
     def n_keys(self):
-        return self.scorer.n_keys
+        return self.keys.n_keys
 
 
 def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, exclude_self,
               device, dtype, working_memory, temperature=1.0, return_weights=False,
               n_weights=None, on_empty="raise", progress=False):
     """Validate the arguments of :func:`attention` (``values`` given) or :func:`kneighbors`."""
-    prepared = keys if isinstance(keys, Scorer) else None
+    prepared = keys if isinstance(keys, PreparedKeys) else None
     if prepared is not None:
         # keys validated and prepared once (prepare_keys): no per-call pass over them
         dev, dt = prepared.raw.device, prepared.raw.dtype
@@ -112,7 +114,7 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
     self_index = check_exclude_self(exclude_self, n_q, n_k, dev)
     budget = budget_bytes(working_memory)
     spec = Spec(
-        device=dev, dtype=dt, queries=Q, scorer=prepared or Scorer(K, metric),
+        device=dev, dtype=dt, queries=Q, keys=prepared or PreparedKeys(K, metric),
         n_neighbors=n_neighbors,
         radius=radius, prior_vec=prior_vec, prior_fn=prior_fn, self_index=self_index,
         budget=budget, progress=progress, as_numpy=not isinstance(queries, torch.Tensor),
@@ -129,6 +131,19 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
     return spec
 
 
+def differentiated(spec):
+    """Whether the attention of ``spec`` is differentiated: autograd is on and an input
+    requires grad (a learned ``phi`` shows up as keys that require grad), or the temperature
+    is learned."""
+    return torch.is_grad_enabled() and (
+        spec.queries.requires_grad
+        or spec.keys.keys.requires_grad
+        or spec.values.requires_grad
+        or isinstance(spec.temperature, torch.Tensor)
+        or (spec.prior_vec is not None and spec.prior_vec.requires_grad)
+    )
+
+
 def prepare_keys(keys, *, metric="sqeuclidean", device="auto", dtype=None):
     """Keys validated and prepared once for many :func:`attention` / :func:`kneighbors` calls.
 
@@ -143,7 +158,7 @@ def prepare_keys(keys, *, metric="sqeuclidean", device="auto", dtype=None):
         )
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, keys)
-    return Scorer(as_tensor(keys, "keys", dev, dt, ndims=(2,)), metric)
+    return PreparedKeys(as_tensor(keys, "keys", dev, dt, ndims=(2,)), metric)
 
 
 def averaging_dtype(values, temperature, dtype, device):
@@ -196,7 +211,7 @@ def checked_log_prior(prepared, log_prior, n_keys, device, dtype):
 
 def _remembered(prepared, name, source, build, *key):
     """``build()``, remembered on prepared keys for the same unmodified ``source`` tensor and
-    ``key`` (``Scorer.remembered``; the call's device is the prepared keys')."""
+    ``key`` (``PreparedKeys.remembered``; the call's device is the prepared keys')."""
     return build() if prepared is None else prepared.remembered(name, source, build, *key)
 
 
@@ -223,7 +238,7 @@ def check_prepared(prepared, metric, device, dtype):
             f"metric={metric!r} differs from the metric the keys were prepared for "
             f"({prepared.metric!r})."
         )
-    if not (device is None or (isinstance(device, str) and device == "auto")):
+    if not is_auto_device(device):
         asked = resolve_device(device)
         # "cuda" names the current device, which tensors report as "cuda:0"
         if (asked.type, asked.index or 0) != (raw.device.type, raw.device.index or 0):
@@ -292,6 +307,19 @@ def check_temperature(temperature, device=None, dtype=None, *, positive_finite=F
     if learned and not positive_finite and 0 < value < math.inf:
         return temperature.reshape(()).to(device=device, dtype=dtype)
     return value
+
+
+def clamp_log_temperature(log_temperature, dtype=None):
+    """A log-temperature (a float or a tensor) clamped to ``[log(tiny) / 2, log(max) / 2]`` of
+    ``dtype`` (``None``: the tensor's own): a temperature whose ``exp`` under- or overflows
+    the dtype would become 0 or inf, the limits without a gradient, so a learned or
+    calibrated temperature stays well inside its range. A tensor comes back as a tensor
+    (differentiable inside the range), a float as a float."""
+    info = torch.finfo(log_temperature.dtype if dtype is None else dtype)
+    low, high = 0.5 * math.log(info.tiny), 0.5 * math.log(info.max)
+    if isinstance(log_temperature, torch.Tensor):
+        return log_temperature.clamp(low, high)
+    return min(max(log_temperature, low), high)
 
 
 def check_nonnegative_real(value, name):

@@ -15,7 +15,7 @@ from ._budget import budget_bytes, plan_blocks
 from ._device import resolve_device, resolve_dtype
 from ._exact import settle
 from ._inputs import as_tensor, check_nonnegative_real, check_temperature
-from ._scores import Scorer
+from ._scores import PreparedKeys
 
 
 def _setup(queries, keys, device, dtype, working_memory):
@@ -29,13 +29,13 @@ def _setup(queries, keys, device, dtype, working_memory):
         )
     if K.shape[0] == 0:
         raise ValueError("keys is empty.")
-    return Q, Scorer(K, "sqeuclidean"), budget_bytes(working_memory)
+    return Q, PreparedKeys(K, "sqeuclidean"), budget_bytes(working_memory)
 
 
-def _sqdist_blocks(Q, scorer, budget, what, pair_bytes, whole_rows=False, with_queries=False):
+def _sqdist_blocks(Q, prepared, budget, what, pair_bytes, whole_rows=False, with_queries=False):
     """Yield ``(qs, qe, ks, ke, d2)``: squared distances of a query block to a key block (fast,
     rounded values; with ``with_queries``, also the block's centred and raw queries)."""
-    n_q, n_k = Q.shape[0], scorer.n_keys
+    n_q, n_k = Q.shape[0], prepared.n_keys
     item = Q.element_size()
     # Callers that fill whole rows of an output want few, wide blocks.
     bq, bk = plan_blocks(
@@ -45,12 +45,12 @@ def _sqdist_blocks(Q, scorer, budget, what, pair_bytes, whole_rows=False, with_q
     for qs in range(0, n_q, bq):
         qe = min(n_q, qs + bq)
         q_raw = Q[qs:qe]
-        q = scorer.centre(q_raw)
-        q_off = scorer.query_offset(q)[:, None]
+        q = prepared.centre(q_raw)
+        q_off = prepared.query_offset(q)[:, None]
         for ks in range(0, n_k, bk):
             ke = min(n_k, ks + bk)
             # partial score = 2 q.k - ||k||^2 = ||q||^2 - d^2
-            d2 = scorer.block(q, ks, ke).neg_().add_(q_off).clamp_(min=0)
+            d2 = prepared.block(q, ks, ke).neg_().add_(q_off).clamp_(min=0)
             yield (qs, qe, ks, ke, d2, q, q_raw) if with_queries else (qs, qe, ks, ke, d2)
 
 
@@ -85,13 +85,13 @@ def gaussian_kernel(
            [0.3679, 0.3679]])
     """
     temperature = check_temperature(temperature, positive_finite=True)
-    Q, scorer, budget = _setup(queries, keys, device, dtype, working_memory)
+    Q, prepared, budget = _setup(queries, keys, device, dtype, working_memory)
     if out is None:
-        out = np.empty((Q.shape[0], scorer.n_keys), dtype=np.float64)
-    elif out.shape != (Q.shape[0], scorer.n_keys):
-        raise ValueError(f"out has shape {out.shape}, expected {(Q.shape[0], scorer.n_keys)}.")
+        out = np.empty((Q.shape[0], prepared.n_keys), dtype=np.float64)
+    elif out.shape != (Q.shape[0], prepared.n_keys):
+        raise ValueError(f"out has shape {out.shape}, expected {(Q.shape[0], prepared.n_keys)}.")
     for qs, qe, ks, ke, d2 in _sqdist_blocks(
-        Q, scorer, budget, "the kernel matrix", 2, whole_rows=True
+        Q, prepared, budget, "the kernel matrix", 2, whole_rows=True
     ):
         out[qs:qe, ks:ke] = d2.mul_(-1.0 / temperature).exp_().cpu().numpy()
     return out
@@ -125,12 +125,12 @@ def sqdist_log_histogram(queries, keys, *, n_bins=512, self_index=None, device="
     n_zero : int
         Pairs at distance 0 (self pairs and duplicates), not in the histogram.
     """
-    Q, scorer, budget = _setup(queries, keys, device, dtype, working_memory)
+    Q, prepared, budget = _setup(queries, keys, device, dtype, working_memory)
     skip = None if self_index is None else torch.as_tensor(np.asarray(self_index), device=Q.device)
     n_zero = 0
 
     def positive_logs():
-        for qs, qe, ks, ke, d2 in _sqdist_blocks(Q, scorer, budget, "the distance histogram", 3):
+        for qs, qe, ks, ke, d2 in _sqdist_blocks(Q, prepared, budget, "the distance histogram", 3):
             if skip is not None:
                 local = skip[qs:qe] - ks
                 rows = ((local >= 0) & (local < ke - ks)).nonzero().squeeze(1)
@@ -196,14 +196,14 @@ def gaussian_kernel_log_sums(
     3.0
     """
     temperature = check_temperature(temperature, positive_finite=True)
-    Q, scorer, budget = _setup(queries, keys, device, dtype, working_memory)
+    Q, prepared, budget = _setup(queries, keys, device, dtype, working_memory)
     out = torch.full((Q.shape[0],), -math.inf, dtype=Q.dtype, device=Q.device)
-    for qs, qe, _, _, d2 in _sqdist_blocks(Q, scorer, budget, "kernel sums", 2):
+    for qs, qe, _, _, d2 in _sqdist_blocks(Q, prepared, budget, "kernel sums", 2):
         out[qs:qe] = torch.logaddexp(out[qs:qe], torch.logsumexp(d2.mul_(-1.0 / temperature), 1))
     return out if isinstance(queries, torch.Tensor) else out.cpu().numpy()
 
 
-def _inside_blocks(Q, scorer, budget, radius, what):
+def _inside_blocks(Q, prepared, budget, radius, what):
     """Yield ``(qs, qe, ks, ke, inside)``: which keys of a block are within ``radius`` of which
     queries, exactly (keys within rounding error of the boundary are settled on exact
     distances, so a key at distance exactly ``radius`` is inside, as in scikit-learn)."""
@@ -211,12 +211,12 @@ def _inside_blocks(Q, scorer, budget, radius, what):
     eps = torch.finfo(Q.dtype).eps
     # per entry: the distances, their excess and its magnitude, the mask as values
     for qs, qe, ks, ke, d2, q, q_raw in _sqdist_blocks(
-        Q, scorer, budget, what, 4, with_queries=True
+        Q, prepared, budget, what, 4, with_queries=True
     ):
-        margin = (scorer.margin(q) + 4 * eps * r2)[:, None]
+        margin = (prepared.margin(q) + 4 * eps * r2)[:, None]
 
         def exact_excess(rows, cols, q_raw=q_raw, ks=ks):
-            return scorer.exact_pairs(q_raw, rows, cols + ks, budget) - r2
+            return prepared.exact_pairs(q_raw, rows, cols + ks, budget) - r2
 
         yield qs, qe, ks, ke, ~settle(d2.sub_(r2), margin, exact_excess)
 
@@ -279,11 +279,11 @@ def ball_sums(queries, keys, radius, values=None, *, device="auto", dtype=None,
         compute device.
     """
     radius = check_nonnegative_real(radius, "radius")
-    Q, scorer, budget = _setup(queries, keys, device, dtype, working_memory)
+    Q, prepared, budget = _setup(queries, keys, device, dtype, working_memory)
     counts = torch.zeros(Q.shape[0], dtype=torch.long, device=Q.device)
     V = None if values is None else as_tensor(values, "values", Q.device, Q.dtype, ndims=(2,))
     sums = None if V is None else Q.new_zeros((Q.shape[0], V.shape[1]))
-    for qs, qe, ks, ke, inside in _inside_blocks(Q, scorer, budget, radius, "ball sums"):
+    for qs, qe, ks, ke, inside in _inside_blocks(Q, prepared, budget, radius, "ball sums"):
         counts[qs:qe] += inside.sum(1)
         if V is not None:
             sums[qs:qe] += inside.to(V.dtype) @ V[ks:ke]

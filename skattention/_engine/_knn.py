@@ -12,40 +12,29 @@ import math
 
 import torch
 
-from ._blocks import (
-    NEG_INF,
-    TopK,
-    backend_result,
-    batch_exp,
-    call_prior_fn,
-    cat_or_empty,
-    empty_rows,
-    query_index,
-    raw_scores,
-    scaled,
-    score_pair_bytes,
-)
-from ._budget import CPU_BLOCK_ENTRIES, cpu_block_rows, plan_blocks, plan_rows
+from ._budget import CPU_BLOCK_ENTRIES, cpu_block_rows, plan_blocks, plan_rows, score_pair_bytes
 from ._cells import key_cells
 from ._exact import merge_exact, row_packed, sort_exact
+from ._masks import call_prior_fn, query_index, raw_scores, scaled
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
+from ._results import backend_result, cat_or_empty, empty_rows
+from ._scores import NEG_INF
+from ._softmax import batch_exp
+from ._topk import TopK
 
 
 # Candidates kept on the fast scores: k and two more (a few more for large k), so that a row whose
 # k-th exact distance is clearly closer than every key left out is settled without a second pass
-# over the keys (measured on 10,000 queries of 32 Gaussian dimensions: one more leaves 1% of the
-# rows to a second pass, two more 0.05%); the top-k merge is the hot loop, so few extra
-# candidates keep it fast.
+# over the keys (docs/performance.md, "The k-NN selection"); the top-k merge is the hot loop, so
+# few extra candidates keep it fast.
 def _n_candidates(k, n_keys):
     return min(n_keys, k + 2 + k // 8)
 
 
 # Keys per CPU block of the selection (twice as many query rows): a row's block maximum beats its
 # running k-th best less often per block, so fewer rows go through a top-k and each sorts fewer
-# keys (measured, 2 threads: the k-NN predict 5-20% faster than with 1,024 keys over 100,000 x
-# 10,000 x 32, 20,000 x 5,000 x 8, 50,000 x 4,000 x 128, 200,000 x 3,000 x 16). Exact
-# whatever the width.
+# keys (docs/performance.md, "The k-NN selection"). Exact whatever the width.
 _CPU_SELECTION_KEYS = 512
 # Scratch bytes of one candidate key of the second pass: its index pair from nonzero (16), its
 # exact value and key index (16), their packing per row (24) and the merge's concatenations,
@@ -59,8 +48,8 @@ def nearest_blocks(spec, k, query_bytes, what):
     ``inf`` for padding) and indices (``-1`` for padding). ``q`` are the block's centred queries
     (with autograd when differentiating; the selection itself runs without).
     """
-    scorer, Q = spec.scorer, spec.queries
-    n_q, n_k = Q.shape[0], scorer.n_keys
+    prepared, Q = spec.keys, spec.queries
+    n_q, n_k = Q.shape[0], prepared.n_keys
     m = _n_candidates(k, n_k)
     item = Q.element_size()
     # top-k buffers and their merge; exact values, indices and their two sorts
@@ -94,8 +83,8 @@ def nearest_blocks(spec, k, query_bytes, what):
 
     def select(qs):
         qe = min(n_q, qs + bq)
-        q_raw = scorer.map_queries(Q[qs:qe])
-        q = scorer.centre(q_raw)
+        q_raw = prepared.map_queries(Q[qs:qe])
+        q = prepared.centre(q_raw)
         q_index = query_index(spec, slice(qs, qe), q.device)
         with torch.no_grad():
             f, idx = _select(
@@ -119,8 +108,8 @@ def _cells_for(spec, k):
             or spec.self_index is not None or spec.prior_fn is not None
             or spec.prior_vec is not None or spec.key_mask is not None):
         return None
-    cells = key_cells(spec.scorer, spec.n_queries, spec.budget / 2**20)
-    if cells is None or not cells.pays(spec.scorer.map_queries(spec.queries), k, spec.budget):
+    cells = key_cells(spec.keys, spec.n_queries, spec.budget / 2**20)
+    if cells is None or not cells.pays(spec.keys.map_queries(spec.queries), k, spec.budget):
         return None
     return cells
 
@@ -131,7 +120,7 @@ def _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what):
     (:func:`_select_in_cells`), and yielded in their own order. A query's selection is exact
     whatever its block, so the grouping changes no result. Where the first block skips too few
     keys to pay (keys without cluster structure), the others take :func:`_select`."""
-    scorer, Q = spec.scorer, spec.queries
+    prepared, Q = spec.keys, spec.queries
     n_q = Q.shape[0]
     pruning = [True]
     # Queries are grouped within chunks of the call (the chunk's selections are held until
@@ -148,7 +137,7 @@ def _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what):
                 if computed > _CELLS_PAY_BELOW:
                     pruning[0] = False
             else:
-                f, idx = _select(block_spec(spec), scorer.centre(q_raw), q_raw,
+                f, idx = _select(block_spec(spec), prepared.centre(q_raw), q_raw,
                                  slice(start, start + rows.numel()), None, k, m, bk,
                                  spec.budget // workers)
         return rows, f, idx
@@ -159,7 +148,7 @@ def _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what):
     for cs in range(0, n_q, chunk):
         ce = min(n_q, cs + chunk)
         order = cs + torch.argsort(
-            cells.cell_of(scorer.map_queries(Q[cs:ce]), spec.budget / 2**20), stable=True)
+            cells.cell_of(prepared.map_queries(Q[cs:ce]), spec.budget / 2**20), stable=True)
         f_chunk = torch.empty((ce - cs, k), dtype=torch.float64, device=Q.device)
         idx_chunk = torch.empty((ce - cs, k), dtype=torch.long, device=Q.device)
         for rows, f, idx in map_blocks(lambda start, order=order: select(start, order),
@@ -168,7 +157,7 @@ def _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what):
             next(progress, None)
         for qs in range(cs, ce, bq):
             qe = min(ce, qs + bq)
-            q = scorer.prepare_queries(Q[qs:qe])
+            q = prepared.prepare_queries(Q[qs:qe])
             yield (qs, qe, q, query_index(spec, slice(qs, qe), q.device),
                    f_chunk[qs - cs : qe - cs], idx_chunk[qs - cs : qe - cs])
     for _ in progress:  # closes the bar
@@ -176,7 +165,7 @@ def _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what):
 
 
 # A query block over key cells that computes more than this fraction of the keys: the cells do
-# not pay (measured: a Gaussian cloud without clusters computes all of them).
+# not pay (keys without cluster structure; docs/performance.md, "Key cells").
 _CELLS_PAY_BELOW = 0.6
 # Scratch bytes per row and key block of the blocks' lower bounds (``KeyCells.lower_bounds``:
 # four float64 temporaries alive at once, and the block order).
@@ -195,7 +184,7 @@ def _select_in_cells(spec, cells, q_raw, k, m, bk, budget):
     than the k-th nearest, never tied with it, and the settling below (whose bound covers the
     computed keys) stays exact; a row whose candidates could miss a computed key gets the
     exact pass over all keys."""
-    ps = cells.scorer
+    ps = cells.keys
     q = ps.centre(q_raw)
     top = TopK(q.shape[0], m, q)
     augmented = ps.augmented(q)
@@ -222,32 +211,32 @@ def _select(spec, q, q_raw, rows, q_index, k, m, bk, budget):
     """Exact k nearest of a query block: ``m`` candidates on the fast scores, settled exactly;
     rows whose candidates may miss a key go through :func:`_exact_pass` (within ``budget``
     bytes: the worker's share)."""
-    scorer = spec.scorer
+    prepared = spec.keys
     if spec.radius is not None:
-        spec.radius.start_block(scorer, q, q_raw, rows, spec.budget, lenient=True)
+        spec.radius.start_block(prepared, q, q_raw, rows, spec.budget, lenient=True)
     top = TopK(q.shape[0], m, q)
-    augmented = scorer.augmented(q)
-    for ks in range(0, scorer.n_keys, bk):
-        ke = min(scorer.n_keys, ks + bk)
+    augmented = prepared.augmented(q)
+    for ks in range(0, prepared.n_keys, bk):
+        ke = min(prepared.n_keys, ks + bk)
         s, _ = raw_scores(spec, q, rows, ks, ke, q_index, inplace=True, augmented=augmented)
         top.update(s, ks)
-    if m == scorer.n_keys:  # every key a candidate: nothing left out
+    if m == prepared.n_keys:  # every key a candidate: nothing left out
         return _settled(spec, top, top.i, q_raw, None, None, rows.start, k, bk, budget)
-    return _settled(spec, top, top.i, q_raw, scorer.query_offset(q), scorer.margin(q),
+    return _settled(spec, top, top.i, q_raw, prepared.query_offset(q), prepared.margin(q),
                     rows.start, k, bk, budget)
 
 
 def _settled(spec, top, index, q_raw, offset, margin, row_start, k, bk, budget):
     """``(f, idx)``: the fast candidates of a block of raw queries (``top``; ``index`` their
-    key indices in ``spec.scorer``) settled on exact values, the k first in (distance, index)
-    order. ``offset`` and ``margin``: the query offsets and rounding margins of the scorer the
-    fast scores came from (``None``: every key was a candidate). A key left out has a fast f at
+    key indices in ``spec.keys``) settled on exact values, the k first in (distance, index)
+    order. ``offset`` and ``margin``: the query offsets and rounding margins of the prepared keys
+    the fast scores came from (``None``: every key was a candidate). A key left out has a fast f at
     least the last candidate's, so an exact f at least that minus the margin: a row is settled
     when this is beyond its k-th exact f (or when its last candidate is masked: then every
     unmasked key is a candidate); the others go through :func:`_exact_pass` (``row_start``:
     the block's first query row, for the masks)."""
     valid = top.r > NEG_INF
-    f = spec.scorer.exact_f(q_raw, index, spec.budget)
+    f = spec.keys.exact_f(q_raw, index, spec.budget)
     if spec.radius is not None:
         valid &= spec.radius.inside(f, index)
     f, idx = sort_exact(torch.where(valid, f, math.inf), index, k)
@@ -258,7 +247,7 @@ def _settled(spec, top, index, q_raw, offset, margin, row_start, k, bk, budget):
     local = unsettled.nonzero().squeeze(1)
     if local.numel():
         f[local], idx[local] = _exact_pass(
-            spec, spec.scorer.centre(q_raw[local]), q_raw[local], local + row_start,
+            spec, spec.keys.centre(q_raw[local]), q_raw[local], local + row_start,
             f[local, k - 1], k, bk, budget
         )
     return f, idx
@@ -268,7 +257,7 @@ def _exact_pass(spec, q, q_raw, rows, bound, k, bk, budget):
     """The k nearest of query rows ``rows`` (an index tensor) by a second pass over every key:
     keys whose fast f is within the margin of ``bound`` (an upper bound on the k-th exact f) are
     computed exactly and merged in (distance, index) order, within ``budget`` bytes."""
-    scorer, n_k = spec.scorer, spec.scorer.n_keys
+    prepared, n_k = spec.keys, spec.keys.n_keys
     # per entry: the fast block and its candidate mask, and as a candidate (every key of a
     # block can be one: tied keys) its exact value and its part in the packing and the merge
     pair_bytes = score_pair_bytes(spec) + 2 + _CANDIDATE_BYTES
@@ -289,12 +278,12 @@ def _exact_pass(spec, q, q_raw, rows, bound, k, bk, budget):
         n_c = qc.shape[0]
         q_index = query_index(spec, rc, q.device)
         if spec.radius is not None:
-            spec.radius.start_block(scorer, qc, qrc, rc, spec.budget, lenient=True)
-        qoff_margin = (scorer.query_offset(qc) - scorer.margin(qc))[:, None]
+            spec.radius.start_block(prepared, qc, qrc, rc, spec.budget, lenient=True)
+        qoff_margin = (prepared.query_offset(qc) - prepared.margin(qc))[:, None]
         best_f = torch.full((n_c, k), math.inf, dtype=torch.float64, device=q.device)
         best_i = torch.full((n_c, k), -1, dtype=torch.long, device=q.device)
         limit = bound[sl].clone()
-        augmented = scorer.augmented(qc)
+        augmented = prepared.augmented(qc)
         for ks in range(0, n_k, width):
             ke = min(n_k, ks + width)
             s, _ = raw_scores(spec, qc, rc, ks, ke, q_index, inplace=True, augmented=augmented)
@@ -303,7 +292,7 @@ def _exact_pass(spec, q, q_raw, rows, bound, k, bk, budget):
             r, c = possible.nonzero(as_tuple=True)
             if r.numel() == 0:
                 continue
-            fe = scorer.exact_pairs(qrc, r, c + ks, spec.budget)
+            fe = prepared.exact_pairs(qrc, r, c + ks, spec.budget)
             if spec.radius is not None:
                 fe = torch.where(fe <= spec.radius.exact_r2(r, c + ks), fe, math.inf)
             cand_f, cand_i = row_packed(r, n_c, fe, c + ks, fill=(math.inf, -1))
@@ -360,19 +349,19 @@ def knn_attention(spec):
     """Attention restricted to each query's ``spec.n_neighbors`` nearest keys (the k-NN prior;
     a per-key prior counts as multiplicity there); at ``T = 0`` the nearest key alone (the
     lowest index among exact ties, like 1-NN)."""
-    scorer, Q, V, T = spec.scorer, spec.queries, spec.values, spec.temperature
+    prepared, Q, V, T = spec.keys, spec.queries, spec.values, spec.temperature
     n_weights = spec.n_weights
     k = spec.n_neighbors if spec.n_neighbors is not None else (n_weights or 1)
     n_select = _keys_to_select(spec, k)
     dv = V.shape[1]
     gather_bytes = n_select * (V.element_size() * dv
-                               + Q.element_size() * ((scorer.dim if spec.grad else 0) + 6))
+                               + Q.element_size() * ((prepared.dim if spec.grad else 0) + 6))
     what = f"k-NN attention with n_neighbors={k}" if spec.n_neighbors else "1-NN attention"
     outs, weights, indices = [], [], []
     for qs, _, q, q_index, f, idx in nearest_blocks(spec, n_select, gather_bytes, what):
         safe_idx = idx.clamp(min=0)
         # Scores recomputed with the graph when differentiating, else the exact ones.
-        s = scorer.exact(q, idx) if spec.grad else scorer.scores_of_f(f).to(q.dtype)
+        s = prepared.exact(q, idx) if spec.grad else prepared.scores_of_f(f).to(q.dtype)
         log_weight = None if spec.prior_vec is None else spec.prior_vec[safe_idx]
         bias = None
         if spec.prior_fn is not None:
@@ -448,7 +437,7 @@ def nearest_keys(spec):
     dists, indices = [], []
     with torch.no_grad():
         for _, _, _, _, f, idx in nearest_blocks(spec, k, 0, "kneighbors"):
-            f = f if spec.scorer.squared else f.sqrt()
+            f = f if spec.keys.squared else f.sqrt()
             dists.append(f.to(spec.queries.dtype))
             indices.append(idx)
     return (

@@ -49,7 +49,7 @@ class MetricMap(nn.Module):
     def for_inference(self, device, dtype):
         """A copy on ``device`` in ``dtype``, in eval mode, for :meth:`images`: each linear
         layer's weight held transposed in memory (the same values), so that its product takes
-        a contiguous operand, as the attention's do (``Scorer.keys_t``): with the transposed
+        a contiguous operand, as the attention's do (``PreparedKeys.keys_t``): with the transposed
         one MKL rounded a row among 4 rows differently from among 1,024 (float32, 96 or more
         inputs: a row predicted alone differed from the same row in a batch by 1e-5)."""
         out = copy.deepcopy(self).to(device=device, dtype=dtype).eval()

@@ -34,9 +34,9 @@ _AHEAD_PER_WORKER = 2
 def small_calls_single_threaded(spec):
     """Run a small CPU call (a few queries: a web service's single row) on the calling thread's
     one core: its kernels are too short for a parallel region to pay, and on a busy machine every
-    region waits for a descheduled thread (measured: a single-row predict 5.5 ms with two torch
-    threads under load, 1.35 ms with one). The caller's thread count is restored afterwards."""
-    width = spec.scorer.dim + (spec.values.shape[1] if spec.values is not None else 0)
+    region waits for a descheduled thread (docs/performance.md, "Engine design notes"). The
+    caller's thread count is restored afterwards."""
+    width = spec.keys.dim + (spec.values.shape[1] if spec.values is not None else 0)
     return small_work_single_threaded(spec.n_queries * spec.n_keys * width, spec.device)
 
 
@@ -52,8 +52,8 @@ def small_work_single_threaded(work, device):
 
 def rows_single_threaded(prepared, n_rows, n_values):
     """:func:`small_work_single_threaded` of ``n_rows`` queries over ``prepared`` keys
-    (``Scorer``) with ``n_values`` values: a caller that maps a few rows before their attention
-    (an estimator's learned map) enters it once around both."""
+    (``PreparedKeys``) with ``n_values`` values: a caller that maps a few rows before their
+    attention (an estimator's learned map) enters it once around both."""
     return small_work_single_threaded(n_rows * prepared.n_keys * (prepared.dim + n_values),
                                       prepared.raw.device)
 
@@ -76,9 +76,9 @@ def cpu_threads(n):
     The OpenMP setting of this thread alone is changed through threadpoolctl (a dependency of
     scikit-learn), and MKL's thread-local count, which outranks OpenMP's and which a thread
     torch did not set up starts without (MKL then takes every core): on CPUs where MKL splits a
-    product's inner dimension over threads (measured on a Xeon with AMX: 48 to 256 rows by 1,500
-    keys, two threads), a block computed on two threads rounds differently from the same rows
-    on one. Without either library, nothing is changed there.
+    product's inner dimension over threads (docs/performance.md, "Batch independence"), a
+    block computed on two threads rounds differently from the same rows on one. Without either
+    library, nothing is changed there.
     """
     with _openmp_threads(n), _mkl_threads(n):
         yield
@@ -86,7 +86,7 @@ def cpu_threads(n):
 
 # The counts this thread's enclosing contexts set (``omp``, ``mkl``): a nested context asking
 # for the same count changes nothing and makes no library call (a single-row predict entered
-# three, measured 10 to 20 us each when the calls' code was out of the cache).
+# three, each slow when its code is out of the cache).
 _pinned = threading.local()
 
 
@@ -94,8 +94,8 @@ _pinned = threading.local()
 def _openmp_threads(n, torch_only=False):
     """The calling thread's OpenMP count of every OpenMP runtime loaded (``torch_only``:
     torch's) set to ``n``, restored afterwards (``omp_set_num_threads`` is per thread). The
-    runtimes are found once through threadpoolctl and called directly: its ``limit`` took
-    about 30 microseconds a call, a tenth of a single-row predict."""
+    runtimes are found once through threadpoolctl and called directly: its ``limit`` costs a
+    noticeable part of a single-row predict."""
     scopes = ("omp_torch",) if torch_only else ("omp_torch", "omp_all")
     enclosing = [getattr(_pinned, scope, None) for scope in scopes]
     if all(count == n for count in enclosing):
@@ -217,8 +217,8 @@ def parallel_plan(spec, n_q, n_k, bq, bk, plan):
         return 1, bq, bk
     per_worker = -(-n_q // workers)
     bq_share = max(1, min(bq, rows_share, per_worker + -per_worker % ROW_MULTIPLE))
-    # As many blocks for every worker: 5 blocks on 2 workers take 3 blocks' time, 6 smaller
-    # ones 2.5 (measured: the k-NN predict of 10,000 queries 8% faster).
+    # As many blocks for every worker: no worker left computing a last block alone while the
+    # others wait (docs/performance.md, "Under load").
     n_blocks = -(-n_q // bq_share)
     n_blocks += -n_blocks % workers
     per_block = -(-n_q // n_blocks)

@@ -8,12 +8,12 @@ translation invariant) to limit cancellation.
 
 Euclidean scores (``"euclidean"``, -||q - k||, the non-squared distance of ModernNCA) need the
 whole distance, so their blocks add the per-query term back and take a square root
-(:meth:`Scorer.to_scores`); everything that selects keys (k-NN, radius, ``T = 0``) works on
+(:meth:`PreparedKeys.to_scores`); everything that selects keys (k-NN, radius, ``T = 0``) works on
 the squared distances as for ``"sqeuclidean"``, which order keys the same way.
 
 These fast scores are rounded (the centring, the matmul); selections are never decided on them
-alone. :meth:`Scorer.margin` bounds their rounding error and :meth:`Scorer.exact_f` /
-:meth:`Scorer.exact_pairs` give the exact values (float64 differences of the uncentred
+alone. :meth:`PreparedKeys.margin` bounds their rounding error and :meth:`PreparedKeys.exact_f` /
+:meth:`PreparedKeys.exact_pairs` give the exact values (float64 differences of the uncentred
 coordinates) that ``_exact.py`` settles the close calls with.
 """
 
@@ -35,6 +35,9 @@ LEARNED_METRICS = {"mlp": "sqeuclidean", "linear": "sqeuclidean", "dot": "dot",
 METRICS = {"euclidean": "sqeuclidean", **LEARNED_METRICS}
 
 
+# The score of a masked (query, key) pair: it gets no weight.
+NEG_INF = float("-inf")
+
 # The BLAS kernels give a row of a product the same rounding whatever the rows around it only
 # when the row count is a multiple of 4 (one or two rows take a matrix-vector path, a ragged tail
 # another kernel; measured with torch's MKL on AVX-512, float32 and float64, 1 and 2 threads):
@@ -49,7 +52,7 @@ def padded_rows(x, multiple=ROW_MULTIPLE):
     return x if pad == 0 else torch.nn.functional.pad(x, (0, 0, 0, pad))
 
 
-class Scorer:
+class PreparedKeys:
     """Prepared keys for blockwise scoring.
 
     Parameters
@@ -87,13 +90,13 @@ class Scorer:
             self.keys, self.keys_t = keys, keys.T
         else:
             # Products take the keys transposed and contiguous (``keys`` is a view of them):
-            # with a few query rows MKL packs a transposed operand on every call (1 x 64 x
-            # 9,000 float32: 0.10 ms against 0.19), and the contiguous form gave a row the same
-            # rounding among 4 rows as among 1,024 in every shape tried, where the transposed
-            # view did not from 96 dimensions in float32 (measured with torch's MKL, 1 thread).
-            # For the distance kinds the offsets are one more row of the same matrix: an
-            # addmm's bias is a copy into every score block before the product (a third of
-            # the k-NN selection's product time).
+            # with a few query rows MKL packs a transposed operand on every call, and the
+            # contiguous form gave a row the same rounding among 4 rows as among 1,024 in every
+            # shape tried, where the transposed view did not from 96 dimensions in float32
+            # (torch's MKL, docs/performance.md, "Batch independence"). For the distance kinds
+            # the offsets are one more row of the same matrix: an addmm's bias is a copy into
+            # every score block before the product (docs/performance.md, "Engine design
+            # notes").
             rows = keys.shape[1] + (self.key_offset is not None)
             self.keys_t = keys.new_empty((rows, keys.shape[0]))
             self.keys_t[: keys.shape[1]] = keys.T
@@ -103,8 +106,8 @@ class Scorer:
             self.keys = self.keys_t.T
         self.n_keys, self.dim = keys.shape
         # (``check_finite=False``: a training step, whose keys are the map's images of checked
-        # inputs and whose loss is checked instead: the two passes and their reductions were
-        # a tenth of a step's time on two threads)
+        # inputs and whose loss is checked instead: the two passes and their reductions are a
+        # noticeable part of a step)
         if check_finite and (not bool(torch.isfinite(keys).all()) or (
             self.key_offset is not None and not bool(torch.isfinite(self.key_offset).all())
         )):

@@ -18,9 +18,9 @@ import threading
 import torch
 import torch.nn.functional as F
 
-from ._blocks import empty_rows
 from ._budget import memory_error, plan_rows
 from ._progress import track
+from ._results import empty_rows
 from ._scores import padded_rows
 
 # Queries per scaled_dot_product_attention call (its fused kernels need O(n) memory only).
@@ -133,14 +133,14 @@ def sdpa_pays(spec):
     when the values are much wider than the keys the padding costs more than the kernel saves.
     Not the number of queries: a query's output must not depend on the batch it comes in
     (SDPA and the streaming path round differently), so one query and many take the same path."""
-    return spec.values.shape[1] <= 2 * (spec.scorer.dim + 2) + 16
+    return spec.values.shape[1] <= 2 * (spec.keys.dim + 2) + 16
 
 
 def sdpa_attention(spec, strict):
     """``(out,)`` of dense attention with at most a per-key prior, or ``None`` when SDPA cannot
     run it within the budget or on this device/dtype (``strict``: raise instead)."""
-    scorer, Q, V, T = spec.scorer, spec.queries, spec.values, spec.temperature
-    keys, offset, prior = scorer.keys, scorer.key_offset, spec.prior_vec
+    prepared, Q, V, T = spec.keys, spec.queries, spec.values, spec.temperature
+    keys, offset, prior = prepared.keys, prepared.key_offset, spec.prior_vec
     if spec.key_mask is not None:
         keep = ~spec.key_mask
         keys, V, prior = keys[keep], V[keep], prior[keep]
@@ -160,7 +160,7 @@ def sdpa_attention(spec, strict):
     # state. When they do not fit the budget the streaming path (blocks of keys) is used instead.
     item = Q.element_size()
     key_bytes = (
-        keys.shape[0] * item * (2 * width + 2 + (d + dv + 1 if keys is not scorer.keys else 0))
+        keys.shape[0] * item * (2 * width + 2 + (d + dv + 1 if keys is not prepared.keys else 0))
     )
     query_bytes = 4 * width * item
     if key_bytes + query_bytes > spec.budget:
@@ -174,13 +174,13 @@ def sdpa_attention(spec, strict):
         n_q, row_bytes=query_bytes, fixed_bytes=key_bytes, budget=spec.budget,
         max_rows=_SDPA_QUERY_BLOCK,
     )
-    k_aug = augmented_keys(keys, scorer.coef, extra[:, None] if augmented else None, width)
+    k_aug = augmented_keys(keys, prepared.coef, extra[:, None] if augmented else None, width)
     del extra
     v_pad = _pad(V, width)
     outs = []
     try:
         for qs in track(range(0, n_q, query_block), spec.progress, desc="attention", unit="block"):
-            q = scorer.prepare_queries(Q[qs : qs + query_block])
+            q = prepared.prepare_queries(Q[qs : qs + query_block])
             q = augmented_queries(q, width) if augmented else _pad(q, width)
             rows = q.shape[0]
             # The CPU kernel rounds a last partial group of rows differently from full ones:

@@ -6,7 +6,7 @@ already uses between its key blocks:
 
 * dense attention (a finite temperature or ``inf``, a radius, per-key priors): the online softmax
   state of each query, its running max ``m``, sum ``l`` of ``exp(z - m)`` and weighted values
-  ``o``; states merge by rescaling to the larger max (``_blocks.OnlineSoftmax``);
+  ``o``; states merge by rescaling to the larger max (``_softmax.OnlineSoftmax``);
 * a selection (``n_neighbors``, ``temperature=0``, the k-NN prior with a radius): each shard's
   nearest keys in exact (distance, global index) order with their values and log-priors; the
   merge keeps the first ones in that order, and the softmax runs once over the merged
@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ._blocks import NEG_INF, empty_rows
 from ._inputs import make_spec
 from ._knn import (
     keys_to_select,
@@ -34,6 +33,8 @@ from ._knn import (
     nearest_blocks,
     softmax_over_selected,
 )
+from ._results import empty_rows
+from ._scores import NEG_INF
 from ._stream import stream_attention
 
 
@@ -129,7 +130,7 @@ def _nearest_partial(spec, n_select, key_offset):
     n_q = spec.n_queries
     fs, idxs = [], []
     for *_, f, idx in nearest_blocks(spec, spec.n_neighbors, 0, "shard selection"):
-        fs.append(f if spec.scorer.squared else f.sqrt())  # kneighbors' distances
+        fs.append(f if spec.keys.squared else f.sqrt())  # kneighbors' distances
         idxs.append(idx)
     f = torch.cat(fs) if fs else torch.zeros((n_q, spec.n_neighbors), dtype=torch.float64)
     idx = torch.cat(idxs) if idxs else torch.full((n_q, spec.n_neighbors), -1)

@@ -9,7 +9,14 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._engine import ProgressReport, progress_bar, resolve_device, seeded_torch_rng, train_network
+from .._engine import (
+    EarlyStopping,
+    ProgressReport,
+    progress_bar,
+    resolve_device,
+    seeded_torch_rng,
+    train_network,
+)
 from ..utils._callbacks import EpochTasks
 from ..utils._convergence import warn_if_max_iter_reached
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
@@ -185,7 +192,7 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
                     learning_rate=self.learning_rate, weight_decay=self.weight_decay,
                     order=lambda: torch.as_tensor(rng.permutation(n), device=device),
                     callbacks=[ProgressReport(bar, name, self.max_iter, self.verbose),
-                               _LossPlateau(self.tol, self.n_iter_no_change),
+                               EarlyStopping(self.n_iter_no_change, self.tol),
                                EpochTasks(self, lambda: self._epoch_attributes(net, X))],
                 )
         warn_if_max_iter_reached(
@@ -227,22 +234,3 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
         tags.input_tags.allow_nan = False
         tags.non_deterministic = _cuda_nondeterministic(self.device)
         return tags
-
-
-class _LossPlateau:
-    """Training callback: stop when the epoch's mean loss has not improved by ``tol`` for
-    ``n_iter_no_change`` epochs (the engine's loop calls ``on_epoch_end`` and
-    ``on_train_end``)."""
-
-    def __init__(self, tol, n_iter_no_change):
-        self.tol, self.n_iter_no_change = tol, n_iter_no_change
-        self.best, self.stall = float("inf"), 0
-
-    def on_epoch_end(self, history):
-        loss = history.loss_curve[-1]
-        self.stall = 0 if loss < self.best - self.tol else self.stall + 1
-        self.best = min(self.best, loss)
-        return self.stall >= self.n_iter_no_change
-
-    def on_train_end(self, history):
-        pass

@@ -6,6 +6,7 @@ import weakref
 
 import torch
 
+from .._engine import device_available, parse_device
 from ._dask import computed_state
 
 # Per estimator, what predict keeps ready on a compute device (see DevicePortableMixin).
@@ -15,19 +16,11 @@ _CACHE_LOCK = threading.Lock()
 
 def _available(device):
     """Whether a ``device`` parameter value names a device this machine has."""
-    if device is None or (isinstance(device, str) and device == "auto"):
-        return True
     try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
+        dev = parse_device(device)
+    except ValueError:
         return True  # not a device at all: left for parameter validation to report
-    if dev.type == "cuda":
-        return torch.cuda.is_available() and (
-            dev.index is None or dev.index < torch.cuda.device_count()
-        )
-    if dev.type == "mps":
-        return hasattr(torch.backends, "mps") and torch.backends.mps.is_available()
-    return True
+    return device_available(dev)
 
 
 class DevicePortableMixin:
@@ -81,9 +74,7 @@ def _cuda_nondeterministic(device):
     """
     if torch.are_deterministic_algorithms_enabled() or not torch.cuda.is_available():
         return False
-    if device is None or (isinstance(device, str) and device == "auto"):
-        return True
     try:
-        return torch.device(device).type == "cuda"
-    except (RuntimeError, TypeError):
+        return parse_device(device).type == "cuda"
+    except ValueError:
         return False

@@ -406,9 +406,9 @@ def test_euclidean_float32_close_to_float64_and_no_sdpa(data):
 @pytest.mark.parametrize("row_chunk", [None, 3])
 def test_single_block_training_path_gradcheck(metric, exclude, row_chunk, monkeypatch):
     # Under autograd one key block holding every key takes the hand-written single-block
-    # softmax (_blocks._SingleBlockSoftmax), row chunk by row chunk; its forward must equal the
+    # softmax (_one_block._SingleBlockSoftmax), row chunk by row chunk; its forward must equal the
     # no-grad result and its backward the finite differences, for every input that gets one.
-    import skattention._engine._blocks as blocks
+    import skattention._engine._one_block as blocks
 
     if row_chunk is not None:
         monkeypatch.setattr(blocks, "cache_row_slices", lambda n, m, device: [
@@ -449,7 +449,7 @@ def test_flushed_softmax_sets_only_negligible_weights_to_zero(dtype):
     # Every softmax of the engine sets the weights below exp(-60) (float32; exp(-600) in
     # float64) of a row's largest to 0: torch's exp is many times slower on arguments beyond
     # the dtype's normal range. The other weights are the very numbers of torch.softmax.
-    from skattention._engine._blocks import flush_below, flushed_softmax
+    from skattention._engine._softmax import flush_below, flushed_softmax
 
     g = torch.Generator().manual_seed(0)
     cut = flush_below(dtype)
@@ -494,7 +494,7 @@ def test_online_softmax_keeps_a_nan_logit_visible(inplace):
     # The flush of tiny weights (threshold: NaN is not at most the cut, so it stays NaN) must
     # keep a NaN logit (a bug upstream) visible in its row's output, which attention reports,
     # not turn it into a weight of 0 (as a where(p > cut, p, 0) would).
-    from skattention._engine._blocks import OnlineSoftmax, product_values
+    from skattention._engine._softmax import OnlineSoftmax, product_values
 
     z = torch.zeros(4, 32)
     z[:, 1:] = -100.0  # far below the flush

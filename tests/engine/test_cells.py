@@ -138,7 +138,7 @@ def test_block_lower_bounds_are_bounds(small_cells, dtype):
     queries = torch.as_tensor(np.concatenate([clustered(rng, 200, 6, "float64", False),
                                               keys[:50].double().numpy()]), dtype=dtype)
     lower = cells.lower_bounds(queries)
-    exact = ((queries[:, None, :].double() - cells.scorer.raw[None].double()) ** 2).sum(-1)
+    exact = ((queries[:, None, :].double() - cells.keys.raw[None].double()) ** 2).sum(-1)
     nearest = torch.stack([exact[:, a:b].amin(1) for a, b in
                            zip(cells.bounds[:-1], cells.bounds[1:], strict=True)], 1)
     assert bool((lower <= nearest).all())

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from skattention._engine._training import Adam
+from skattention._engine._optimizers import Adam
 
 
 def _params(seed):

@@ -189,20 +189,20 @@ def test_score_products_round_a_row_alike_in_any_block(dtype, dim):
     # The products take the keys transposed and contiguous: with torch's MKL the transposed
     # view of row-major keys rounded a row among 4 rows differently from among 1,024 from 96
     # dimensions in float32 (measured on a Xeon with AVX-512); the contiguous form did not.
-    from skattention._engine._scores import Scorer
+    from skattention._engine._scores import PreparedKeys
 
     gen = torch.Generator().manual_seed(0)
     keys = torch.randn(3000, dim, generator=gen, dtype=dtype)
     queries = torch.randn(1024, dim, generator=gen, dtype=dtype)
-    scorer = Scorer(keys, "sqeuclidean")
+    prepared = PreparedKeys(keys, "sqeuclidean")
     prior = torch.randn(3000, generator=gen, dtype=dtype)
     # logits (scale and prior: one addmm) and partial scores (one product with the offsets
     # as one more row of the keys)
     for kwargs in (dict(scale=0.5, log_prior=prior), dict()):
         with _parallel.one_thread():
-            whole = scorer.block(queries, 0, 3000, **kwargs)
+            whole = prepared.block(queries, 0, 3000, **kwargs)
             for rows in (4, 12, 64):
-                parts = torch.cat([scorer.block(queries[i : i + rows], 0, 3000, **kwargs)
+                parts = torch.cat([prepared.block(queries[i : i + rows], 0, 3000, **kwargs)
                                    for i in range(0, 1024, rows)])
                 assert torch.equal(parts, whole[: parts.shape[0]])
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from skattention import attention
-from skattention._engine import _blocks, _stream
+from skattention._engine import _softmax, _stream
 
 from .reference import reference_attention
 
@@ -31,13 +31,13 @@ def _keys_in_groups():
 def plain_updates(monkeypatch):
     """Row counts of the plain (max-shifting) updates of OnlineSoftmax."""
     seen = []
-    original = _blocks.OnlineSoftmax.update
+    original = _softmax.OnlineSoftmax.update
 
     def counting(self, z, v, inplace):
         seen.append(z.shape[0])
         return original(self, z, v, inplace)
 
-    monkeypatch.setattr(_blocks.OnlineSoftmax, "update", counting)
+    monkeypatch.setattr(_softmax.OnlineSoftmax, "update", counting)
     return seen
 
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from skattention._engine import _training, attention, build_map, train_metric
-from skattention._engine._training import Adam, _AveragingOptimizer
+from skattention._engine import _metric_training, attention, build_map, train_metric
+from skattention._engine._optimizers import Adam, AveragingOptimizer
 
 
 def _problem(n=240, d=3, seed=0):
@@ -35,7 +35,7 @@ def _train(average, batch_size, max_iter=3):
 def test_the_average_follows_every_step():
     """After each step the average is ``decay * average + (1 - decay) * parameter``."""
     param = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
-    stepper = _AveragingOptimizer(Adam([param], lr=0.1), [param], 0.8)
+    stepper = AveragingOptimizer(Adam([param], lr=0.1), [param], 0.8)
     expected = param.detach().clone()
     for target in (3.0, -1.0, 0.5, 2.0):
         stepper.optimizer.zero_grad()
@@ -69,9 +69,9 @@ def test_epochs_of_one_step_are_not_averaged():
     assert torch.equal(weight, plain_weight) and log_t == plain_t
 
 
-def _old_step_attention(queries, scorer, values, temperature, log_prior, own):
+def _old_step_attention(queries, prepared, values, temperature, log_prior, own):
     """A training step's attention as it was computed before its own entry: the public one."""
-    return attention(queries, scorer.raw, values, metric=scorer.metric, temperature=temperature,
+    return attention(queries, prepared.raw, values, metric=prepared.metric, temperature=temperature,
                      log_prior=log_prior, exclude_self=own, on_empty="zero",
                      device=queries.device, dtype=queries.dtype)
 
@@ -103,7 +103,7 @@ def test_training_steps_compute_what_the_public_attention_computes(
         return history.loss_curve
 
     new = fit()
-    monkeypatch.setattr(_training, "_minibatch_attention", _old_step_attention)
+    monkeypatch.setattr(_metric_training, "_minibatch_attention", _old_step_attention)
     assert new == fit()
 
 
@@ -111,7 +111,7 @@ def test_a_warm_start_without_improvement_keeps_the_last_validated_parameters():
     """When no epoch of a continued fit beats the best of the earlier one, nothing is restored:
     the map is left with the average the last epoch validated, not the live parameters that no
     epoch validated."""
-    from skattention._engine._training import validation_score
+    from skattention._engine._metric_training import validation_score
 
     X, values = _problem()
     train, val = slice(0, 200), slice(200, 240)
@@ -136,3 +136,21 @@ def test_a_warm_start_without_improvement_keeps_the_last_validated_parameters():
     _, final = validation_score(metric_map, log_t, X[train], values[train], None, validation,
                                 "log_loss")
     assert final == history.validation_losses[-1]
+
+
+def test_early_stopping_on_the_training_loss_without_an_earlier_history():
+    """The rule of every trainer without validation (the network classifier's too): stop once
+    the epoch loss has not improved by ``tol`` on the best so far for ``n_iter_no_change``
+    epochs; nothing is restored."""
+    from skattention._engine import EarlyStopping
+    from skattention._engine._training import TrainingHistory
+
+    rule, history, stops = EarlyStopping(2, 0.1), TrainingHistory(), []
+    for loss in (1.0, 0.95, 0.8, 0.75, 0.72):
+        history.loss_curve.append(loss)
+        stops.append(rule.on_epoch_end(history))
+    # 0.95: no improvement by 0.1 on 1.0; 0.8 improves on the best, 0.95; 0.75 and 0.72 do
+    # not on theirs (0.8, then 0.75)
+    assert stops == [False, False, False, False, True]
+    assert rule.best_loss == 0.72
+    rule.on_train_end(history)  # no snapshot to restore

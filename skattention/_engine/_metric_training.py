@@ -1,0 +1,363 @@
+"""Training of a pseudo-metric by leave-one-out soft-neighbour likelihood (torch only).
+
+The recipe of NCA and ModernNCA in the notation of docs/theory.md: each minibatch of training
+points attends, through :func:`attention`, to a random sample of candidate training points with
+itself excluded, and the propagated labels are scored against the true ones (log-loss for
+classes, squared error for targets). The map and a log-temperature are optimised with AdamW in
+the one training loop (``_training.run_training``), early stopping on held-out points;
+``_calibration.calibrate_temperature`` then re-fits the temperature alone on them.
+
+Every tensor lives on the device of the training inputs, which the estimator resolved from its
+``device``; every :func:`attention` call of training is told that device.
+"""
+
+import copy
+import math
+
+import torch
+
+from ._attention import attention
+from ._budget import CPU_WHOLE_ROW_KEYS, budget_bytes, plan_rows
+from ._inputs import clamp_log_temperature
+from ._one_block import self_mask, single_block_attention
+from ._optimizers import Adam, AveragingOptimizer
+from ._parallel import small_work_single_threaded
+from ._scores import PreparedKeys
+from ._training import Callback, EarlyStopping, TrainingHistory, run_training
+
+_LOG_EPS = 1e-7  # floor of a propagated class probability inside the log-loss
+
+
+def train_metric(
+    metric_map,
+    log_temperature,
+    X,
+    values,
+    loss,
+    weight,
+    *,
+    validation=None,
+    max_iter,
+    batch_size,
+    n_candidates,
+    learning_rate,
+    weight_decay,
+    n_iter_no_change,
+    tol,
+    generator,
+    max_validation_keys=None,
+    history=None,
+    optimizer_state=None,
+    callbacks=(),
+    average=None,
+):
+    """Train ``metric_map`` (and ``log_temperature`` if it requires grad) in place.
+
+    Parameters
+    ----------
+    metric_map : MetricMap
+    log_temperature : Tensor (0-d)
+        Learned when it requires grad, else fixed.
+    X : Tensor (n, d)
+        Training inputs, on the compute device (every attention call runs there).
+    values : Tensor (n, n_values)
+        What attention propagates: one-hot labels (``loss="log_loss"``) or standardised targets
+        (``loss="squared_error"``).
+    loss : {"log_loss", "squared_error"}
+    weight : Tensor (n,)
+        Sample weights: the loss weight of a point and, as a log-prior, its weight as a key.
+    validation : tuple (X_val, values_val, weight_val) or None
+        With a validation set, training stops when the validation loss (the training objective on
+        held-out points, smoother than accuracy on small sets) has not improved by ``tol`` for
+        ``n_iter_no_change`` epochs, and the state of the best epoch is restored; its score
+        (accuracy or R^2) is recorded too. Without one, the rule applies to the training loss.
+    max_validation_keys : int or None
+        The validation points of each epoch attend to a fixed random sample of at most this
+        many training points (``None``: all of them): the stopping rule needs a comparable loss
+        from epoch to epoch, not the final one, and this pass costs as much as an epoch.
+    n_candidates : int
+        Candidate keys sampled for each minibatch (all points when >= n).
+    generator : torch.Generator
+        Drives batches and candidate samples (on the CPU, for reproducibility).
+    callbacks : sequence of Callback
+        Run after the early-stopping rule each epoch (e.g. :class:`ProgressReport`).
+    average : float in (0, 1) or None
+        With a validation set: the largest decay per step of an exponential moving average of
+        the parameters (the map's and a learned temperature), which is what each epoch
+        validates and what the best epoch keeps; training itself steps the parameters as
+        usual. The decay is at most ``1 - 1 / steps_per_epoch`` (the average spans at most an
+        epoch; none with one step an epoch). The average's validation loss
+        is smoother from epoch to epoch than the parameters' own, so a shorter
+        ``n_iter_no_change`` stops as well. ``None``: the parameters themselves.
+
+    Returns
+    -------
+    history : TrainingHistory
+    optimizer_state : dict
+        To continue training (``warm_start``).
+    """
+    history = history or TrainingHistory()
+    n = X.shape[0]
+    log_prior = key_log_prior(weight)
+    optimizer = _optimizer(metric_map, log_temperature, learning_rate, weight_decay,
+                           optimizer_state)
+    step = _MinibatchStep(metric_map, log_temperature, X, values, loss, weight, log_prior,
+                          n_candidates, generator, optimizer)
+    parameters = _Parameters(metric_map, log_temperature)
+    validate = None
+    if validation is not None:
+        keys = _validation_keys(n, max_validation_keys, generator, X.device)
+        validate = _Validation(metric_map, log_temperature, X, values, log_prior, keys,
+                               validation, loss)
+    stepper, validate, swap_back = _averaged(optimizer, validate, average, n, batch_size)
+    stopping = EarlyStopping(n_iter_no_change, tol, history, validate, parameters.snapshot,
+                             parameters.restore)
+    # the caller's callbacks see the epoch's validated (averaged) parameters, then the live
+    # ones are put back for the next epoch
+    run_training(
+        metric_map, stepper, max_iter=max_iter, step=step, history=history,
+        batches=lambda: torch.randperm(n, generator=generator).split(batch_size),
+        callbacks=[stopping, *callbacks, *swap_back],
+    )
+    if swap_back and stopping.best_state is None:
+        # no epoch of this fit beat the best of an earlier one (warm start): keep the last
+        # validated parameters, the average, rather than live ones no epoch validated
+        stepper.keep_average()
+    return history, optimizer.state_dict()
+
+
+def _optimizer(metric_map, log_temperature, learning_rate, weight_decay, state):
+    """AdamW over the map's parameters (with ``weight_decay``) and a learned log-temperature
+    (without), continuing from ``state`` when given (a warm start)."""
+    groups = [{"params": list(metric_map.parameters()), "weight_decay": weight_decay}]
+    if log_temperature.requires_grad:
+        groups.append({"params": [log_temperature], "weight_decay": 0.0})
+    optimizer = Adam(groups, lr=learning_rate)
+    if state is not None:
+        optimizer.load_state_dict(state)
+    return optimizer
+
+
+class _MinibatchStep:
+    """The training step of one minibatch (the ``step`` of ``run_training``): its points
+    attend to candidate points with themselves excluded; the gradients of their weighted
+    loss are computed. Returns ``(loss, weight)``, or ``None`` for a minibatch without
+    weight."""
+
+    def __init__(self, metric_map, log_temperature, X, values, loss, weight, log_prior,
+                 n_candidates, generator, optimizer):
+        self.metric_map, self.log_temperature, self.X, self.values = (
+            metric_map, log_temperature, X, values)
+        self.loss, self.weight, self.log_prior = loss, weight, log_prior
+        self.n_candidates, self.generator, self.optimizer = n_candidates, generator, optimizer
+        self.in_batch = torch.zeros(X.shape[0], dtype=torch.bool)
+        # a symmetric map embeds every point of the step once: its queries are its keys
+        self.symmetric = metric_map.kind != "dot"
+
+    def candidates(self, batch):
+        """``(candidates, own)``: the batch itself plus a random sample of the other points,
+        and the position of each batch point among them (excluded from its own candidates)."""
+        n = self.X.shape[0]
+        if self.n_candidates >= n:
+            return torch.arange(n), batch
+        self.in_batch[batch] = True
+        perm = torch.randperm(n, generator=self.generator)
+        others = perm[~self.in_batch[perm]][: max(self.n_candidates - batch.numel(), 0)]
+        self.in_batch[batch] = False
+        return torch.cat([batch, others]), torch.arange(batch.numel())
+
+    def __call__(self, batch):
+        candidates, own = self.candidates(batch)
+        device = self.X.device
+        batch_d, cand_d, own_d = batch.to(device), candidates.to(device), own.to(device)
+        w = self.weight[batch_d]
+        if not bool((w > 0).any()):
+            return None  # a batch of zero-weight points carries no loss
+        keys = self.metric_map.key(self.X[cand_d])
+        queries = keys[own_d] if self.symmetric else self.metric_map.query(self.X[batch_d])
+        temperature = exp_in_range(self.log_temperature)
+        if not self.log_temperature.requires_grad:
+            temperature = float(temperature)  # a fixed temperature: a float, as attention() has it
+        prior = None if self.log_prior is None else self.log_prior[cand_d]
+        prepared = PreparedKeys(keys, self.metric_map.kind, check_finite=False)
+        self.optimizer.zero_grad(set_to_none=True)
+        batch_loss = self._backward(queries, prepared, self.values[cand_d], temperature, prior,
+                                    own_d, self.values[batch_d], w)
+        if not math.isfinite(batch_loss):
+            raise ValueError(
+                "Training diverged: the minibatch loss is not finite (the map's images overflow "
+                "the compute dtype); lower learning_rate, rescale the data or use float64."
+            )
+        return batch_loss, float(w.sum())
+
+    def _backward(self, queries, prepared, cand_values, temperature, prior, own, targets, w):
+        """The gradients of the minibatch's weighted mean loss; returns the loss. Under
+        autograd a step's scores stay alive until backward: a batch too large for
+        working_memory is split into chunks whose gradients are accumulated (the same sum)."""
+        n_rows = queries.shape[0]
+        rows = batch_rows(prepared.n_keys, cand_values.shape[1], prepared.dim,
+                          self.X.element_size())
+        batch_loss, w_sum = 0.0, w.sum()
+        for s in range(0, n_rows, rows):
+            e = min(n_rows, s + rows)
+            out = _minibatch_attention(queries[s:e], prepared, cand_values, temperature, prior,
+                                       own[s:e])
+            part = (w[s:e] * soft_neighbour_loss(out, targets[s:e], self.loss)).sum() / w_sum
+            part.backward(retain_graph=e < n_rows)
+            batch_loss += float(part.detach())
+            del out, part  # free this chunk's scores before the next chunk's
+        return batch_loss
+
+
+class _Parameters:
+    """Snapshots of the map's parameters and the log-temperature, and their restoration (the
+    best epoch's, at the end of early stopping)."""
+
+    def __init__(self, metric_map, log_temperature):
+        self.metric_map, self.log_temperature = metric_map, log_temperature
+
+    def snapshot(self):
+        return copy.deepcopy(self.metric_map.state_dict()), self.log_temperature.detach().clone()
+
+    def restore(self, state):
+        self.metric_map.load_state_dict(state[0])
+        with torch.no_grad():
+            self.log_temperature.copy_(state[1])
+
+
+def _validation_keys(n, max_validation_keys, generator, device):
+    """The training points the validation points attend to in every epoch: all of them, or a
+    fixed random sample of ``max_validation_keys`` (sorted)."""
+    keys = torch.arange(n)
+    if max_validation_keys is not None and max_validation_keys < n:
+        keys = torch.randperm(n, generator=generator)[:max_validation_keys].sort().values
+    return keys.to(device)
+
+
+class _Validation:
+    """The ``validate`` of early stopping: ``(score, loss)`` of the validation points attending
+    to the training points ``keys`` (:func:`validation_score`)."""
+
+    def __init__(self, metric_map, log_temperature, X, values, log_prior, keys, validation,
+                 loss):
+        self.metric_map, self.log_temperature = metric_map, log_temperature
+        self.X, self.values, self.log_prior, self.keys = X, values, log_prior, keys
+        self.validation, self.loss = validation, loss
+
+    def __call__(self):
+        keys = self.keys
+        return validation_score(self.metric_map, self.log_temperature, self.X[keys],
+                                self.values[keys],
+                                None if self.log_prior is None else self.log_prior[keys],
+                                self.validation, self.loss)
+
+
+def _averaged(optimizer, validate, average, n, batch_size):
+    """``(stepper, validate, callbacks)``: with a validation and an ``average``, an
+    :class:`AveragingOptimizer` stepping ``optimizer``, a ``validate`` of the averaged
+    parameters and the callback that puts the live ones back after each epoch; else
+    ``optimizer``, ``validate`` and no callback."""
+    # The average spans at most an epoch: over more it lags behind training by epochs where an
+    # epoch is a few steps (docs/performance.md, "Engine design notes").
+    decay = None if average is None else min(average, 1.0 - 1.0 / -(-n // batch_size))
+    if decay is None or decay <= 0 or validate is None:
+        return optimizer, validate, []
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    stepper = AveragingOptimizer(optimizer, params, decay)
+
+    def validate_average():
+        stepper.swap_in()
+        return validate()
+
+    return stepper, validate_average, [_SwapBack(stepper)]
+
+
+class _SwapBack(Callback):
+    """After the validation of averaged parameters (and a snapshot of them), the live ones."""
+
+    def __init__(self, stepper):
+        self.stepper = stepper
+
+    def on_epoch_end(self, history):
+        self.stepper.swap_out()
+        return False
+
+
+def _minibatch_attention(queries, prepared, values, temperature, log_prior, own):
+    """The attention of a training step: :func:`attention` of the minibatch ``queries`` over
+    the prepared candidate keys ``prepared``, each query's own key ``own`` excluded, computed
+    as its streaming backend computes it (one block of every key), without the public entry's
+    checks of its arguments: they are internal tensors of the step, whose loss is checked
+    instead, and those checks and the dispatch are a noticeable part of a small step
+    (docs/performance.md, "Engine design notes"). Where that backend would do otherwise (more
+    keys than one block holds, a row that could be left without a key) it is
+    :func:`attention` itself."""
+    if prepared.n_keys <= CPU_WHOLE_ROW_KEYS:
+        work = queries.shape[0] * prepared.n_keys * (prepared.dim + values.shape[1])
+        with small_work_single_threaded(work, queries.device):  # as attention() runs it
+            out = single_block_attention(prepared, prepared.centre(queries), values,
+                                         1.0 / temperature, log_prior,
+                                         self_mask(own, prepared.n_keys))
+        if out is not None:
+            return out
+    return attention(queries, prepared.raw, values, metric=prepared.metric, temperature=temperature,
+                     log_prior=log_prior, exclude_self=own, on_empty="zero",
+                     device=queries.device, dtype=queries.dtype)
+
+
+def batch_rows(n_candidates, n_values, dim, itemsize, working_memory=None):
+    """Most minibatch rows whose training step fits ``working_memory`` (MiB; ``None``: config).
+
+    Under autograd the (rows x n_candidates) scores of a step, their exponentials and, in the
+    backward pass, their gradients coexist: about 4 values and a mask byte per pair
+    (docs/engine.md, "Memory"), plus per-row outputs, targets and gradients.
+    """
+    return plan_rows(
+        None, row_bytes=n_candidates * (4 * itemsize + 2) + itemsize * (4 * n_values + 4 * dim + 8),
+        budget=budget_bytes(working_memory), per="per point",
+        what=f"training (each point attends to {n_candidates} candidate points)",
+        hint="lower sample_rate (fewer candidates per minibatch)",
+    )
+
+
+def soft_neighbour_loss(out, target, loss):
+    """Per point, the loss of its propagated values ``out`` against its ``target``: the
+    log-loss of the true class (one-hot targets) or the squared error."""
+    if loss == "log_loss":
+        p_true = (out * target).sum(1)
+        return -torch.log(p_true.clamp_min(_LOG_EPS))
+    return ((out - target) ** 2).sum(1)
+
+
+@torch.no_grad()
+def validation_score(metric_map, log_temperature, X, values, log_prior, validation, loss):
+    """(score, loss) of the validation set attending to ``X``: accuracy or R^2, and the
+    training objective."""
+    X_val, values_val, weight_val = validation
+    metric_map.eval()
+    pred = attention(
+        metric_map.query(X_val), metric_map.key(X), values, metric=metric_map.kind,
+        temperature=float(torch.exp(log_temperature)), log_prior=log_prior, on_empty="zero",
+        device=X.device, dtype=X.dtype,
+    )
+    total = weight_val.sum()
+    val_loss = float((weight_val * soft_neighbour_loss(pred, values_val, loss)).sum() / total)
+    if loss == "log_loss":
+        correct = (pred.argmax(1) == values_val.argmax(1)).to(pred.dtype)
+        return float((weight_val * correct).sum() / total), val_loss
+    mean = (weight_val[:, None] * values_val).sum(0) / total
+    sst = float((weight_val * ((values_val - mean) ** 2).sum(1)).sum() / total)
+    return (1.0 - val_loss / sst if sst > 0 else -val_loss), val_loss
+
+
+def key_log_prior(weight):
+    """The sample weights as the keys' log-prior; ``None`` for unit weights (a prior of zeros
+    changes nothing and adding it is one more pass over every score block)."""
+    return torch.log(weight) if bool((weight != 1).any()) else None
+
+
+def exp_in_range(log_t):
+    """``exp(log_t)`` kept inside the dtype's normal range (:func:`clamp_log_temperature`): an
+    exp that under- or overflows to 0 or inf is the limit without a gradient, and the backward
+    pass would fail."""
+    return torch.exp(clamp_log_temperature(log_t))

@@ -1,0 +1,173 @@
+"""Softmax numerics of the attention backends (torch only): the online softmax over key
+blocks, exponentials that flush negligible weights to 0, and the products of weights with
+values that round a row alike in any batch.
+"""
+
+import math
+
+import torch
+
+from ._scores import NEG_INF, padded_rows
+
+# Entries per vector of the widest exp kernel (AVX-512, float32); a multiple of the others.
+_EXP_VECTOR = 16
+# A running softmax sum above this is folded into the shift (OnlineSoftmax.add_shifted).
+_LARGE_SUM = 2.0**20
+
+
+
+class OnlineSoftmax:
+    """Running max ``m``, sum ``l`` and weighted sum ``o`` of exp(z - m) over key blocks.
+
+    The values are :func:`product_values` of ``n_values`` columns (``o`` has all of their
+    columns): their column of ones, column ``n_values``, gives each block's weight sums in its
+    product, with no pass of its own over the block."""
+
+    def __init__(self, n_rows, n_values, values_mm, like, blocks=True):
+        self.sums = n_values
+        if not blocks:  # :meth:`single` sets the state from the one block
+            return
+        self.m = torch.full((n_rows,), NEG_INF, dtype=like.dtype, device=like.device)
+        # sums in the values' dtype, which may be wider than the logits' (rows_times)
+        self.l = torch.zeros(n_rows, dtype=values_mm.dtype, device=like.device)
+        self.o = torch.zeros(n_rows, values_mm.shape[1], dtype=values_mm.dtype,
+                             device=like.device)
+
+    def update(self, z, v, inplace):
+        new_m = torch.maximum(self.m, z.amax(1))
+        # A row whose keys are all masked so far keeps m = -inf; shift it by 0, not by -inf.
+        shift = torch.where(torch.isfinite(new_m), new_m, 0.0)
+        alpha = batch_exp(self.m - shift)
+        if inplace and z.shape[1] % _EXP_VECTOR == 0:
+            p = flushed_exp(z.sub_(shift[:, None]), inplace=True)
+        else:
+            p = flushed_exp(z - shift[:, None])
+        block = rows_times(p, v)
+        self.l = self.l * alpha + block[:, self.sums]
+        self.o = self.o * alpha[:, None] + block
+        self.m = new_m
+
+    def add_shifted(self, z, v, redo):
+        """Add a block of logits given less the running shift ``m`` (``z - m``, one product:
+        :func:`shifted_logit_keys`), overwritten by its exponential: no max pass, no
+        subtraction pass. A row whose block sum exceeds ``_LARGE_SUM`` (an entry above the
+        shift by more than ``log(_LARGE_SUM)``, up to exp's overflow) is redone by
+        :meth:`update` on the logits ``redo(rows)`` gives for those rows alone (each row's
+        result depends on its own data only): its weights then stay at most 1, as in the plain
+        path, so a weighted sum overflows no sooner than there. A row whose running sum grows
+        large over several blocks folds it into its shift."""
+        p = flushed_exp(z, inplace=z.shape[1] % _EXP_VECTOR == 0)
+        block = rows_times(p, v)
+        block_l = block[:, self.sums]
+        ok = block_l <= _LARGE_SUM  # False for inf and NaN too
+        all_ok = bool(ok.all())
+        if all_ok:
+            self.l = self.l + block_l
+            self.o = self.o + block
+        else:
+            self.l = torch.where(ok, self.l + block_l, self.l)
+            self.o = torch.where(ok[:, None], self.o + block, self.o)
+            bad = (~ok).nonzero().squeeze(1)
+            part = OnlineSoftmax.__new__(OnlineSoftmax)
+            part.sums = self.sums
+            part.m, part.l, part.o = self.m[bad], self.l[bad], self.o[bad]
+            part.update(redo(bad), v, inplace=True)
+            self.m, self.l, self.o = (t.index_copy(0, bad, u) for t, u in
+                                      ((self.m, part.m), (self.l, part.l), (self.o, part.o)))
+        large = self.l > _LARGE_SUM
+        if bool(large.any()):
+            alpha = torch.where(large, 1.0 / self.l, 1.0)
+            self.m = torch.where(large, self.m + torch.log(self.l), self.m)
+            self.l = self.l * alpha
+            self.o = self.o * alpha[:, None]
+
+    def single(self, z, v):
+        """The whole softmax at once, when one key block holds every key (fewer ops to
+        differentiate than the streaming update)."""
+        self.m = z.amax(1)
+        empty = torch.isneginf(self.m)
+        if not bool(empty.any()):  # the common case: fewer passes over the block
+            self.o = rows_times(flushed_softmax(z, self.m), v)
+            self.l = None  # every row's normaliser is 1: nothing to divide (a single-row call)
+            return
+        self.l = (~empty).to(z.dtype)
+        # no NaN rows to differentiate
+        p = flushed_softmax(torch.where(empty[:, None], 0.0, z), torch.where(empty, 0.0, self.m))
+        self.o = torch.where(empty[:, None], 0.0, rows_times(p, v))
+
+    def result(self):
+        if self.l is None:
+            return self.o
+        return self.o / torch.where(self.l > 0, self.l, 1.0)[:, None]
+
+
+def flush_below(dtype):
+    """The log-weight (relative to a row's largest) under which every softmax here sets a
+    weight to 0: far below the dtype's precision (such weights change no sum of a row's
+    weights), far above its subnormal range (products of such weights with small gradients
+    stay normal numbers)."""
+    return -600.0 if dtype == torch.float64 else -60.0
+
+
+def flushed_exp(z, inplace=False):
+    """``exp(z)`` of logits less their row's largest (or less a running shift at most that),
+    with the weights at most ``exp(flush_below)`` set to 0; in place when ``inplace`` (the
+    caller knows the rows fill whole exp vectors or need not be rounded alike in any batch),
+    else as :func:`batch_exp`, rounded alike in any batch (:func:`flushed_softmax` for
+    ``torch.softmax``, whose exponential is fast on ``-inf``).
+
+    torch's ``exp`` is many times slower on arguments whose results are subnormal or 0 and on
+    ``-inf`` than on normal ones, and so are products with subnormal weights
+    (docs/performance.md, "Fit"): a sharp temperature puts many of a row's keys there. So the
+    arguments are clamped a unit below the cut (their exponentials stay normal numbers), and
+    the weights at most the cut's exponential are then zeroed: three fast passes whatever the
+    values."""
+    low = flush_below(z.dtype)
+    if inplace:
+        p = z.clamp_min_(low - 1.0).exp_()
+    else:
+        p = batch_exp(z.clamp_min(low - 1.0))
+    zero = torch.nn.functional.threshold if p.requires_grad else torch.nn.functional.threshold_
+    return zero(p, math.exp(low), 0.0)
+
+
+def flushed_softmax(z, row_max):
+    """``softmax(z, 1)`` of logits whose rows' largest entries are ``row_max`` (finite), with
+    the weights below ``exp(flush_below)`` of a row's largest set to 0: their logits become
+    ``-inf``, on which softmax's exponential is fast (``torch.exp`` is not: :func:`flushed_exp`).
+    Otherwise the same numbers: softmax subtracts each row's largest itself, here 0."""
+    shifted = z - row_max.detach()[:, None]
+    return torch.softmax(torch.nn.functional.threshold_(shifted, flush_below(z.dtype), NEG_INF), 1)
+
+
+def batch_exp(x):
+    """``exp(x)`` with every entry rounded as in any other batch: torch's vectorised ``exp``
+    leaves a tensor's last ``numel % vector`` entries to a scalar loop, which rounds differently,
+    and which entries those are depends on the number of rows. Rows padded to whole vectors
+    never have such a tail."""
+    pad = -x.shape[-1] % _EXP_VECTOR
+    if pad == 0:
+        return torch.exp(x)
+    return torch.exp(torch.nn.functional.pad(x, (0, pad)))[..., : x.shape[-1]]
+
+
+def product_values(v):
+    """Values (n, d) as :func:`rows_times` multiplies them, prepared once per call or per
+    prepared keys: a column of ones appended (column ``d``: a product then also gives each
+    row's weight sum, which :class:`OnlineSoftmax` reads there instead of summing its block in
+    a pass of its own: docs/performance.md, "float64"), and in
+    float64 zero columns up to a multiple of 8 (the kernel pairs rows unless the columns fill
+    whole vectors of 8). Callers slice the first ``d`` columns off their results."""
+    ones = v.new_ones((v.shape[0], 1))
+    pad = -(v.shape[1] + 1) % 8 if v.dtype == torch.float64 else 0
+    return torch.cat([v, ones, v.new_zeros((v.shape[0], pad))], 1)
+
+
+def rows_times(p, v_mm):
+    """``p @ v_mm`` for :func:`product_values` ``v_mm``, each row rounded as in any other batch
+    (see ``_scores.padded_rows``); every column of ``v_mm``. Weights ``p`` are taken to the
+    values' dtype where it is wider (float64 values averaged at temperature inf or 0,
+    ``_inputs.averaging_dtype``: weights 0 and 1, exact in either)."""
+    if p.dtype != v_mm.dtype:
+        p = p.to(v_mm.dtype)
+    return (padded_rows(p) @ v_mm)[: p.shape[0]]
