@@ -5,9 +5,10 @@ This module is the engine's one door: the estimators (``neighbors``, ``manifold`
 enforces it). See docs/engine.md for which module owns what.
 """
 
+from ._anneal import anneal
 from ._attention import attention, kneighbors
 from ._budget import budget_bytes, plan_rows
-from ._cluster import anneal, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
+from ._cluster import iterate_centers, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
 from ._device import resolve_device, resolve_dtype, seeded_torch_rng
 from ._inputs import averaging_dtype, check_temperature, prepare_keys
 from ._kernels import (
@@ -20,6 +21,7 @@ from ._kernels import (
 from ._maps import ResidualBlock, build_map
 from ._parallel import cpu_threads, rows_single_threaded
 from ._progress import progress_bar, track, write
+from ._rows import RowBlocks
 from ._scores import LEARNED_METRICS, METRICS
 from ._sdpa import augmented_coordinates, scaled_dot_product
 from ._shards import (
@@ -61,7 +63,9 @@ __all__ = [
     "gaussian_kernel_log_sums",
     "sqdist_log_histogram",
     # k-means steps and iterations
+    "RowBlocks",
     "anneal",
+    "iterate_centers",
     "kmeans_step",
     "lloyd",
     "soft_kmeans",
