@@ -54,6 +54,11 @@ class AttentionKMeans(
     annealing, Rose 1998) and ends with exact Lloyd steps, so the result is a Lloyd fixed point
     that depends little on the initialisation.
 
+    Sparse input (text, one-hot data) is taken as CSR and read in dense row blocks sized by
+    ``working_memory`` (``skattention.config_context``), never densified whole. The model is
+    the one fitted on the same matrix held dense: bit for bit while the budget lets the blocks
+    be as large as the dense array's (see the user guide), else up to rounding.
+
     Parameters
     ----------
     n_clusters : int, default=8
@@ -89,7 +94,9 @@ class AttentionKMeans(
     init : {"k-means++", "random"}, callable or array-like of shape (n_clusters, n_features), \
             default="k-means++"
         Initial centroids, as in :class:`~sklearn.cluster.KMeans`
-        (``sklearn.cluster.kmeans_plusplus`` for ``"k-means++"``). With annealing, used only
+        (``sklearn.cluster.kmeans_plusplus`` for ``"k-means++"``; a callable is called as
+        ``init(X, n_clusters, random_state=rng)`` with dense data centred and sparse data as it
+        is, as KMeans calls it). With annealing, used only
         where annealing cannot give ``n_clusters`` distinct centroids: ``n_clusters=1``, a
         subsample without weight or spread, or fewer distinct points than clusters (the
         missing centroids are then taken from it).
