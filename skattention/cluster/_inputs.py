@@ -57,20 +57,23 @@ def column_moments(X, variance=True):
         dense = X.toarray() if sparse.issparse(X) else X
         return dense.mean(axis=0), np.mean(np.var(dense, axis=0)) if variance else None
     n = np.intp(X.shape[0])
-    mean = _column_sums(X, lambda block: block)
+    mean = _column_sums(X)
     np.true_divide(mean, n, out=mean, casting="unsafe")  # as NumPy's mean divides
     if not variance:
         return mean, None
-    squares = _column_sums(X, lambda block: np.square(block - mean))
+    squares = _column_sums(X, mean)
     return mean, np.mean(np.true_divide(squares, n, out=squares, casting="unsafe"))
 
 
-def _column_sums(X, transform):
-    """Column sums of ``transform(block)`` over the dense row blocks of ``X``. NumPy sums the
-    rows of a C-ordered matrix one after the other along axis 0; continuing the running sum
-    as the first row of the next block gives the same sum, to the bit."""
+def _column_sums(X, mean=None):
+    """Column sums over the dense row blocks of ``X`` (with ``mean``: of the squared
+    deviations, computed in place as ``np.var`` computes them). NumPy sums the rows of a
+    C-ordered matrix one after the other along axis 0; continuing the running sum as the first
+    row of the next block gives the same sum, to the bit."""
     total = None
-    for block in dense_blocks(X, row_bytes=2 * X.shape[1] * X.dtype.itemsize):
-        block = transform(block)
+    # scratch per row besides the block: its copy under the running sum
+    for block in dense_blocks(X, row_bytes=X.shape[1] * X.dtype.itemsize):
+        if mean is not None:
+            np.multiply(np.subtract(block, mean, out=block), block, out=block)
         total = block.sum(axis=0) if total is None else np.concatenate([total[None], block]).sum(0)
     return total

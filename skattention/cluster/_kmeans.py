@@ -29,7 +29,7 @@ from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight, _fit_context
-from . import _dask
+from ._dask import fit as fit_dask_collection
 from ._init import checked_init, initial_centers, resolve_n_init
 from ._inputs import as_tensor, check_distance_range, column_moments, dense_blocks
 from ._runs import Run, best_run, warn_if_fewer_clusters
@@ -229,7 +229,7 @@ class AttentionKMeans(
             Fitted estimator.
         """
         if is_dask_collection(X):  # per-partition sums merged here (docs/scaling.md)
-            return _dask.fit(self, X, sample_weight)
+            return fit_dask_collection(self, X, sample_weight)
         X = validate_data(
             self, X, accept_sparse="csr", dtype=[np.float64, np.float32], order="C", copy=False
         )

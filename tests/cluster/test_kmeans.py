@@ -287,7 +287,7 @@ def test_sparse_input_is_densified_only_in_budget_sized_blocks(monkeypatch, sett
     monkeypatch.setattr(RowBlocks, "_densified", lambda self, *a: record(densified(self, *a)))
     monkeypatch.setattr(sp.csr_matrix, "toarray", lambda self, *a, **k: record(
         toarray(self, *a, **k)))
-    X = sparse_blobs(np.float64, n=3000, d=20)
+    X = sparse_blobs(np.float64, n=1200, d=20)
     budget_mib = 0.05
     with skattention.config_context(working_memory=budget_mib):
         model = AttentionKMeans(3, random_state=0, **settings).fit(sp.csr_matrix(X))
