@@ -29,7 +29,6 @@ _ANNEAL_MERGE = 1e-2  # centroids closer than ||c_i - c_j||^2 < 1e-2 T are merge
 _ANNEAL_SPLIT = 0.05  # a split centroid's children start at c +- 0.05 sqrt(lambda_max) v
 
 
-
 def principal_axes(X, sample_weight, centers, temperature, log_prior, directions, n_iter=10):
     """Largest eigenvalue and axis of each soft cluster's covariance, by power iteration.
 
@@ -86,7 +85,7 @@ def anneal(Xt, wt, k, init_centers, rng, verbose=0, shift=None):
     ``RandomState``) draws the subsample and the starting axis; ``init_centers()`` gives the
     centroids used when annealing cannot run (one cluster, identical points). Returns the
     centroids (in ``Xt``'s dtype) and the number of EM steps. ``Xt`` and ``shift`` as in
-    :func:`kmeans_step`.
+    ``_cluster.kmeans_step``.
     """
     points = as_row_blocks(Xt, shift)
     n = points.shape[0]

@@ -37,18 +37,21 @@ from ._scores import padded_rows
 _ACCEL_BLOCK_ROWS = 1 << 20
 
 
-def _block_rows(n, k, points, working_memory):
-    # per row: distances, logits/responsibilities and their temporaries (4 x k), the weighted
-    # copy of the row (d), norms, labels and weights, and the row read when it is a copy
-    # (shifted or densified). The cache-sized cap depends on the data's width alone, so that
-    # a matrix read in copies is cut in the blocks of the same matrix held dense.
+def _block_rows(n, k, points, working_memory, hard):
+    # per row: distances, logits/responsibilities and their temporaries (4 x k), norms, labels
+    # and weights, the row read when it is a copy (shifted or densified), and, in the soft
+    # step, the weighted row; in the hard step, the weighted row, the squared row and the
+    # row padded for the product (3 d: a hard step's result is per row, whatever its blocks,
+    # while the soft step's sums are summed block by block, whose rows are kept as they were).
+    # The cache-sized cap depends on the data's width alone, so that a matrix read in copies
+    # is cut in the blocks of the same matrix held dense.
     d, itemsize = points.shape[1], points.element_size()
     if points.device.type == "cpu":  # cache-sized: the 4 k-wide temporaries, about 4 copies of x
         cap = min(cpu_block_rows(4 * k), max(1024, cpu_block_rows(4 * d)))
     else:
         cap = _ACCEL_BLOCK_ROWS
     return plan_rows(
-        n, row_bytes=itemsize * (4 * k + d + 4) + 8 + points.copy_bytes(),
+        n, row_bytes=itemsize * (4 * k + (3 if hard else 1) * d + 4) + 8 + points.copy_bytes(),
         budget=budget_bytes(working_memory), max_rows=cap,
     )
 
@@ -92,7 +95,7 @@ def kmeans_step(X, centers, sample_weight, *, temperature=0.0, log_prior=None, u
     k = centers.shape[0]
     T = float(temperature)
     c_norm = (centers * centers).sum(1)
-    rows = _block_rows(n, k, points, working_memory)
+    rows = _block_rows(n, k, points, working_memory, hard=not (T > 0 and update))
     sums = torch.zeros((k, d), dtype=dtype, device=device) if update else None
     mass = torch.zeros(k, dtype=dtype, device=device) if update else None
     if T > 0 and update:

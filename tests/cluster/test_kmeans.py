@@ -300,6 +300,20 @@ def test_sparse_input_is_densified_only_in_budget_sized_blocks(monkeypatch, sett
     np.testing.assert_allclose(model.cluster_centers_, dense.cluster_centers_, rtol=1e-12)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("temperature", [0, 1.5, "auto"])
+def test_csr_input_on_the_gpu_equals_the_dense_array(temperature):
+    X = sparse_blobs(np.float64, n=300)
+    dense = AttentionKMeans(4, temperature=temperature, random_state=0, device="cuda").fit(X)
+    model = AttentionKMeans(4, temperature=temperature, random_state=0, device="cuda").fit(
+        sp.csr_matrix(X)
+    )
+    np.testing.assert_array_equal(model.labels_, dense.labels_)
+    np.testing.assert_allclose(model.cluster_centers_, dense.cluster_centers_, rtol=1e-10)
+    np.testing.assert_array_equal(model.predict(sp.csr_matrix(X)), dense.predict(X))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("d", [1, 7])
 def test_column_moments_of_a_sparse_matrix_are_numpys(dtype, d):
