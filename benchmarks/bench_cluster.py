@@ -5,12 +5,16 @@ anisotropic blobs, 8 blobs in 10-D, moons, circles) and real labelled sets (iris
 MNIST 5k), 10 seeds for the seeded methods (mean and standard deviation). Mean shift is
 deterministic (one run). Times are ratios against the scikit-learn counterpart in the same run
 (median over seeds). Speed: fit time at n = 100,000, d = 10 (median of 3). Memory: peak RSS of
-AttentionKMeans fitting 1,000,000 2-D points, in a fresh subprocess.
+AttentionKMeans fitting 1,000,000 2-D points, in a fresh subprocess. Sparse input: a text-like
+CSR matrix (20,000 documents, 2,000 words, 1% non-zero, rows l2-normalised): fit times of
+AttentionKMeans(temperature=0) on it, on the same matrix dense, and of KMeans on it (median of
+3), their agreement, and the peak RSS the CSR fit adds (fresh subprocess, at working_memory 256
+and 32 MiB) against the dense array's size.
 
 Run from the repository root, one thread:
 
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python benchmarks/bench_cluster.py [--quick] \
-        [--only quality|speed|memory]
+        [--only quality|speed|memory|sparse]
 
 Writes ``benchmarks/results/cluster.json``.
 """
@@ -240,10 +244,94 @@ def memory():
     return res
 
 
+def text_like(n=20_000, d=2_000, k=8, words=20, seed=0):
+    """A CSR matrix like TF-IDF rows: each document draws ``words`` word counts, 70% from its
+    topic's slice of the vocabulary, rows l2-normalised; and the topics."""
+    import scipy.sparse as sp
+
+    rng = np.random.RandomState(seed)
+    topics = rng.randint(k, size=n)
+    own = rng.rand(n, words) < 0.7
+    cols = np.where(own, topics[:, None] * (d // k) + rng.randint(d // k, size=(n, words)),
+                    rng.randint(d, size=(n, words)))
+    X = sp.csr_matrix((1.0 + rng.poisson(1.0, size=n * words), cols.ravel(),
+                       np.arange(0, n * words + 1, words)), shape=(n, d))
+    X.sum_duplicates()
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(1))).ravel()
+    return sp.diags(1 / norms) @ X, topics
+
+
+_SPARSE_MEMORY_CHILD = r"""
+import sys, time, threading, torch
+torch.set_num_threads(1)
+sys.path.insert(0, "benchmarks")
+from bench_cluster import text_like
+from skattention.cluster import AttentionKMeans
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) / 1024
+X, _ = text_like()
+AttentionKMeans(8, temperature=0, random_state=0).fit(X[:500])  # import and warm-up costs
+base, peak, stop = rss(), [0.0], [False]
+def sample():
+    while not stop[0]:
+        peak[0] = max(peak[0], rss()); time.sleep(0.005)
+th = threading.Thread(target=sample); th.start()
+AttentionKMeans(8, temperature=0, random_state=0).fit(X)
+stop[0] = True; th.join()
+print({"fit_extra_mib": peak[0] - base, "dense_mib": X.shape[0] * X.shape[1] * 8 / 2**20,
+       "csr_mib": (X.data.nbytes + X.indices.nbytes + X.indptr.nbytes) / 2**20})
+"""
+
+
+def sparse_input(k=8, repeats=3):
+    X, topics = text_like(k=k)
+    dense = X.toarray()
+    out = {"n": X.shape[0], "d": X.shape[1], "k": k, "nnz": int(X.nnz)}
+    fits = {}
+    for label, make, data in [
+        ("KMeans_csr", lambda s: KMeans(k, random_state=s, algorithm="lloyd"), X),
+        ("AttentionKMeans_T0_csr", lambda s: AttentionKMeans(k, temperature=0, random_state=s),
+         X),
+        ("AttentionKMeans_T0_dense", lambda s: AttentionKMeans(k, temperature=0,
+                                                               random_state=s), dense),
+    ]:
+        make(0).fit(data[:500])  # warm-up
+        runs = [_timed(lambda s=s: make(s).fit(data)) for s in range(repeats)]
+        fits[label] = runs[0][0]
+        times = [t for _, t in runs]
+        out[label] = {"times_s": times, "median_s": float(np.median(times)),
+                      "ari_topics": float(adjusted_rand_score(topics, runs[0][0].labels_))}
+        print(f"  sparse {label:26s} median {np.median(times):.3f}s {times}", flush=True)
+    ours, ref = fits["AttentionKMeans_T0_csr"], fits["KMeans_csr"]
+    out["csr_equals_dense_bitwise"] = bool(
+        np.array_equal(ours.cluster_centers_, fits["AttentionKMeans_T0_dense"].cluster_centers_)
+    )
+    out["ari_csr_vs_KMeans_csr"] = float(adjusted_rand_score(ref.labels_, ours.labels_))
+    # a document sharing no word with several centres is equally far from them: each fit
+    # breaks such ties by its rounding, KMeans too between the CSR matrix and the dense array
+    ref_dense = KMeans(k, random_state=0, algorithm="lloyd").fit(dense)
+    out["ari_KMeans_csr_vs_KMeans_dense"] = float(adjusted_rand_score(ref.labels_,
+                                                                      ref_dense.labels_))
+    for budget in ("256", "32"):  # MiB of working memory: the default, and a small one
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                   SKATTENTION_WORKING_MEMORY=budget)
+        child = subprocess.run([sys.executable, "-c", _SPARSE_MEMORY_CHILD], capture_output=True,
+                               text=True, env=env,
+                               cwd=str(pathlib.Path(__file__).resolve().parents[1]))
+        if child.returncode:
+            raise RuntimeError(child.stderr)
+        out[f"memory_working_memory_{budget}"] = eval(child.stdout.strip().splitlines()[-1])
+        print(f"  sparse memory at {budget} MiB {out[f'memory_working_memory_{budget}']}",
+              flush=True)
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", choices=["quality", "speed", "memory"])
+    parser.add_argument("--only", choices=["quality", "speed", "memory", "sparse"])
     args = parser.parse_args()
     torch.set_num_threads(1)
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
@@ -253,6 +341,8 @@ def main():
         results["speed"] = speed()
     if args.only in (None, "memory"):
         results["memory_1M_2d"] = memory()
+    if args.only in (None, "sparse"):
+        results["sparse_text_like"] = sparse_input()
     if args.only in (None, "quality"):
         results["quality"] = quality(args.quick)
     RESULTS.parent.mkdir(exist_ok=True)

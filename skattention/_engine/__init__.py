@@ -5,10 +5,11 @@ This module is the engine's one door: the estimators (``neighbors``, ``manifold`
 enforces it). See docs/engine.md for which module owns what.
 """
 
+from ._anneal import anneal
 from ._attention import attention, kneighbors
 from ._budget import budget_bytes, plan_rows
 from ._calibration import calibrate_temperature
-from ._cluster import anneal, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
+from ._cluster import iterate_centers, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
 from ._device import (
     device_available,
     is_auto_device,
@@ -29,6 +30,7 @@ from ._maps import ResidualBlock, build_map
 from ._metric_training import batch_rows, train_metric
 from ._parallel import cpu_threads, rows_single_threaded
 from ._progress import progress_bar, track, write
+from ._rows import RowBlocks
 from ._scores import LEARNED_METRICS, METRICS
 from ._sdpa import augmented_coordinates, scaled_dot_product
 from ._shards import (
@@ -64,7 +66,9 @@ __all__ = [
     "gaussian_kernel_log_sums",
     "sqdist_log_histogram",
     # k-means steps and iterations
+    "RowBlocks",
     "anneal",
+    "iterate_centers",
     "kmeans_step",
     "lloyd",
     "soft_kmeans",

@@ -30,6 +30,19 @@ def _tqdm_class():
         def write(cls, s, file=None, end="\n", nolock=False):
             super().write(s, file=sys.stderr if file is None else file, end=end, nolock=nolock)
 
+        def update(self, n=1):
+            # tqdm's close() draws the final state of a bar that stays on screen; the update
+            # reaching the total drew it too whenever it came later than the minimum interval
+            # (AttentionKMeans' runs always do): logs and any output that does not interpret
+            # carriage returns showed the last line twice. close() alone draws it.
+            if self.leave and self.total is not None and self.n + n >= self.total:
+                mininterval, self.mininterval = self.mininterval, float("inf")
+                try:
+                    return super().update(n)
+                finally:
+                    self.mininterval = mininterval
+            return super().update(n)
+
     return StderrTqdm
 
 

@@ -4,7 +4,8 @@ Each iteration runs the engine's ``kmeans_step`` on every partition on its worke
 centred by the data mean, as the in-memory fit centres them), sends back the per-centroid sums
 and masses (k x d numbers) and how many labels changed, and the client adds them up and moves
 the centroids, as ``lloyd`` (``temperature=0``) or ``soft_kmeans`` (``temperature > 0``) do
-over all points at once. The points and their labels stay on the workers. Initial centroids
+over all points at once, in the engine's iteration loop, and the runs are those of the
+in-memory fit (``_runs.py``). The points and their labels stay on the workers. Initial centroids
 from ``"k-means++"``, ``"random"`` or a callable are drawn from a sample of the partitions;
 ``temperature="auto"`` (annealing) needs all points at once and is not run on Dask arrays.
 """
@@ -15,9 +16,11 @@ import torch
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, validate_data
 
-from .._engine import kmeans_step
-from ..utils._callbacks import begin_subtask, end_subtask, report_subtask
+from .._engine import iterate_centers, kmeans_step
 from ..utils._dask import aligned_blocks, row_blocks
+from ._init import checked_init, initial_centers, resolve_n_init
+from ._inputs import check_distance_range
+from ._runs import Run, best_run, warn_if_fewer_clusters
 
 # Rows drawn from the partitions for the initial centroids.
 _SAMPLE_ROWS = 65536
@@ -54,48 +57,32 @@ def fit(estimator, X, sample_weight):
         squares = dask.compute([dask.delayed(_squares)(p, mean) for p in parts])[0]
         tol = float(np.mean(sum(squares) / n) * estimator.tol)
 
-    init = estimator.init
-    if not isinstance(init, str) and not callable(init):
-        init = check_array(init, dtype=dtype, copy=True, order="C")
-        estimator._check_center_shape(init, X.shape[1])
+    init = checked_init(estimator.init, estimator.n_clusters, X.shape[1], dtype)
+    if isinstance(init, np.ndarray):
         init = init - mean
     rng = check_random_state(estimator.random_state)
     sample = None
-    best = None
-    stopped = False
-    for _ in range(estimator._resolve_n_init(T)):
+
+    def run_once(on_iteration):
+        nonlocal sample
         if isinstance(init, np.ndarray):
             centers = init
         else:
             if sample is None:
                 sample = _sample(parts, lengths, rng, mean)
-            centers = estimator._init_centroids(sample[0], init, rng, sample[1])
-        # scikit-learn's callbacks, as in the in-memory fit: runs, and their iterations
-        run_task = begin_subtask(estimator, "run", max_subtasks=estimator.max_iter)
+            centers = initial_centers(init, estimator.n_clusters, sample[0], rng, sample[1])
+        return _run(parts, np.ascontiguousarray(centers, dtype=dtype), mean, T,
+                    estimator.max_iter, tol, on_iteration)
 
-        def on_iteration(centers, run_task=run_task):
-            nonlocal stopped
-            stopped = report_subtask(
-                estimator, "iteration", parent=run_task,
-                reconstruction_attributes=lambda: {"cluster_centers_": centers + mean},
-            ) or stopped
-            return stopped
-
-        run = _iterate(parts, np.ascontiguousarray(centers, dtype=dtype), mean, T,
-                       estimator.max_iter, tol, None if run_task is None else on_iteration)
-        if best is None or run[2] < best[2]:
-            best = run
-        stopped = end_subtask(estimator, run_task) or stopped
-        if stopped:
-            break
-    centers, labels, inertia, n_iter, counts = best
-    from ._kmeans import warn_if_fewer_clusters  # here: _kmeans imports this module
-
-    warn_if_fewer_clusters(int(np.count_nonzero(counts)), estimator.n_clusters, stacklevel=3)
-    estimator.cluster_centers_ = np.ascontiguousarray(centers + mean)
-    estimator.labels_ = labels
-    estimator.inertia_ = float(inertia)
-    estimator.n_iter_ = int(n_iter)
+    best, stopped = best_run(estimator, resolve_n_init(estimator.n_init, init, T), run_once,
+                             fitted_centers=lambda centers: centers + mean,
+                             kind="Lloyd" if not T else "soft")
+    warn_if_fewer_clusters(int(np.count_nonzero(best.counts)), estimator.n_clusters,
+                           stacklevel=3)
+    estimator.cluster_centers_ = np.ascontiguousarray(best.centers + mean)
+    estimator.labels_ = best.labels
+    estimator.inertia_ = float(best.inertia)
+    estimator.n_iter_ = int(best.n_iter)
     estimator.stopped_by_callback_ = stopped
     estimator.temperature_ = T
     return estimator
@@ -103,9 +90,7 @@ def fit(estimator, X, sample_weight):
 
 def _checked(X, sample_weight, dtype):
     """A partition as the in-memory fit validates it, and its weights."""
-    from ._kmeans import _check_distance_range
-
-    X = _check_distance_range(check_array(X, dtype=dtype, order="C"))
+    X = check_distance_range(check_array(X, dtype=dtype, order="C"))
     if sample_weight is None:
         return X, np.ones(X.shape[0], dtype=dtype)
     w = check_array(sample_weight, ensure_2d=False, dtype=dtype)
@@ -143,34 +128,29 @@ def _rows(part, local):
     return part[0][local], part[1][local]
 
 
-def _iterate(parts, centers, mean, T, max_iter, tol, on_iteration=None):
-    """Lloyd's (T = 0) or soft k-means (T > 0) iterations over the partitions, as the engine's
-    ``lloyd`` / ``soft_kmeans`` run them over all points (``on_iteration`` too); then the final
-    labels and inertia."""
+def _run(parts, centers, mean, T, max_iter, tol, on_iteration=None):
+    """One run: Lloyd's (T = 0) or soft k-means (T > 0) steps over the partitions in the
+    engine's iteration loop, as ``lloyd`` / ``soft_kmeans`` make them over all points; then the
+    final labels and inertia."""
     import dask
     import dask.array as da
 
-    labels = [None] * len(parts)
-    n_iter = 0
-    for i in range(max_iter):
+    labels = None  # each partition's hard labels at the previous step
+
+    def em_step(centers):
+        nonlocal labels
         steps = dask.persist(*[
             dask.delayed(_step, nout=2)(part, mean, centers, T, old)
-            for part, old in zip(parts, labels, strict=True)
+            for part, old in zip(parts, labels or [None] * len(parts), strict=True)
         ])
         sums, mass, changed = _merged(dask.compute([s[1] for s in steps])[0])
         if T == 0 and np.any(mass == 0):
             sums, mass = _relocate(parts, [s[0] for s in steps], mean, centers, sums, mass)
-        new = _weighted_means(sums, mass, centers, heaviest=T == 0)
-        shift = float(((new - centers) ** 2).sum())
-        centers = new
-        n_iter = i + 1
-        if on_iteration is not None and on_iteration(centers):
-            break
-        if T == 0 and i > 0 and changed == 0:
-            break  # strict convergence
-        if shift <= tol:
-            break
+        converged = T == 0 and labels is not None and changed == 0  # strict convergence
         labels = [s[0] for s in steps]
+        return _weighted_means(sums, mass, centers, heaviest=T == 0), converged
+
+    centers, n_iter = iterate_centers(em_step, centers, max_iter, tol, on_iteration)
     final = dask.persist(*[dask.delayed(_assign, nout=2)(part, mean, centers) for part in parts])
     summaries = dask.compute([f[1] for f in final])[0]
     inertia = sum(s[0] for s in summaries)
@@ -179,7 +159,7 @@ def _iterate(parts, centers, mean, T, max_iter, tol, on_iteration=None):
         da.from_delayed(f[0], (len_,), dtype=np.int64)
         for f, len_ in zip(final, [s[2] for s in summaries], strict=True)
     ])
-    return centers, label_array, inertia, n_iter, counts
+    return Run(centers, label_array, inertia, n_iter, counts=counts)
 
 
 def _tensors(part, mean, centers):

@@ -1,20 +1,18 @@
 """AttentionKMeans: k-means as alternating cross-attention, with deterministic annealing."""
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
 import torch
+from scipy import sparse
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
     ClusterMixin,
     TransformerMixin,
 )
-from sklearn.cluster import kmeans_plusplus
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import (
     anneal,
@@ -22,18 +20,19 @@ from .._engine import (
     check_temperature,
     kmeans_step,
     lloyd,
-    progress_bar,
     resolve_device,
     soft_kmeans,
     sqdist_to_centers,
 )
-from ..utils._callbacks import begin_subtask, end_subtask, report_subtask
 from ..utils._dask import is_dask_collection
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight, _fit_context
-from . import _dask
+from ._dask import fit as fit_dask_collection
+from ._init import checked_init, initial_centers, resolve_n_init
+from ._inputs import as_tensor, check_distance_range, column_moments, dense_blocks
+from ._runs import Run, best_run, warn_if_fewer_clusters
 
 
 class AttentionKMeans(
@@ -54,6 +53,11 @@ class AttentionKMeans(
     ``temperature="auto"`` anneals from the first critical temperature down to 0 (deterministic
     annealing, Rose 1998) and ends with exact Lloyd steps, so the result is a Lloyd fixed point
     that depends little on the initialisation.
+
+    Sparse input (text, one-hot data) is taken as CSR and read in dense row blocks sized by
+    ``working_memory`` (``skattention.config_context``), never densified whole. The model is
+    the one fitted on the same matrix held dense: bit for bit while the budget lets the blocks
+    be as large as the dense array's (see the user guide), else up to rounding.
 
     Parameters
     ----------
@@ -90,7 +94,9 @@ class AttentionKMeans(
     init : {"k-means++", "random"}, callable or array-like of shape (n_clusters, n_features), \
             default="k-means++"
         Initial centroids, as in :class:`~sklearn.cluster.KMeans`
-        (``sklearn.cluster.kmeans_plusplus`` for ``"k-means++"``). With annealing, used only
+        (``sklearn.cluster.kmeans_plusplus`` for ``"k-means++"``; a callable is called as
+        ``init(X, n_clusters, random_state=rng)`` with dense data centred and sparse data as it
+        is, as KMeans calls it). With annealing, used only
         where annealing cannot give ``n_clusters`` distinct centroids: ``n_clusters=1``, a
         subsample without weight or spread, or fewer distinct points than clusters (the
         missing centroids are then taken from it).
@@ -208,8 +214,9 @@ class AttentionKMeans(
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training points.
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training points. A sparse matrix is converted to CSR and read in dense row blocks
+            of the working-memory budget, never densified whole.
         y : Ignored
             Not used, present for API consistency.
         sample_weight : array-like of shape (n_samples,), default=None
@@ -222,9 +229,11 @@ class AttentionKMeans(
             Fitted estimator.
         """
         if is_dask_collection(X):  # per-partition sums merged here (docs/scaling.md)
-            return _dask.fit(self, X, sample_weight)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], order="C", copy=False)
-        _check_distance_range(X)
+            return fit_dask_collection(self, X, sample_weight)
+        X = validate_data(
+            self, X, accept_sparse="csr", dtype=[np.float64, np.float32], order="C", copy=False
+        )
+        check_distance_range(X)
         sample_weight = _check_sample_weight(
             sample_weight, X, dtype=X.dtype, ensure_non_negative=True
         )
@@ -240,75 +249,46 @@ class AttentionKMeans(
         annealing = isinstance(self.temperature, str)
         T = None if annealing else float(self.temperature)
 
-        init = self.init
-        if not isinstance(init, str) and not callable(init):
-            init = check_array(init, dtype=X.dtype, copy=True, order="C")
-            self._check_center_shape(init, n_features)
-        n_init = self._resolve_n_init(T)
+        init = checked_init(self.init, self.n_clusters, n_features, X.dtype)
+        n_init = resolve_n_init(self.n_init, init, T)
 
-        # Centre the data (like KMeans) for precise squared distances.
-        X_mean = X.mean(axis=0)
-        Xc = X - X_mean
+        # Centre the data (like KMeans) for precise squared distances: a centred copy of a
+        # dense X; a sparse X keeps its zeros and the engine subtracts the mean block by block.
+        X_mean, variance = column_moments(X, variance=self.tol > 0)
         if isinstance(init, np.ndarray):
             init = init - X_mean
-        tol = float(np.mean(np.var(X, axis=0)) * self.tol) if self.tol > 0 else 0.0
-
-        Xt = torch.from_numpy(Xc).to(device)
+        tol = float(variance * self.tol) if self.tol > 0 else 0.0
+        if sparse.issparse(X):
+            Xt, shift = as_tensor(X, device), torch.from_numpy(X_mean).to(device)
+            init_from = dict(X=X, mean=X_mean)
+        else:
+            Xc = X - X_mean
+            Xt, shift, init_from = torch.from_numpy(Xc).to(device), None, dict(X=Xc, mean=None)
         wt = torch.from_numpy(np.ascontiguousarray(sample_weight)).to(device)
-        best = None
-        stopped = False
-        runs = progress_bar(self.verbose, total=n_init, desc="AttentionKMeans fit", unit="run")
-        for run in range(n_init):
-            # scikit-learn's callbacks: the run a subtask of the fit, each Lloyd (or soft)
-            # iteration a subtask of the run (the annealing EM steps are not reported)
-            run_task = begin_subtask(self, "run", max_subtasks=self.max_iter)
 
-            def on_iteration(centers, run_task=run_task):
-                # a stop asked at an iteration ends its run there, and the fit after that run
-                nonlocal stopped
-                stopped = report_subtask(
-                    self, "iteration", parent=run_task,
-                    reconstruction_attributes=lambda: {
-                        "cluster_centers_": centers.cpu().numpy().astype(X.dtype) + X_mean
-                    },
-                ) or stopped
-                return stopped
-
-            iteration_hook = None if run_task is None else on_iteration
-            def initial_centers():
-                centers0 = self._init_centroids(Xc, init, rng, sample_weight)
+        def run_once(on_iteration):
+            def draw_centers():
+                centers0 = initial_centers(init, self.n_clusters, rng=rng,
+                                           sample_weight=sample_weight, **init_from)
                 return torch.from_numpy(np.ascontiguousarray(centers0, dtype=X.dtype)).to(device)
 
             n_anneal = 0
             if annealing:
-                ct, n_anneal = anneal(Xt, wt, self.n_clusters, initial_centers, rng, self.verbose)
+                ct, n_anneal = anneal(Xt, wt, self.n_clusters, draw_centers, rng, self.verbose,
+                                      shift=shift)
             else:
-                ct = initial_centers()
-            if T is None or T == 0:
-                ct, labels, inertia, n_iter = lloyd(
-                    Xt, wt, ct, self.max_iter, tol, self.verbose, on_iteration=iteration_hook
-                )
-            else:
-                ct, labels, inertia, n_iter = soft_kmeans(
-                    Xt, wt, ct, T, self.max_iter, tol, self.verbose, on_iteration=iteration_hook
-                )
-            if self.verbose >= 2:
-                runs.write(
-                    f"AttentionKMeans run {run}: inertia {inertia:.6g}, {n_anneal} annealing "
-                    f"and {n_iter} {'Lloyd' if not T else 'soft'} iterations"
-                )
-            if best is None or inertia < best[2]:
-                best = (ct, labels, inertia, n_anneal + n_iter)
-            runs.set_postfix(inertia=f"{inertia:.6g}", best=f"{best[2]:.6g}", refresh=False)
-            runs.update()
-            stopped = end_subtask(self, run_task) or stopped
-            if stopped:
-                break
-        runs.close()
+                ct = draw_centers()
+            args = (self.max_iter, tol, self.verbose, on_iteration, shift)
+            if not T:
+                return Run(*lloyd(Xt, wt, ct, *args), n_anneal=n_anneal)
+            return Run(*soft_kmeans(Xt, wt, ct, T, *args), n_anneal=n_anneal)
 
-        ct, labels, inertia, n_iter = best
-        centers = ct.cpu().numpy().astype(X.dtype, copy=False) + X_mean
-        labels = labels.cpu().numpy()
+        best, stopped = best_run(
+            self, n_init, run_once, kind="Lloyd" if not T else "soft",
+            fitted_centers=lambda c: c.cpu().numpy().astype(X.dtype) + X_mean,
+        )
+        centers = best.centers.cpu().numpy().astype(X.dtype, copy=False) + X_mean
+        labels = best.labels.cpu().numpy()
         if annealing:
             # Annealing forgets the initialisation up to the order of the centroids: number the
             # clusters by their centroids (lexicographic) so that equal solutions compare equal.
@@ -318,8 +298,8 @@ class AttentionKMeans(
         warn_if_fewer_clusters(len(np.unique(labels)), self.n_clusters, stacklevel=2)
         self.cluster_centers_ = np.ascontiguousarray(centers)
         self.labels_ = labels
-        self.inertia_ = float(inertia)
-        self.n_iter_ = int(n_iter)
+        self.inertia_ = float(best.inertia)
+        self.n_iter_ = int(best.n_anneal + best.n_iter)
         self.stopped_by_callback_ = stopped
         if annealing:
             total = float(sample_weight.sum())
@@ -335,60 +315,23 @@ class AttentionKMeans(
         each with its iterations as subtasks."""
         return None if self.n_init == "auto" else self.n_init
 
-    def _resolve_n_init(self, T):
-        if self.n_init != "auto":
-            n_init = self.n_init
-        elif (isinstance(self.init, str) and self.init == "random") or callable(self.init):
-            n_init = 10 if T == 0 else 1
-        else:
-            n_init = 1
-        if not isinstance(self.init, str) and not callable(self.init) and n_init != 1:
-            warnings.warn(
-                "Explicit initial center position passed: performing only one init in "
-                f"AttentionKMeans instead of n_init={n_init}.", RuntimeWarning, stacklevel=3,
-            )
-            n_init = 1
-        return n_init
-
-    def _check_center_shape(self, centers, n_features):
-        if centers.shape != (self.n_clusters, n_features):
-            raise ValueError(
-                f"The shape of the initial centers {centers.shape} does not match the number of "
-                f"clusters {self.n_clusters} and features {n_features}."
-            )
-
-    def _init_centroids(self, Xc, init, rng, sample_weight):
-        if isinstance(init, str) and init == "k-means++":
-            centers, _ = kmeans_plusplus(
-                Xc, self.n_clusters, sample_weight=sample_weight, random_state=rng
-            )
-        elif isinstance(init, str) and init == "random":
-            seeds = rng.choice(Xc.shape[0], size=self.n_clusters, replace=False,
-                               p=sample_weight / sample_weight.sum())
-            centers = Xc[seeds]
-        elif callable(init):
-            centers = init(Xc, self.n_clusters, random_state=rng)
-            centers = check_array(centers, dtype=Xc.dtype, copy=False, order="C")
-            self._check_center_shape(centers, Xc.shape[1])
-        else:
-            centers = init
-        return centers
-
     # ------------------------------------------------------------------ predict
 
     def _check_test_data(self, X):
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32], order="C")
-        return _check_distance_range(X)
+        X = validate_data(
+            self, X, reset=False, accept_sparse="csr", dtype=[np.float64, np.float32], order="C"
+        )
+        return check_distance_range(X)
 
     def _tensors(self, X):
-        """``X`` as it is, the centroids centred on their mean, and that mean (the shift), on the
-        device: the engine centres each block of ``X`` itself, so no centred copy of ``X`` is made
-        (working_memory)."""
+        """``X`` as it is (dense or CSR), the centroids centred on their mean, and that mean (the
+        shift), on the device: the engine centres each block of ``X`` itself, so no centred copy
+        of ``X`` is made (working_memory)."""
         device = resolve_device(self.device)
         dtype = torch.float64 if X.dtype == np.float64 else torch.float32
         shift = self.cluster_centers_.mean(0)
-        Xt = torch.from_numpy(np.ascontiguousarray(X)).to(device, dtype)
+        Xt = as_tensor(X, device, dtype)
         Ct = torch.from_numpy(np.ascontiguousarray(self.cluster_centers_ - shift)).to(device, dtype)
         return Xt, Ct, torch.from_numpy(np.ascontiguousarray(shift)).to(device, dtype)
 
@@ -407,7 +350,7 @@ class AttentionKMeans(
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
 
         Returns
         -------
@@ -421,7 +364,7 @@ class AttentionKMeans(
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
         y : Ignored
         sample_weight : array-like of shape (n_samples,), default=None
 
@@ -436,7 +379,7 @@ class AttentionKMeans(
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
         temperature : float >= 0, default=None
             ``None`` uses ``temperature_``; ``0`` gives one-hot nearest-centroid rows.
 
@@ -451,17 +394,19 @@ class AttentionKMeans(
         eye = np.eye(self.n_clusters)
         if T == 0:
             return eye[self._labels_inertia(X, inertia=False)[0]]
-        out = attention(
-            X, self.cluster_centers_, eye, temperature=T, device=self.device, dtype=dtype
-        )
-        return np.asarray(out, dtype=np.float64)
+        blocks = dense_blocks(X) if sparse.issparse(X) else [X]
+        return np.concatenate([
+            np.asarray(attention(block, self.cluster_centers_, eye, temperature=T,
+                                 device=self.device, dtype=dtype), dtype=np.float64)
+            for block in blocks
+        ])
 
     def predict_proba(self, X):
         """Responsibilities at ``temperature_`` (see :meth:`soft_assignments`).
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
 
         Returns
         -------
@@ -474,7 +419,7 @@ class AttentionKMeans(
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
 
         Returns
         -------
@@ -489,7 +434,7 @@ class AttentionKMeans(
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
         y : Ignored
         sample_weight : array-like of shape (n_samples,), default=None
 
@@ -504,7 +449,7 @@ class AttentionKMeans(
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
         y : Ignored
         sample_weight : array-like of shape (n_samples,), default=None
 
@@ -523,31 +468,8 @@ class AttentionKMeans(
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = True  # CSR (other formats are converted to it)
         # The centroid update sums with index_add_, float atomics on CUDA.
         tags.non_deterministic = _cuda_nondeterministic(self.device)
         return tags
 
-
-def warn_if_fewer_clusters(distinct, n_clusters, stacklevel):
-    """KMeans's ConvergenceWarning when fewer than ``n_clusters`` clusters hold points
-    (``stacklevel`` as the caller would give it to ``warnings.warn``)."""
-    if distinct < n_clusters:
-        warnings.warn(
-            f"Number of distinct clusters ({distinct}) found smaller than n_clusters "
-            f"({n_clusters}). Possibly due to duplicate points in X.",
-            ConvergenceWarning, stacklevel=stacklevel + 1,
-        )
-
-
-def _check_distance_range(X):
-    """Reject values whose squared Euclidean distances overflow X's dtype (inf distances)."""
-    if X.size:
-        limit = np.sqrt(np.finfo(X.dtype).max / X.shape[1]) / 2
-        largest = max(float(X.max()), -float(X.min()))  # no |X| copy (working_memory)
-        if largest > limit:
-            raise ValueError(
-                f"X contains values too large for squared Euclidean distances in {X.dtype} "
-                f"(largest magnitude {largest:.3g}, limit {limit:.3g}): they overflow to "
-                "infinity; rescale the data."
-            )
-    return X

@@ -1,9 +1,11 @@
-"""AttentionKMeans: exactness against Lloyd's k-means, annealing, weights, interfaces, errors."""
+"""AttentionKMeans: exactness against Lloyd's k-means, annealing, weights, interfaces, errors,
+sparse input, progress."""
 
 import pickle
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 from sklearn.base import clone
 from sklearn.cluster import KMeans, kmeans_plusplus
@@ -199,3 +201,163 @@ def test_labels_of_points_near_a_boundary_do_not_depend_on_the_batch(dtype):
     np.testing.assert_array_equal(singles, whole)
     pairs = np.concatenate([km.predict(P[i : i + 2]) for i in range(0, len(P), 2)])
     np.testing.assert_array_equal(pairs, whole)
+
+
+# ----------------------------------------------------------------------------- sparse input
+
+FITTED = ("cluster_centers_", "labels_", "inertia_", "n_iter_", "temperature_")
+
+
+def sparse_blobs(dtype, n=600, d=12):
+    """Blobs with 60% of the entries zeroed: what one-hot and count data look like."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(n, d)) * 2 + rng.integers(0, 4, size=(n, 1)) * 3
+    X[rng.random(X.shape) < 0.6] = 0
+    return X.astype(dtype)
+
+
+def assert_same_model(dense, sparse_fit, X, Xs, exact=True):
+    compare = np.testing.assert_array_equal if exact else np.testing.assert_allclose
+    for name in FITTED:
+        compare(getattr(sparse_fit, name), getattr(dense, name))
+    for method in ("predict", "transform", "predict_proba", "score"):
+        compare(getattr(sparse_fit, method)(Xs), getattr(dense, method)(X))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("settings", [
+    dict(temperature=0),
+    dict(temperature=0, init="random", n_init=3),
+    dict(temperature=1.5, n_init=2),
+    dict(temperature="auto"),
+    dict(temperature=0.5, init="random", n_init=2, tol=0, max_iter=20),
+], ids=["lloyd", "lloyd-random-3", "soft-2", "anneal", "soft-random-tol0"])
+def test_csr_input_equals_the_dense_array(dtype, settings):
+    # The same model bit for bit: block-wise column moments in NumPy's order, the same
+    # k-means++ draws and rows, the mean subtracted from each densified block.
+    X = sparse_blobs(dtype, n=300)
+    w = np.random.default_rng(1).integers(0, 3, size=X.shape[0]).astype(dtype)
+    for weights in (None, w):
+        dense = AttentionKMeans(4, random_state=0, **settings).fit(X, sample_weight=weights)
+        Xs = sp.csr_matrix(X)
+        model = AttentionKMeans(4, random_state=0, **settings).fit(Xs, sample_weight=weights)
+        assert model.cluster_centers_.dtype == dtype
+        assert_same_model(dense, model, X, Xs)
+        np.testing.assert_array_equal(
+            AttentionKMeans(4, random_state=0, **settings).fit_predict(
+                sp.csc_matrix(X), sample_weight=weights
+            ),
+            dense.labels_,
+        )
+    np.testing.assert_array_equal(model.fit_transform(Xs), dense.fit_transform(X))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "lil", "dok", "bsr", "dia"])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_every_sparse_format_and_index_width(fmt, index_dtype):
+    # what scikit-learn's check_estimator_sparse_* would run (it stops at predict_proba, which
+    # it expects of classifiers only; see tests/test_common.py)
+    X = sparse_blobs(np.float64, n=80, d=5)
+    Xs = sp.csr_matrix(X).asformat(fmt)
+    if fmt in ("csr", "csc", "coo"):
+        for name in ("indices", "indptr", "row", "col"):
+            if hasattr(Xs, name):
+                setattr(Xs, name, getattr(Xs, name).astype(index_dtype))
+    dense = AttentionKMeans(3, temperature=0, random_state=0).fit(X)
+    model = AttentionKMeans(3, temperature=0, random_state=0).fit(Xs)
+    assert_same_model(dense, model, X, Xs)
+    assert model.predict_proba(Xs).shape == (80, 3)
+
+
+@pytest.mark.parametrize("settings", [dict(temperature=0), dict(temperature=1.0),
+                                      dict(temperature="auto")], ids=["lloyd", "soft", "anneal"])
+def test_sparse_input_is_densified_only_in_budget_sized_blocks(monkeypatch, settings):
+    # Every dense block made from the sparse matrix (by the engine's row blocks or SciPy's
+    # toarray) is recorded: none may exceed the working-memory budget, and the matrix is never
+    # dense whole.
+    from skattention._engine._rows import RowBlocks
+
+    largest = []
+    densified, toarray = RowBlocks._densified, sp.csr_matrix.toarray
+
+    def record(block):
+        largest.append(block.shape[0] * block.shape[1] * block.dtype.itemsize)
+        return block
+
+    monkeypatch.setattr(RowBlocks, "_densified", lambda self, *a: record(densified(self, *a)))
+    monkeypatch.setattr(sp.csr_matrix, "toarray", lambda self, *a, **k: record(
+        toarray(self, *a, **k)))
+    X = sparse_blobs(np.float64, n=1200, d=20)
+    budget_mib = 0.05
+    with skattention.config_context(working_memory=budget_mib):
+        model = AttentionKMeans(3, random_state=0, **settings).fit(sp.csr_matrix(X))
+        for method in ("predict", "transform", "predict_proba", "score"):
+            getattr(model, method)(sp.csr_matrix(X))
+    assert len(largest) > 10  # many blocks
+    assert max(largest) <= budget_mib * 2**20 < X.nbytes
+    dense = AttentionKMeans(3, random_state=0, **settings).fit(X)
+    np.testing.assert_array_equal(model.labels_, dense.labels_)
+    np.testing.assert_allclose(model.cluster_centers_, dense.cluster_centers_, rtol=1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("temperature", [0, 1.5, "auto"])
+def test_csr_input_on_the_gpu_equals_the_dense_array(temperature):
+    X = sparse_blobs(np.float64, n=300)
+    dense = AttentionKMeans(4, temperature=temperature, random_state=0, device="cuda").fit(X)
+    model = AttentionKMeans(4, temperature=temperature, random_state=0, device="cuda").fit(
+        sp.csr_matrix(X)
+    )
+    np.testing.assert_array_equal(model.labels_, dense.labels_)
+    np.testing.assert_allclose(model.cluster_centers_, dense.cluster_centers_, rtol=1e-10)
+    np.testing.assert_array_equal(model.predict(sp.csr_matrix(X)), dense.predict(X))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d", [1, 7])
+def test_column_moments_of_a_sparse_matrix_are_numpys(dtype, d):
+    from skattention.cluster._inputs import column_moments
+
+    X = sparse_blobs(dtype, n=2000, d=d) * 1000 + 0.1
+    X[::3] = 0
+    with skattention.config_context(working_memory=0.01):  # many blocks
+        mean, variance = column_moments(sp.csr_matrix(X))
+    np.testing.assert_array_equal(mean, X.mean(axis=0))
+    assert variance == np.mean(np.var(X, axis=0)) and variance.dtype == dtype
+
+
+def test_callable_init_gets_the_sparse_matrix_as_kmeans_does():
+    X = sparse_blobs(np.float64, n=100, d=4)
+    seen = []
+
+    def first_rows(data, n_clusters, random_state):
+        seen.append(type(data))
+        return data[:n_clusters].toarray() if sp.issparse(data) else data[:n_clusters]
+
+    model = AttentionKMeans(3, temperature=0, init=first_rows).fit(sp.csr_matrix(X))
+    # KMeans passes dense data centred and sparse data as it is: the same rows either way
+    dense = AttentionKMeans(3, temperature=0, init=first_rows).fit(X)
+    assert seen == [sp.csr_matrix] * 10 + [np.ndarray] * 10
+    assert_same_model(dense, model, X, sp.csr_matrix(X))
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+@pytest.mark.parametrize("settings", [dict(temperature=0, init="random", n_init=3), dict()])
+def test_verbose_draws_the_last_progress_line_once(monkeypatch, capfd, settings):
+    # Every update drawn, as when each run outlasts tqdm's minimum interval: the update that
+    # completed the bar drew its final state and close() drew it again.
+    pytest.importorskip("tqdm")
+    from skattention._engine import _progress
+
+    monkeypatch.setattr(_progress, "_MININTERVAL", 0.0)
+    X = sparse_blobs(np.float64, n=200, d=3)
+    AttentionKMeans(3, random_state=0, verbose=1, **settings).fit(X)
+    err = capfd.readouterr().err
+    total = settings.get("n_init", 1)
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip()]
+    assert lines[-1].startswith("AttentionKMeans fit: 100%")
+    for done in range(total + 1):
+        assert sum(f"| {done}/{total} [" in line for line in lines) == 1, err

@@ -2,7 +2,8 @@
 
 Written after scikit-learn 1.9's ``sklearn/cluster/tests/test_k_means.py`` (its hand-computed
 toy results, empty-cluster relocation, one-iteration check, weights and integer input), plus
-tied assignments on integer grids, duplicated rows and one-hot data, and small blocks.
+tied assignments on integer grids, duplicated rows and one-hot data, small blocks, and CSR
+input.
 """
 
 import numpy as np
@@ -139,3 +140,21 @@ def test_tied_data_matches_lloyd(data, dtype, working_memory):
         ours = lloyd(4, init=init, n_init=1).fit(X)
         np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
     assert_same_fit(ours, ref, atol=1e-10 if dtype == np.float64 else 1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("init", ["k-means++", "random"])
+def test_sparse_input_matches_lloyd_on_sparse_input(dtype, init):
+    # KMeans on a CSR matrix does not centre it and draws k-means++ from it as it is; so does
+    # AttentionKMeans (then it centres each densified block): the same draws, the same run.
+    import scipy.sparse as sp
+
+    X, _ = make_blobs(n_samples=300, n_features=8, centers=5, random_state=0)
+    X[np.random.RandomState(0).rand(*X.shape) < 0.5] = 0
+    X = sp.csr_matrix(X.astype(dtype))
+    n_init = 3 if init == "random" else 1
+    ours = lloyd(5, init=init, n_init=n_init, random_state=0).fit(X)
+    ref = KMeans(5, init=init, n_init=n_init, random_state=0, algorithm="lloyd").fit(X)
+    assert_same_fit(ours, ref, atol=1e-10 if dtype == np.float64 else 1e-5)
+    np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
+    np.testing.assert_allclose(ours.transform(X), ref.transform(X), rtol=1e-5)

@@ -1,0 +1,79 @@
+"""AttentionKMeans' points as the engine takes them: dense arrays, and CSR matrices never
+densified beyond the working-memory budget.
+
+A CSR matrix goes to the engine as its :class:`RowBlocks`, which the k-means loops read in dense
+blocks sized by the engine's planner, with the data mean subtracted from each block (as the
+dense fit subtracts it from a centred copy). Its column means and variances are summed here
+block by block in the order NumPy sums the dense array's, so that a fit on a CSR matrix
+computes, bit for bit, what the fit on the same matrix held dense computes.
+"""
+
+import numpy as np
+import torch
+from scipy import sparse
+
+from .._engine import RowBlocks, budget_bytes, plan_rows
+
+
+def check_distance_range(X):
+    """Reject values whose squared Euclidean distances overflow X's dtype (inf distances)."""
+    if X.size:  # a sparse matrix: its stored values (the others are zeros)
+        limit = np.sqrt(np.finfo(X.dtype).max / X.shape[1]) / 2
+        largest = max(float(X.max()), -float(X.min()))  # no |X| copy (working_memory)
+        if largest > limit:
+            raise ValueError(
+                f"X contains values too large for squared Euclidean distances in {X.dtype} "
+                f"(largest magnitude {largest:.3g}, limit {limit:.3g}): they overflow to "
+                "infinity; rescale the data."
+            )
+    return X
+
+
+def as_tensor(X, device, dtype=None):
+    """A dense array as a tensor, a CSR matrix as the engine's :class:`RowBlocks`, on
+    ``device``."""
+    if not sparse.issparse(X):
+        return torch.from_numpy(np.ascontiguousarray(X)).to(device, dtype)
+    indptr, indices = (torch.from_numpy(a).to(device) for a in (X.indptr, X.indices))
+    values = torch.from_numpy(X.data).to(device, dtype)
+    return RowBlocks.from_csr(indptr, indices, values, X.shape[1])
+
+
+def dense_blocks(X, row_bytes=0):
+    """The rows of the sparse matrix ``X`` as dense arrays, each block with ``row_bytes`` of
+    scratch per row besides itself within the working-memory budget."""
+    n, d = X.shape
+    rows = plan_rows(n, row_bytes=row_bytes + d * X.dtype.itemsize, budget=budget_bytes())
+    for start in range(0, n, rows):
+        yield X[start : start + rows].toarray()
+
+
+def column_moments(X, variance=True):
+    """``(mean, mean_variance)``: the column means of ``X`` and the mean of its column variances
+    (``None`` without ``variance``), bit for bit ``X.mean(axis=0)`` and
+    ``np.mean(np.var(X, axis=0))`` of the dense array, also for a sparse ``X``."""
+    if not sparse.issparse(X) or X.shape[1] == 1:
+        # one column: NumPy sums it pairwise, which needs it whole (n numbers, as the weights)
+        dense = X.toarray() if sparse.issparse(X) else X
+        return dense.mean(axis=0), np.mean(np.var(dense, axis=0)) if variance else None
+    n = np.intp(X.shape[0])
+    mean = _column_sums(X)
+    np.true_divide(mean, n, out=mean, casting="unsafe")  # as NumPy's mean divides
+    if not variance:
+        return mean, None
+    squares = _column_sums(X, mean)
+    return mean, np.mean(np.true_divide(squares, n, out=squares, casting="unsafe"))
+
+
+def _column_sums(X, mean=None):
+    """Column sums over the dense row blocks of ``X`` (with ``mean``: of the squared
+    deviations, computed in place as ``np.var`` computes them). NumPy sums the rows of a
+    C-ordered matrix one after the other along axis 0; continuing the running sum as the first
+    row of the next block gives the same sum, to the bit."""
+    total = None
+    # scratch per row besides the block: its copy under the running sum
+    for block in dense_blocks(X, row_bytes=X.shape[1] * X.dtype.itemsize):
+        if mean is not None:
+            np.multiply(np.subtract(block, mean, out=block), block, out=block)
+        total = block.sum(axis=0) if total is None else np.concatenate([total[None], block]).sum(0)
+    return total
