@@ -201,10 +201,10 @@ def test_cluster_without_target_prints_a_table(tmp_path, capsys):
 
 def test_compare_plot_shows_the_differences_with_the_values(tmp_path, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
-    import skattention._cli as cli
+    from skattention._cli import _compare
 
     drawn = {}
-    original = cli._plot_scores
+    original = _compare.plot_scores
 
     def spy(fig, dataset, results):
         original(fig, dataset, results)
@@ -213,7 +213,7 @@ def test_compare_plot_shows_the_differences_with_the_values(tmp_path, capsys, mo
         drawn["texts"] = [t.get_text() for t in ax.texts]
         drawn["results"] = results
 
-    monkeypatch.setattr(cli, "_plot_scores", spy)
+    monkeypatch.setattr(_compare, "plot_scores", spy)
     png = tmp_path / "scores.png"
     argv = ["compare", "--cv", "2", "--max-samples", "150", "--models", "knn,kernel",
             "--plot", str(png)]
@@ -299,7 +299,9 @@ def test_excel_bom_semicolons_and_latin1(tmp_path, capsys):
     text = "\n".join(rows) + "\n"
     bom = _write(tmp_path / "bom.csv", "\ufeff" + text.replace(";région", ";region"))
     argv = ["cluster", "--data", str(bom), "--target", "kind", "--drop", "region", "--json"]
-    assert main(argv) == 2  # decimal commas: 'alcohol' is text, told in one line
+    assert main(argv) == 0  # decimal commas in a ';' file: 'alcohol' is read as numbers
+    assert json.loads(capsys.readouterr().out)["dataset"]["n_features"] == 1
+    assert main([*argv, "--decimal", "."]) == 2  # read as text when told so, and said in one line
     assert "column 'alcohol' is not numeric" in capsys.readouterr().err
     bom = _write(tmp_path / "bom.csv", "\ufeff" + text.replace(",", "."))
     argv = ["cluster", "--data", str(bom), "--target", "kind", "--drop", "région", "--json"]
@@ -355,10 +357,10 @@ def test_one_json_schema_for_the_three_subcommands(tmp_path, capsys):
 ])
 def test_bad_plot_path_fails_before_any_work(tmp_path, capsys, monkeypatch, plot, message):
     pytest.importorskip("matplotlib")
-    import skattention._cli as cli
+    from skattention._cli import _compare
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "_load_data", lambda *a, **k: pytest.fail("data was loaded"))
+    monkeypatch.setattr(_compare, "load_data", lambda *a, **k: pytest.fail("data was loaded"))
     assert main(["compare", "--plot", plot]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
