@@ -5,6 +5,7 @@ estimators (pandas comes in to read the CSV, scikit-learn's loader only for the 
 """
 
 import csv
+import os
 import re
 import shlex
 import warnings
@@ -58,6 +59,8 @@ def check_data_arguments(args):
                 raise CLIError(f"{option} needs --data")
     elif args.command == "compare" and args.target is None:
         raise CLIError("--data needs --target COLUMN")
+    elif not os.path.exists(args.data):  # before pandas is imported (pandas says so too)
+        raise CLIError(f"cannot read {args.data!r}: no such file")
 
 
 def read_csv(args, tabular):
