@@ -569,3 +569,7 @@ def test_id_like_columns_are_used_but_hinted(tmp_path, capsys):
     assert "'customer_id'" in hints[1] and "--drop customer_id" in hints[1]
     assert main([*argv, "--drop", "row_number", "--drop", "customer_id"]) == 0
     assert capsys.readouterr().err == ""
+    # where the column stops the run (embed needs numbers), its error alone names --drop
+    assert main(["embed", "--data", str(path), "--target", "label"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "--drop customer_id" in err[0]

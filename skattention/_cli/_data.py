@@ -82,10 +82,11 @@ def read_csv(args, tabular):
     X = frame.drop(columns=[*args.drop, *([args.target] if args.target else [])])
     if X.shape[1] == 0:
         raise CLIError(f"{args.data!r} has no feature columns left (columns: {columns})")
+    values = features(X, tabular)  # an error here names its column and --drop already
     for column, reason in id_like_columns(X):
         note(args, f"hint: column {column!r} looks like an identifier ({reason}) and is used as "
              f"a feature; leave it out with --drop {shlex.quote(column)}")
-    return features(X, tabular), y
+    return values, y
 
 
 def _read_table(args, pd):
