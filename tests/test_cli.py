@@ -1,6 +1,7 @@
 """The ``skattention compare`` main job and its one-line errors."""
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -201,10 +202,10 @@ def test_cluster_without_target_prints_a_table(tmp_path, capsys):
 
 def test_compare_plot_shows_the_differences_with_the_values(tmp_path, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
-    import skattention._cli as cli
+    from skattention._cli import _compare
 
     drawn = {}
-    original = cli._plot_scores
+    original = _compare.plot_scores
 
     def spy(fig, dataset, results):
         original(fig, dataset, results)
@@ -213,7 +214,7 @@ def test_compare_plot_shows_the_differences_with_the_values(tmp_path, capsys, mo
         drawn["texts"] = [t.get_text() for t in ax.texts]
         drawn["results"] = results
 
-    monkeypatch.setattr(cli, "_plot_scores", spy)
+    monkeypatch.setattr(_compare, "plot_scores", spy)
     png = tmp_path / "scores.png"
     argv = ["compare", "--cv", "2", "--max-samples", "150", "--models", "knn,kernel",
             "--plot", str(png)]
@@ -299,7 +300,9 @@ def test_excel_bom_semicolons_and_latin1(tmp_path, capsys):
     text = "\n".join(rows) + "\n"
     bom = _write(tmp_path / "bom.csv", "\ufeff" + text.replace(";région", ";region"))
     argv = ["cluster", "--data", str(bom), "--target", "kind", "--drop", "region", "--json"]
-    assert main(argv) == 2  # decimal commas: 'alcohol' is text, told in one line
+    assert main(argv) == 0  # decimal commas in a ';' file: 'alcohol' is read as numbers
+    assert json.loads(capsys.readouterr().out)["dataset"]["n_features"] == 1
+    assert main([*argv, "--decimal", "."]) == 2  # read as text when told so, and said in one line
     assert "column 'alcohol' is not numeric" in capsys.readouterr().err
     bom = _write(tmp_path / "bom.csv", "\ufeff" + text.replace(",", "."))
     argv = ["cluster", "--data", str(bom), "--target", "kind", "--drop", "région", "--json"]
@@ -355,10 +358,10 @@ def test_one_json_schema_for_the_three_subcommands(tmp_path, capsys):
 ])
 def test_bad_plot_path_fails_before_any_work(tmp_path, capsys, monkeypatch, plot, message):
     pytest.importorskip("matplotlib")
-    import skattention._cli as cli
+    from skattention._cli import _compare
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "_load_data", lambda *a, **k: pytest.fail("data was loaded"))
+    monkeypatch.setattr(_compare, "load_data", lambda *a, **k: pytest.fail("data was loaded"))
     assert main(["compare", "--plot", plot]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
@@ -377,3 +380,196 @@ def test_compare_help_names_the_models():
     out = subprocess.run([sys.executable, "-m", "skattention", "compare", "--help"],
                          capture_output=True, text=True).stdout
     assert "knn,knn-attention,kernel,tabular" in out and "2 CPU cores" in out
+
+
+# --------------------------------------------------------------------------- decimal commas
+
+
+def _table(rng, n=90):
+    """A classification table whose features have decimals: ``(header, rows of cells)``."""
+    X = rng.normal(size=(n, 3)) * [1.0, 10.0, 0.01]
+    y = np.where(X[:, 0] + X[:, 1] / 10 > 0, "yes", "no")
+    rows = [[f"{v:.6g}" for v in x] + [t] for x, t in zip(X, y)]
+    return ["a", "b", "c", "label"], rows
+
+
+def _compare_json(capsys, path, *extra):
+    argv = ["compare", "--data", str(path), "--target", "label", "--cv", "3", "--models",
+            "knn,knn-attention", "--json", *extra]
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_semicolons_with_decimal_commas_score_as_points(tmp_path, capsys):
+    """A table saved by a spreadsheet in much of Europe (';' between fields, ',' before the
+    decimals) gives the same k-NN scores as the same table with ',' and '.'."""
+    header, rows = _table(np.random.default_rng(4))
+    points = _write(tmp_path / "points.csv",
+                    "\n".join(",".join(r) for r in [header, *rows]) + "\n")
+    commas = _write(tmp_path / "commas.csv", "\n".join(
+        ";".join(cell.replace(".", ",") for cell in r) for r in [header, *rows]) + "\n")
+    assert "," in commas.read_text().splitlines()[1]
+    expected, got = _compare_json(capsys, points), _compare_json(capsys, commas)
+    assert got["dataset"]["n_features"] == expected["dataset"]["n_features"] == 3
+    assert [r["scores"] for r in got["results"]] == [r["scores"] for r in expected["results"]]
+    assert got["results"][0]["mean"] > 0.8  # the numbers were read as numbers, not categories
+    # --decimal . reads the commas as text: the k-NN baseline one-hot encodes them
+    as_text = _compare_json(capsys, commas, "--decimal", ".")
+    assert [r["scores"] for r in as_text["results"]] != [r["scores"] for r in got["results"]]
+
+
+def test_decimal_option_forces_the_mark(tmp_path, capsys):
+    header, rows = _table(np.random.default_rng(5), n=60)
+    points = _write(tmp_path / "points.csv",
+                    "\n".join(",".join(r) for r in [header, *rows]) + "\n")
+    # '|' files are not guessed (a comma there may be a thousands separator): --decimal says it
+    piped = _write(tmp_path / "piped.csv", "\n".join(
+        "|".join(cell.replace(".", ",") for cell in r) for r in [header, *rows]) + "\n")
+    expected = _compare_json(capsys, points)
+    forced = _compare_json(capsys, piped, "--sep", "|", "--decimal", ",")
+    assert [r["scores"] for r in forced["results"]] == [r["scores"] for r in expected["results"]]
+    # a ';' file with numbers written with points and a text column is left as it is
+    mixed = _write(tmp_path / "mixed.csv", "x;colour;label\n" + "\n".join(
+        f"{i / 7:.3f};{'red' if i % 3 else 'blue'};k{i % 2}" for i in range(40)) + "\n")
+    argv = ["embed", "--data", str(mixed), "--drop", "colour", "--json", "--target", "label"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["dataset"]["n_features"] == 1
+
+
+@pytest.mark.parametrize("argv_extra, message", [
+    (["--decimal", ","], "--decimal ',' is also the separator"),
+    (["--decimal", ";"], "argument --decimal: invalid choice"),
+])
+def test_decimal_option_errors(tmp_path, capsys, argv_extra, message):
+    path = _write(tmp_path / "d.csv", "a,b,y\n1,2,0\n3,4,1\n5,6,0\n7,8,1\n")
+    argv = ["compare", "--data", str(path), "--target", "y", "--cv", "2", *argv_extra]
+    try:
+        assert main(argv) == 2
+    except SystemExit as exit_info:  # argparse's own errors
+        assert exit_info.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+
+
+# --------------------------------------------------------------------------- fast errors
+
+
+def test_argument_errors_are_answered_before_torch_and_scikit_learn(tmp_path):
+    """Each one-line error comes before torch, scikit-learn or an estimator is imported (the
+    imports take seconds; the answer should not)."""
+    import skattention
+
+    table = _write(tmp_path / "t.csv", "a,b,y\n1,2,0\n3,4,0\n5,6,0\n")
+    cases = [
+        (["compare", "--data", str(tmp_path / "missing.csv"), "--target", "y"], "cannot read"),
+        (["compare", "--data", str(table), "--target", "z"], "target column 'z' not found"),
+        (["compare", "--data", str(table), "--target", "y", "--drop", "c"], "--drop column"),
+        (["compare", "--data", str(table), "--target", "y"], "single class"),
+        (["compare", "--models", "knn,svm"], "unknown --models svm"),
+        (["compare", "--cv", "1"], "--cv must be at least 2"),
+        (["compare", "--decimal", ","], "--decimal needs --data"),
+        (["compare", "--task", "ranking"], "invalid choice"),
+        (["embed", "--epsilon", "-1"], "--epsilon must be a positive number"),
+        (["cluster", "--data", str(table), "--n-clusters", "9"], "--n-clusters must be"),
+    ]
+    script = """if True:
+        import contextlib, io, json, sys
+        from skattention._cli import main
+        report = []
+        for argv in json.loads(sys.argv[1]):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                try:
+                    code = main(argv)
+                except SystemExit as exc:
+                    code = exc.code
+            heavy = [m for m in ("torch", "sklearn", "skattention._engine",
+                                 "skattention.neighbors") if m in sys.modules]
+            report.append([code, err.getvalue(), heavy])
+        print(json.dumps(report))
+    """
+    root = pathlib.Path(skattention.__file__).parents[1]
+    out = subprocess.run([sys.executable, "-c", script, json.dumps([a for a, _ in cases])],
+                         capture_output=True, text=True, cwd=root, check=True)
+    for (argv, message), (code, err, heavy) in zip(cases, json.loads(out.stdout), strict=True):
+        assert code == 2 and message in err, (argv, err)
+        assert heavy == [], f"{argv} imported {heavy} before its error"
+
+
+# --------------------------------------------------------------------------- rows as they come
+
+
+def test_compare_prints_each_row_when_its_model_is_done(capsys, monkeypatch):
+    from skattention import MetricAttentionClassifier
+
+    seen = []
+    fit = MetricAttentionClassifier.fit
+
+    def spy(self, X, y, **kwargs):
+        seen.append(sys.stdout.getvalue())  # what the table shows while the model trains
+        return fit(self, X, y, **kwargs)
+
+    monkeypatch.setattr(MetricAttentionClassifier, "fit", spy)
+    argv = ["compare", "--cv", "2", "--max-samples", "150", "--models", "knn,kernel"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("dataset: digits") and out[1].startswith("model")
+    assert set(out[2]) == {"-"} and len(out) == 5
+    assert out[3].startswith("KNeighborsClassifier(k=5)") and out[4].startswith("attention")
+    assert len(seen) == 2  # the kernel model's two folds, each after the k-NN row was printed
+    assert all(s.splitlines() == out[:4] for s in seen)
+
+
+def test_progress_bar_on_a_terminal_with_tqdm(capsys, monkeypatch):
+    pytest.importorskip("tqdm")
+    from skattention._engine import _progress
+
+    monkeypatch.setattr(_progress, "INNER_DELAY", 0.0)  # show the bar at once
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    argv = ["compare", "--cv", "2", "--max-samples", "150", "--models", "knn,kernel"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "4/4" in captured.err and "fold" in captured.err  # the bar over 2 models x 2 folds
+    rows = captured.out.splitlines()  # the bar is cleared before each row: rows stay whole
+    assert len(rows) == 5 and "\r" not in captured.out
+    assert rows[3].startswith("KNeighborsClassifier(k=5)") and rows[4].startswith("attention")
+
+
+def test_no_bar_without_tqdm_or_without_a_terminal(capsys, monkeypatch):
+    argv = ["compare", "--cv", "2", "--max-samples", "100", "--models", "knn"]
+    assert main(argv) == 0  # standard error is not a terminal here
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and len(captured.out.splitlines()) == 4
+
+
+# --------------------------------------------------------------------------- ID-like columns
+
+
+def test_id_like_columns_are_used_but_hinted(tmp_path, capsys):
+    rng = np.random.default_rng(6)
+    n = 40
+    x = rng.normal(size=n)
+    order = rng.permutation(n) + 1000
+    lines = ["row_number,customer_id,x,count,label"] + [
+        f"{order[i]},c{i:03d},{x[i]:.4f},{i % 5},{'a' if x[i] > 0 else 'b'}" for i in range(n)
+    ]
+    path = _write(tmp_path / "ids.csv", "\n".join(lines) + "\n")
+    argv = ["compare", "--data", str(path), "--target", "label", "--cv", "2", "--models", "knn",
+            "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["dataset"]["n_features"] == 4  # still used as features
+    hints = captured.err.splitlines()
+    assert len(hints) == 2 and all(h.startswith("skattention compare: hint: ") for h in hints)
+    assert "'row_number'" in hints[0] and "--drop row_number" in hints[0]
+    assert "'customer_id'" in hints[1] and "--drop customer_id" in hints[1]
+    assert main([*argv, "--drop", "row_number", "--drop", "customer_id"]) == 0
+    assert capsys.readouterr().err == ""
+    # where the column stops the run (embed needs numbers), its error alone names --drop
+    assert main(["embed", "--data", str(path), "--target", "label"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "--drop customer_id" in err[0]
