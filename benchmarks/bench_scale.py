@@ -285,6 +285,10 @@ def _fmt(value, digits=2):
     return f"{value:.{digits}f}"
 
 
+def _count(value):
+    return f"{value:,}" if isinstance(value, int) else "-"
+
+
 def _ratio(row, base, key):
     if row.get(key) is None or base is None or not base.get(key):
         return "-"
@@ -294,7 +298,8 @@ def _ratio(row, base, key):
 def _failure(row):
     done = [k for k in ("fit_s", "predict_s") if k in row]
     finished = ", ".join(f"{k[:-2]} {row[k]:.1f}s" for k in done)
-    return f"{row.get('status')} in {row.get('phase')}" + (f" ({finished})" if finished else "")
+    phase = row.get("phase", "start-up")
+    return f"{row.get('status')} in {phase}" + (f" ({finished})" if finished else "")
 
 
 def _table(results, keys, models, clf):
@@ -306,16 +311,16 @@ def _table(results, keys, models, clf):
         rows = {m: aggregate(results[key][m]) for m in models if m in results[key]}
         base = rows.get("hgb") if rows.get("hgb", {}).get("status") == "ok" else None
         for m, row in rows.items():
-            n_train = row.get("n_train", "-")
+            n_train = _count(row.get("n_train"))
             if row.get("status") != "ok":
-                lines.append(f"| {key} | {n_train:,} | {m} | {_failure(row)} |"
-                             + " |" * (10 + len(metrics)))
+                lines.append(f"| {key} | {n_train} | {m} | {_failure(row)} |"
+                             + " |" * (7 + len(metrics)))
                 continue
             cells = [_fmt(row["fit_s"]), _ratio(row, base, "fit_s"), _fmt(row["predict_s"], 3),
                      _ratio(row, base, "predict_s"), _fmt(row["latency_ms"]),
                      _fmt(row["peak_mb"]), _fmt(row["extra_mb"]), _ratio(row, base, "peak_mb")]
             cells += [_fmt(row.get(k), 4) for k in metrics]
-            lines.append(f"| {key} | {n_train:,} | {m} | " + " | ".join(cells) + " |")
+            lines.append(f"| {key} | {n_train} | {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -395,7 +400,7 @@ def _synthetic(results, keys, models):
                 continue
             row = aggregate(results[key][m])
             if row.get("status") != "ok":
-                lines.append(f"| {key} | {row.get('n_train', '-')} | | {m} | {_failure(row)} |"
+                lines.append(f"| {key} | {_count(row.get('n_train'))} | | {m} | {_failure(row)} |"
                              + " |" * 6)
                 continue
             met = [row["fit_s"] <= 600, row["predict_s"] <= 30, row["latency_ms"] <= 2]
