@@ -172,11 +172,9 @@ def _latency(predict, X_test, calls, budget_s):
 def worker(job, progress_path):
     """Run one job and write its row to ``progress_path`` after each phase."""
     import bench_tabular
-    import torch
     from threadpoolctl import threadpool_limits
 
     threads = job["threads"]
-    torch.set_num_threads(threads)
     bench_tabular._set_constants(job["set"])
     row = {"status": "running", "phase": "load", "machine": machine(), "threads": threads,
            "loadavg_start": os.getloadavg()}
@@ -192,6 +190,8 @@ def worker(job, progress_path):
         clf = spec.family != "regression"
         task = "classification" if clf else "regression"
         model = bench_tabular.make_model(job["model"], task, 0, Xtr, threads, job["recipe"])
+        if "torch" in sys.modules:  # imported by the model only: the others' memory stays theirs
+            sys.modules["torch"].set_num_threads(threads)
         write(dataset=facts, n_train=len(Xtr), n_test=len(Xte), phase="fit",
               rss_after_load_mb=_status_kb("VmRSS") / 1024,
               peak_load_mb=_status_kb("VmHWM") / 1024)
@@ -533,7 +533,8 @@ def main(argv=None):
         import torch  # noqa: F401
 
         print(f"machine {machine()}; threads {args.threads}; pinned OpenBLAS: {pinned or 'no'}")
-        print("thread pools (threadpoolctl):\n  " + "\n  ".join(thread_pools()), flush=True)
+        print("thread pools of this process (threadpoolctl; each run limits them to "
+              f"{args.threads}):\n  " + "\n  ".join(thread_pools()), flush=True)
         recipe = bench_tabular._overrides(args.recipe)
         out_path.parent.mkdir(parents=True, exist_ok=True)
         for dataset in _datasets(args):

@@ -127,7 +127,7 @@ def test_small_run_records_every_figure_and_a_timeout(tmp_path):
     proc = _run(["--datasets", "mpls_stops,cps_earnings,synthetic-1m", "--max-rows", "3000",
                  *common], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "thread pools (threadpoolctl)" in proc.stdout
+    assert "thread pools of this process (threadpoolctl" in proc.stdout
     results = json.loads((tmp_path / "scale.json").read_text())
     assert set(results) == {"mpls_stops@3000", "cps_earnings@3000", "synthetic-1m@3000"}
     row = results["mpls_stops@3000"]["hgb"]["0"]
