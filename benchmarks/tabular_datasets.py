@@ -155,6 +155,16 @@ def names(family=None, split=None):
 def load(name):
     """``(X, y, spec)``: raw feature frame, target, and the dataset's Spec."""
     spec = DATASETS[name]
+    X, y = read(spec)
+    if len(X) > MAX_ROWS:
+        keep = _subsample(y, spec.family != "regression")
+        X, y = X.iloc[keep].reset_index(drop=True), y.iloc[keep].reset_index(drop=True)
+    return X, y.to_numpy(), spec
+
+
+def read(spec):
+    """``(X, y)`` of a :class:`Spec`, every row: the raw feature frame and the target as a
+    Series (strings for classes; floats for regression, logged when ``spec.log_target``)."""
     kind, _, ref = spec.source.partition(":")
     if kind == "sklearn":
         from sklearn import datasets
@@ -184,21 +194,18 @@ def load(name):
             y = np.log(y)
     else:
         y = y.astype(str)
-    if len(X) > MAX_ROWS:
-        keep = _subsample(y, spec.family != "regression")
-        X, y = X.iloc[keep].reset_index(drop=True), y.iloc[keep].reset_index(drop=True)
-    return X, y.to_numpy(), spec
+    return X, y
 
 
 def _all_numeric(column):
     return pd.to_numeric(column, errors="coerce").notna().all()
 
 
-def _subsample(y, stratify):
+def _subsample(y, stratify, max_rows=MAX_ROWS):
     from sklearn.model_selection import train_test_split
 
     idx = np.arange(len(y))
-    keep, _ = train_test_split(idx, train_size=MAX_ROWS, random_state=0,
+    keep, _ = train_test_split(idx, train_size=max_rows, random_state=0,
                                stratify=y if stratify else None)
     return np.sort(keep)
 
