@@ -190,17 +190,18 @@ class _LineProgress(_NullProgress):
             return
         self.closed = True
         now = time.monotonic()
-        # The final state, unless nothing was shown (a short inner loop) or it is already shown.
+        # The final state, unless nothing was shown (a short inner loop) or it is already shown
+        # (its count and postfix: a postfix set after the last update is part of it).
         shown = self.last is not None
         if (
             (self.leave or shown)
             and now - self.start >= self.delay
-            and self.n != getattr(self, "_last_n", None)
+            and (self.n, self.postfix) != getattr(self, "_last_shown", None)
         ):
             self._line(now)
 
     def _line(self, now):
-        self.last, self._last_n = now, self.n
+        self.last, self._last_shown = now, (self.n, self.postfix)
         count = f"{self.n}/{self.total}" if self.total is not None else str(self.n)
         head = f"{self.desc}: " if self.desc else ""
         tail = f" ({self.postfix})" if self.postfix else ""
