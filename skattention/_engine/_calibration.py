@@ -4,7 +4,6 @@ import math
 
 import torch
 
-from ._attention import attention
 from ._budget import budget_bytes, cache_row_slices
 from ._inputs import clamp_log_temperature
 from ._metric_training import _LOG_EPS, key_log_prior, soft_neighbour_loss
@@ -18,28 +17,44 @@ _CALIBRATION_GRIDS = ((2.5, 0.5), (0.4, 0.1), (0.08, 0.02))  # (half-width, step
 
 
 @torch.no_grad()
-def calibrate_temperature(metric_map, log_temperature, X, values, weight, validation, loss):
+def calibrate_temperature(metric_map, log_temperature, X, values, weight, validation, loss,
+                          keys=None):
     """Set ``log_temperature`` (in place) to the value with the lowest validation loss of the
     trained map: the validation points of ``validation = (X_val, values_val, weight_val)``
     attend to all training points ``X``. A grid of ``log T`` over +-2.5 around the current value
     (step 0.5), then grids of step 0.1 and 0.02 around the best point found so far. For
     ``loss="log_loss"`` the validation loss counts one pseudo-error more (see below).
-    Returns the minimised objective: the validation loss, with that pseudo-error."""
+    ``keys``: ``(points, values, log_prior)`` already in the map's key space (e.g. prototypes
+    of the training points' keys) that the validation points attend to instead of ``X``,
+    ``values`` and ``weight``. Returns the minimised objective: the validation loss, with that
+    pseudo-error."""
     X_val, values_val, weight_val = validation
     metric_map.eval()
-    keys, queries = metric_map.key(X), metric_map.query(X_val)
-    log_prior, total = key_log_prior(weight), weight_val.sum()
-    # Every candidate temperature scales the same scores: computed once when they, the logits
-    # and their softmax fit the working memory (an attention call per temperature otherwise),
-    # and each cache-sized chunk of them is scored at every temperature of a grid while it is
-    # in the cache (one pass over the scores per grid instead of one per temperature).
-    n_pairs = queries.shape[0] * keys.shape[0]
-    scores = None
-    if 3 * n_pairs * X.element_size() <= budget_bytes(None):
-        prepared = PreparedKeys(keys, metric_map.kind)
-        scores = prepared.logits(prepared.prepare_queries(queries), 0, prepared.n_keys, scale=1.0)
-        # [values, 1]^T: one product gives each row's weighted values and its normaliser
-        values_1t = torch.cat([values, values.new_ones((values.shape[0], 1))], 1).T.contiguous()
+    if keys is None:
+        points, log_prior = metric_map.key(X), key_log_prior(weight)
+    else:
+        points, values, log_prior = keys
+    queries, total = metric_map.query(X_val), weight_val.sum()
+    prepared = PreparedKeys(points, metric_map.kind)
+    # [values, 1]^T: one product gives each row's weighted values and its normaliser
+    values_1t = torch.cat([values, values.new_ones((values.shape[0], 1))], 1).T.contiguous()
+    # Every candidate temperature scales the same scores: each block of query rows whose scores,
+    # logits and softmax fit the working memory is scored once per grid, and each cache-sized
+    # chunk of it at every temperature of the grid while it is in the cache (one pass over the
+    # scores per grid instead of one per temperature).
+    block = max(1, budget_bytes(None) // (3 * prepared.n_keys * points.element_size()))
+    whole = None
+    if block >= queries.shape[0]:  # one block: its scores serve every grid
+        whole = prepared.logits(prepared.prepare_queries(queries), 0, prepared.n_keys, scale=1.0)
+
+    def score_chunks():
+        """``(rows, scores)`` of cache-sized chunks of validation rows."""
+        for start in range(0, queries.shape[0], block):
+            stop = min(queries.shape[0], start + block)
+            scores = whole if whole is not None else prepared.logits(
+                prepared.prepare_queries(queries[start:stop]), 0, prepared.n_keys, scale=1.0)
+            for rows in cache_row_slices(*scores.shape, scores.device):
+                yield slice(start + rows.start, start + rows.stop), scores[rows]
 
     def terms(pred, rows):
         """The rows' weighted loss and (classes) the largest probability of a wrong class."""
@@ -60,14 +75,8 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
         return (loss_sum + pseudo_weight * pseudo) / (float(total) + pseudo_weight)
 
     def val_losses(log_ts):
-        if scores is None:
-            return [objective(*terms(attention(
-                queries, keys, values, metric=metric_map.kind, temperature=math.exp(log_t),
-                log_prior=log_prior, on_empty="zero", device=X.device, dtype=X.dtype,
-            ), slice(None))) for log_t in log_ts]
         sums, wrongs = [0.0] * len(log_ts), [0.0] * len(log_ts)
-        for rows in cache_row_slices(*scores.shape, scores.device):
-            chunk = scores[rows]
+        for rows, chunk in score_chunks():
             z = torch.empty_like(chunk)
             if log_prior is None:  # max(scores / T) = max(scores) / T: one shift for every T
                 shifted = chunk - chunk.amax(1, keepdim=True)

@@ -50,6 +50,7 @@ def train_metric(
     optimizer_state=None,
     callbacks=(),
     average=None,
+    epoch_rows=None,
 ):
     """Train ``metric_map`` (and ``log_temperature`` if it requires grad) in place.
 
@@ -90,6 +91,13 @@ def train_metric(
         is smoother from epoch to epoch than the parameters' own, so a shorter
         ``n_iter_no_change`` stops as well. ``None``: the parameters themselves.
 
+    epoch_rows : int or None
+        The training points of an epoch: all of them (``None`` or at least ``n``), else this
+        many, the next ones of a random order of every point that carries over from epoch to
+        epoch (a new order once each point has had its turn). Validation, early stopping and
+        progress then come every ``epoch_rows`` points, so that their spacing and a fit's
+        steps do not grow with ``n``.
+
     Returns
     -------
     history : TrainingHistory
@@ -109,14 +117,16 @@ def train_metric(
         keys = _validation_keys(n, max_validation_keys, generator, X.device)
         validate = _Validation(metric_map, log_temperature, X, values, log_prior, keys,
                                validation, loss)
-    stepper, validate, swap_back = _averaged(optimizer, validate, average, n, batch_size)
+    batches = _EpochBatches(n, epoch_rows, batch_size, generator)
+    stepper, validate, swap_back = _averaged(optimizer, validate, average, batches.rows,
+                                             batch_size)
     stopping = EarlyStopping(n_iter_no_change, tol, history, validate, parameters.snapshot,
                              parameters.restore)
     # the caller's callbacks see the epoch's validated (averaged) parameters, then the live
     # ones are put back for the next epoch
     run_training(
         metric_map, stepper, max_iter=max_iter, step=step, history=history,
-        batches=lambda: torch.randperm(n, generator=generator).split(batch_size),
+        batches=batches,
         callbacks=[stopping, *callbacks, *swap_back],
     )
     if swap_back and stopping.best_state is None:
@@ -124,6 +134,25 @@ def train_metric(
         # validated parameters, the average, rather than live ones no epoch validated
         stepper.keep_average()
     return history, optimizer.state_dict()
+
+
+class _EpochBatches:
+    """The minibatches of each epoch (``train_metric``'s ``epoch_rows``)."""
+
+    def __init__(self, n, epoch_rows, batch_size, generator):
+        self.n, self.batch_size, self.generator = n, batch_size, generator
+        self.rows = n if epoch_rows is None else min(n, epoch_rows)
+        self.order = torch.empty(0, dtype=torch.long)
+
+    def __call__(self):
+        if self.rows == self.n:
+            return torch.randperm(self.n, generator=self.generator).split(self.batch_size)
+        if self.order.numel() < self.rows:
+            # the points not yet visited come first, then a new order of every point
+            fresh = torch.randperm(self.n, generator=self.generator)
+            self.order = torch.cat([self.order, fresh])
+        epoch, self.order = self.order[: self.rows], self.order[self.rows:]
+        return epoch.split(self.batch_size)
 
 
 def _optimizer(metric_map, log_temperature, learning_rate, weight_decay, state):

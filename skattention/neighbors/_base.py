@@ -52,6 +52,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         "numeric_embedding": [StrOptions({"auto", "plr", "none"})],
         "temperature": [Interval(Real, 0, None, closed="both"), StrOptions({"auto"})],
         "n_neighbors": [Count(Integral, 1, None, closed="left"), None],
+        "prototypes": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left"), None],
         "radius": [Interval(Real, 0, None, closed="neither"), None],
         "weights": [StrOptions({"uniform", "distance"}), callable],
         "n_components": [Count(Integral, 1, None, closed="left"), None],
@@ -77,7 +78,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
     }
 
     def __init__(self, metric="tabular", *, temperature="auto", n_neighbors=None, radius=None,
-                 weights="uniform",
+                 weights="uniform", prototypes="auto",
                  n_components=None, numeric_embedding="auto", hidden_size=256, n_blocks=1,
                  activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
                  learning_rate=1e-2, weight_decay=2e-4, sample_rate="auto", early_stopping=True,
@@ -89,6 +90,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         self.n_neighbors = n_neighbors
         self.radius = radius
         self.weights = weights
+        self.prototypes = prototypes
         self.n_components = n_components
         self.numeric_embedding = numeric_embedding
         self.hidden_size = hidden_size
@@ -233,8 +235,13 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         self.validation_loss_curve_ = fit.validation_loss_curve
         self.best_validation_score_ = fit.best_validation_score
         self.temperature_ = fit.temperature
-        self._keys = FittedKeys(X, values, log_prior, strategy.keys(X, device, dtype),
-                                strategy.engine_metric)
+        if "prototypes" in self._parameter_constraints:
+            self.n_prototypes_ = (None if strategy.prototypes is None
+                                  else int(strategy.prototypes.shape[0]))
+            self.prototype_error_ = strategy.prototype_error
+        points = strategy.keys(X, device, dtype)
+        self._keys = FittedKeys(X, values, log_prior, points, strategy.engine_metric,
+                                strategy.summarize(points, values, log_prior))
 
     def _fit_sharded(self, X, y, sample_weight):
         """Fit on the Dask collection ``X``: the fitted settings on a sample drawn from its

@@ -67,6 +67,7 @@ class MetricAttentionClassifier(
     outlier_label_ : label, list of labels or None
         The label given to queries with no neighbour within ``radius`` (one per output).
     {FIT_ATTRIBUTES}
+    {PROTOTYPE_ATTRIBUTES}
 
     See Also
     --------
@@ -97,7 +98,7 @@ class MetricAttentionClassifier(
     }
 
     def __init__(self, metric="tabular", *, temperature="auto", n_neighbors=None, radius=None,
-                 weights="uniform",
+                 weights="uniform", prototypes="auto",
                  class_weight=None, outlier_label=None, n_components=None,
                  numeric_embedding="auto", hidden_size=256, n_blocks=1, activation="relu",
                  dropout=0.0, max_iter=100, batch_size="auto", learning_rate=1e-2,
@@ -107,7 +108,7 @@ class MetricAttentionClassifier(
                  categorical_features="from_dtype"):
         super().__init__(
             metric, temperature=temperature, n_neighbors=n_neighbors, radius=radius,
-            weights=weights,
+            weights=weights, prototypes=prototypes,
             n_components=n_components, numeric_embedding=numeric_embedding,
             hidden_size=hidden_size, n_blocks=n_blocks,
             activation=activation, dropout=dropout, max_iter=max_iter, batch_size=batch_size,

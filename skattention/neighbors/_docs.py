@@ -53,7 +53,21 @@ NEIGHBORS = """n_neighbors : int, default=None
         or ``temperature=0``) and equal prior weights of the training points (no
         ``sample_weight`` or ``class_weight``); with ``temperature=np.inf`` it equals
         :class:`~sklearn.neighbors.KNeighborsClassifier` (``weights="distance"``) and the other
-        neighbour estimators."""
+        neighbour estimators.
+    prototypes : "auto", int or None, default="auto"
+        Dense attention (no ``n_neighbors``, no ``radius``, ``0 < temperature < inf``) with a
+        learned metric over many training points: predict over prototypes of the keys instead
+        of every key. The prototypes stand for groups of nearby keys in the learned space (each
+        key joins the nearest of randomly drawn keys; a prototype is its group's mean), each
+        carrying the summed prior weight of its keys (as a log-prior) and their mean values, so
+        a prediction costs a pass over the prototypes, not over every training point (see
+        :doc:`/neighbors`, "Many training points"). ``"auto"``: from 16,384 training points,
+        the fewest of 2,048 or 8,192 prototypes whose outputs on held-out points differ from
+        exact attention over every key by at most 0.01 on average (the probability mass moved,
+        or standardised targets), else every key; ``temperature="auto"`` is then calibrated
+        over the prototypes. An int: that many prototypes (when fewer than the training
+        points). ``None``: every key, always. Selections (``kneighbors``, ``n_neighbors``,
+        ``radius``) always use every key. The measured difference is ``prototype_error_``."""
 
 LEARNING = """n_components : int, default=None
         Dimension of the learned space. ``None``: 64 for ``"tabular"``; otherwise the number of
@@ -74,7 +88,10 @@ LEARNING = """n_components : int, default=None
     dropout : float in [0, 1), default=0.0
         Dropout inside the residual blocks during training.
     max_iter : int, default=100
-        Maximum number of epochs.
+        Maximum number of epochs. An epoch is every training point, or 16,384 of them where
+        there are more (the next ones of a random order of all of them that continues from
+        epoch to epoch): validation, early stopping and progress come every 16,384 points, and
+        the steps of a fit do not grow with the number of rows.
     batch_size : int or "auto", default="auto"
         Training points per minibatch. ``"auto"``: 256 with ``metric="tabular"``, else 1,024
         (all of them when fewer; fewer when a step would not fit ``working_memory``).
@@ -99,7 +116,7 @@ LEARNING = """n_components : int, default=None
         points also calibrate ``temperature="auto"`` after training. Prediction attends to all
         the points given to ``fit``, the validation points included.
     validation_fraction : float in (0, 1), default=0.15
-        Held-out fraction for early stopping.
+        Held-out fraction for early stopping, at most 8,192 points (the others train).
     n_iter_no_change : int, default=3
         Epochs without improvement before stopping.
     tol : float, default=1e-4
@@ -149,6 +166,13 @@ LEARNED_ATTRIBUTES = """map_ : torch.nn.Module or None
     n_iter_ : int
         Epochs run (0 for ``metric="euclidean"``)."""
 
+PROTOTYPE_ATTRIBUTES = """n_prototypes_ : int or None
+        Number of prototypes of the keys dense attention predicts over (see ``prototypes``);
+        ``None``: every training point.
+    prototype_error_ : float or None
+        Mean difference between attention over the prototypes and over every key on held-out
+        points, measured at fit (``None`` without prototypes)."""
+
 CATEGORICAL = """categorical_features : "from_dtype", array-like of bool, int or str, or None, \
             default="from_dtype"
         Which columns of ``X`` are categorical, as in
@@ -178,6 +202,7 @@ def fill(doc):
         ("METRIC", METRIC), ("TEMPERATURE", TEMPERATURE), ("NEIGHBORS", NEIGHBORS),
         ("LEARNING", LEARNING), ("DEVICE", DEVICE), ("FIT_ATTRIBUTES", FIT_ATTRIBUTES),
         ("INPUT_ATTRIBUTES", INPUT_ATTRIBUTES), ("CATEGORICAL", CATEGORICAL),
+        ("PROTOTYPE_ATTRIBUTES", PROTOTYPE_ATTRIBUTES),
     ]:
         doc = doc.replace("{" + name + "}", text)
     return doc

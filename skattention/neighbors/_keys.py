@@ -43,12 +43,16 @@ class FittedKeys:
         when first needed.
     engine_metric : str
         The engine's pseudo-metric of the keys.
+    summary : tuple (points, values, log_prior) of arrays or None
+        Prototypes of the keys (``_summary.py``) that dense attention runs over instead of
+        every key; selections (``n_neighbors``, a radius, ``kneighbors``) use the keys.
     """
 
     sharded = False
 
-    def __init__(self, inputs, values, log_prior, points, engine_metric):
+    def __init__(self, inputs, values, log_prior, points, engine_metric, summary=None):
         self.inputs = inputs
+        self.summary = summary
         self.values = values
         self.log_prior = log_prior
         self._points = points
@@ -84,6 +88,20 @@ class FittedKeys:
         return self._on_device("keys", device, dtype, lambda: prepare_keys(
             self.points, metric=self.engine_metric, device=device, dtype=dtype))
 
+    def dense(self, device, dtype, temperature, summary=True):
+        """``(prepared keys, values, log_prior)`` of attention without a radius: the
+        prototypes' where the keys have a summary and ``summary`` asks for it, else
+        :meth:`prepared` and :meth:`per_key`."""
+        if self.summary is None or not summary:
+            keys = self.prepared(device, dtype)
+            return (keys, *self.per_key(keys, temperature))
+        points, values, log_prior = self.summary
+        keys = self._on_device("summary", device, dtype, lambda: prepare_keys(
+            points, metric=self.engine_metric, device=device, dtype=dtype))
+        return keys, *self._on_device("summary values", device, dtype, lambda: (
+            torch.tensor(values, device=device, dtype=dtype),
+            torch.tensor(log_prior, device=device, dtype=dtype)))
+
     def per_key(self, prepared, temperature):
         """``(values, log_prior)`` as tensors on the device and dtype of ``prepared``, made once;
         the values keep float64 where the engine averages them in float64
@@ -109,8 +127,15 @@ class FittedKeys:
         attended to as tensors in one thread setting (each would set its own).
         """
         device, dtype = kwargs["device"], kwargs["dtype"]
-        keys = self.prepared(device, dtype)
         radius = kwargs["radius"]
+        if radius is None:
+            temperature = kwargs["temperature"]
+            summary = kwargs["n_neighbors"] is None and 0 < temperature < math.inf
+            keys, values, log_prior = self.dense(device, dtype, temperature, summary)
+            kwargs = dict(kwargs, log_prior=log_prior)
+            on_empty = "raise"
+        else:
+            keys = self.prepared(device, dtype)
         if few_rows:
             Z = torch.as_tensor(block, dtype=keys.raw.dtype, device=keys.raw.device)
         else:
@@ -120,10 +145,6 @@ class FittedKeys:
             # A column of ones tells the queries with no neighbour: their weights sum to 0.
             values = np.hstack([self.values, np.ones((self.n_samples, 1), self.values.dtype)])
             on_empty = "zero"
-        else:
-            values, log_prior = self.per_key(keys, kwargs["temperature"])
-            kwargs = dict(kwargs, log_prior=log_prior)
-            on_empty = "raise"
         if few_rows:
             width = 1 if values.ndim == 1 else values.shape[1]
             with rows_single_threaded(keys, Z.shape[0], width):

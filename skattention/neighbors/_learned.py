@@ -26,6 +26,7 @@ from ..utils._convergence import warn_if_max_iter_reached
 from ..utils._device import _cuda_nondeterministic
 from ._input import TabularInput
 from ._strategy import TORCH_DTYPES, MetricFit, MetricStrategy
+from ._summary import CHECK_QUERIES, choose_prototypes, prototype_counts, summarize
 from ._temperature import MAX_QUERIES, neighbor_scale
 
 # n_components=None: keep the inputs' dimension up to this many components (PCA beyond it)
@@ -46,6 +47,12 @@ _AUTO_CANDIDATES = 1024
 # the tabular benchmark's DEV sets as good or better in every family, in half the fit time)
 _TABULAR_BATCH = 256
 _TABULAR_CANDIDATES = 256
+# An epoch of training is at most this many training points (a fit's steps, and the spacing of
+# its validations, do not grow with the number of rows)
+_EPOCH_ROWS = 16384
+# validation_fraction holds out at most this many rows (the rest train): the stopping rule and the
+# temperature need a loss measured precisely enough, not one that costs more with more rows
+MAX_VALIDATION_ROWS = 8192
 # the validation pass of each epoch attends to at most this many training points
 _VALIDATION_KEYS = 2048
 # Validation and the kept model use an exponential moving average of the parameters (this
@@ -68,6 +75,8 @@ class LearnedMetric(MetricStrategy):
         super().__init__(metric)
         self.input = TabularInput(scaled=True, codes=metric == "tabular")
         self.map = None
+        self.prototypes = None
+        self.prototype_error = None
         self.history = None
         self.optimizer_state = None
         self._ready = {}
@@ -123,15 +132,54 @@ class LearnedMetric(MetricStrategy):
                                                            rng))
             history = self._train(estimator, metric_map, log_t, data, loss, validation,
                                   generator, warm, epoch_model)
+            summary = self._fit_prototypes(estimator, metric_map, log_t, data, validation, loss,
+                                           generator)
             if validation is not None and estimator.temperature == "auto":
                 calibrate_temperature(metric_map, log_t, data.X, data.values, data.weight,
-                                      validation, loss)
+                                      validation, loss, keys=summary)
         self.map = metric_map.to(device="cpu", dtype=torch.float32)
         self._ready = {}
         fit = self._outcome(estimator, history, log_t, validation is not None)
         fit.map = self.map
         _warn_if_not_converged(estimator, fit.n_iter - before)
         return fit
+
+    @torch.no_grad()
+    def _fit_prototypes(self, estimator, metric_map, log_t, data, validation, loss, generator):
+        """Choose the prototypes of the keys that dense attention predicts over
+        (``_summary.choose_prototypes``; none unless the estimator predicts by dense attention):
+        sets ``prototypes`` (their centres) and ``prototype_error``; returns the prototypes of
+        the training keys ``(points, values, log_prior)``, or ``None``."""
+        self.prototypes = self.prototype_error = None
+        setting = getattr(estimator, "prototypes", None)
+        if (not prototype_counts(setting, data.X.shape[0])
+                or getattr(estimator, "n_neighbors", None) is not None
+                or getattr(estimator, "radius", None) is not None
+                or estimator.temperature in (0, math.inf)):
+            return None
+        metric_map.eval()
+        keys = torch.cat([metric_map.key(data.X[s:s + _EMBED_CHUNK])
+                          for s in range(0, data.X.shape[0], _EMBED_CHUNK)])
+        check = validation[0] if validation is not None else data.X[
+            torch.randperm(data.X.shape[0], generator=generator)[:CHECK_QUERIES].to(data.X.device)]
+        queries = metric_map.query(check[:CHECK_QUERIES])
+        log_prior = torch.log(data.weight)
+        centres, error = choose_prototypes(
+            setting, keys, queries, data.values, log_prior, metric_map.kind,
+            float(torch.exp(log_t)), loss, generator)
+        if centres is None:
+            return None
+        self.prototypes, self.prototype_error = centres.to("cpu", torch.float32), error
+        return summarize(keys, data.values, log_prior, centres)
+
+    def summarize(self, points, values, log_prior):
+        """The prototypes of the fitted keys (float32/float64 arrays as given), or ``None``."""
+        if self.prototypes is None:
+            return None
+        out = summarize(*(torch.as_tensor(a) for a in (points, values, log_prior)),
+                        self.prototypes.to(torch.float64 if points.dtype == np.float64
+                                           else torch.float32))
+        return tuple(a.numpy() for a in out)
 
     def _train(self, estimator, metric_map, log_t, data, loss, validation, generator, warm,
                epoch_model):
@@ -158,7 +206,7 @@ class LearnedMetric(MetricStrategy):
                 n_candidates=n_candidates, learning_rate=estimator.learning_rate,
                 weight_decay=estimator.weight_decay, n_iter_no_change=estimator.n_iter_no_change,
                 tol=estimator.tol, generator=generator, max_validation_keys=_VALIDATION_KEYS,
-                history=previous, average=_AVERAGE_DECAY,
+                history=previous, average=_AVERAGE_DECAY, epoch_rows=_EPOCH_ROWS,
                 optimizer_state=self.optimizer_state if warm else None,
                 callbacks=[report, EpochTasks(estimator, attributes)],
             )
@@ -259,7 +307,7 @@ class LearnedMetric(MetricStrategy):
         """Sorted (train, validation) row indices, or ``None`` without early stopping."""
         if not estimator.early_stopping:
             return None
-        n_val = int(math.ceil(estimator.validation_fraction * n))
+        n_val = min(int(math.ceil(estimator.validation_fraction * n)), MAX_VALIDATION_ROWS)
         if n_val < 1 or n - n_val < 2:
             return None
         strat = stratify

@@ -45,10 +45,19 @@ class MetricStrategy:
     """
 
     learned = False
+    # prototypes of the keys for dense attention (a learned metric's, _summary.py), and their
+    # measured error
+    prototypes = None
+    prototype_error = None
 
     def __init__(self, metric):
         self.metric = metric
         self.input = TabularInput(scaled=False, codes=False)
+
+    def summarize(self, points, values, log_prior):
+        """The prototypes ``(points, values, log_prior)`` of the fitted keys, or ``None``:
+        attention over every key."""
+        return None
 
     # ------------------------------------------------------------------ fit
 

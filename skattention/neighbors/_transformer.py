@@ -128,7 +128,7 @@ class MetricAttentionTransformer(
         "metric": [StrOptions({"mlp", "linear", "tabular"})],
         "class_weight": [dict, StrOptions({"balanced"}), None],
     }
-    for _name in ("n_neighbors", "radius", "weights"):
+    for _name in ("n_neighbors", "radius", "weights", "prototypes"):
         _parameter_constraints.pop(_name)
     del _name
 
@@ -141,9 +141,9 @@ class MetricAttentionTransformer(
                  random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
                  categorical_features="from_dtype"):
         # n_neighbors, radius and weights, the base's prediction-time settings, keep their
-        # defaults: a transformer does not predict.
+        # defaults, and there are no prototypes of the keys: a transformer does not predict.
         super().__init__(
-            metric, temperature=temperature, n_components=n_components,
+            metric, temperature=temperature, n_components=n_components, prototypes=None,
             numeric_embedding=numeric_embedding, hidden_size=hidden_size,
             n_blocks=n_blocks, activation=activation, dropout=dropout, max_iter=max_iter,
             batch_size=batch_size, learning_rate=learning_rate, weight_decay=weight_decay,
