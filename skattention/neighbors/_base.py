@@ -235,13 +235,12 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         self.validation_loss_curve_ = fit.validation_loss_curve
         self.best_validation_score_ = fit.best_validation_score
         self.temperature_ = fit.temperature
-        if "prototypes" in self._parameter_constraints:
-            self.n_prototypes_ = (None if strategy.prototypes is None
-                                  else int(strategy.prototypes.shape[0]))
-            self.prototype_error_ = strategy.prototype_error
         points = strategy.keys(X, device, dtype)
-        self._keys = FittedKeys(X, values, log_prior, points, strategy.engine_metric,
-                                strategy.summarize(points, values, log_prior))
+        summary = strategy.summarize(points, values, log_prior)
+        self._keys = FittedKeys(X, values, log_prior, points, strategy.engine_metric, summary)
+        if "prototypes" in self._parameter_constraints:
+            self.n_prototypes_ = None if summary is None else int(summary[0].shape[0])
+            self.prototype_error_ = strategy.prototype_error
 
     def _fit_sharded(self, X, y, sample_weight):
         """Fit on the Dask collection ``X``: the fitted settings on a sample drawn from its

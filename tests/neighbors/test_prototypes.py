@@ -1,0 +1,170 @@
+"""Many training points (issue 34): epochs of a bounded number of points, a bounded validation
+split, calibration scored per block of queries, and dense attention over prototypes of the
+keys."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from sklearn import config_context
+from sklearn.datasets import make_classification, make_regression
+
+from skattention import MetricAttentionClassifier, MetricAttentionRegressor, attention
+from skattention._engine import build_map, calibrate_temperature
+from skattention._engine._metric_training import _EpochBatches
+from skattention.neighbors import _learned, _summary
+
+FAST = {"max_iter": 3, "random_state": 0}
+pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+
+
+@pytest.fixture
+def small_auto(monkeypatch):
+    """prototypes="auto" at the sizes of a test: from 100 keys, 20 or 80 prototypes."""
+    monkeypatch.setattr(_summary, "MIN_KEYS", 100)
+    monkeypatch.setattr(_summary, "AUTO_PROTOTYPES", (20, 80))
+    return monkeypatch
+
+
+def _data(n=400, seed=0):
+    return make_classification(n, 6, n_informative=4, random_state=seed)
+
+
+def test_few_points_use_every_key():
+    X, y = _data()
+    clf = MetricAttentionClassifier(**FAST).fit(X, y)
+    assert clf.n_prototypes_ is None and clf.prototype_error_ is None
+    exact = MetricAttentionClassifier(prototypes=None, **FAST).fit(X, y)
+    np.testing.assert_array_equal(clf.predict_proba(X), exact.predict_proba(X))
+
+
+def test_prototypes_are_what_predict_attends_to():
+    X, y = _data()
+    clf = MetricAttentionClassifier(prototypes=30, **FAST).fit(X, y)
+    exact = MetricAttentionClassifier(prototypes=None, **FAST).fit(X, y)
+    # training is the same: the prototypes come after it
+    for a, b in zip(clf.map_.parameters(), exact.map_.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert 1 <= clf.n_prototypes_ <= 30
+    assert 0 <= clf.prototype_error_ < 1
+    # predict_proba is attention over the prototypes: their centres are the means of the keys
+    # nearest to each drawn centre, carrying the log of their count and their mean labels
+    keys = clf._keys.points.astype(np.float64)
+    centres = clf._strategy.prototypes.double()
+    labels = torch.cdist(torch.as_tensor(keys), centres).argmin(1).numpy()
+    groups = np.unique(labels)
+    assert len(groups) == clf.n_prototypes_
+    onehot = (y[:, None] == clf.classes_[None, :]).astype(np.float64)
+    points = np.stack([keys[labels == g].mean(0) for g in groups])
+    values = np.stack([onehot[labels == g].mean(0) for g in groups])
+    log_prior = np.log([np.sum(labels == g) for g in groups])
+    blocks = np.vstack(list(clf._strategy.input.blocks(X)))
+    Z = clf._strategy.embed(blocks, "query", torch.device("cpu"), torch.float32)
+    want = attention(np.asarray(Z, dtype=np.float64), points, values, metric="euclidean",
+                     temperature=clf.temperature_, log_prior=log_prior)
+    np.testing.assert_allclose(clf.predict_proba(X), want, atol=2e-5)
+    # selections use every key: the same neighbours as the exact model's (the same map)
+    np.testing.assert_array_equal(clf.kneighbors(X[:20], 5)[1], exact.kneighbors(X[:20], 5)[1])
+
+
+def test_prototypes_pickle_and_predict_a_single_row_alike():
+    X, y = _data()
+    clf = MetricAttentionClassifier(prototypes=30, **FAST).fit(X, y)
+    again = pickle.loads(pickle.dumps(clf))
+    np.testing.assert_array_equal(again.predict_proba(X), clf.predict_proba(X))
+    np.testing.assert_allclose(clf.predict_proba(X[3:4]), clf.predict_proba(X)[3:4], atol=1e-6)
+
+
+def test_auto_keeps_the_fewest_prototypes_within_the_tolerance(small_auto):
+    X, y = _data()
+    small_auto.setattr(_summary, "TOLERANCE", 1.0)
+    assert MetricAttentionClassifier(**FAST).fit(X, y).n_prototypes_ <= 20
+    small_auto.setattr(_summary, "TOLERANCE", 0.0)
+    clf = MetricAttentionClassifier(**FAST).fit(X, y)
+    assert clf.n_prototypes_ is None and clf.prototype_error_ is None
+
+
+def test_auto_error_is_measured_against_exact_attention(small_auto):
+    small_auto.setattr(_summary, "TOLERANCE", 1.0)
+    X, y = make_regression(400, 5, noise=1.0, random_state=0)
+    reg = MetricAttentionRegressor(**FAST).fit(X, y)
+    assert reg.n_prototypes_ is not None and reg.n_prototypes_ <= 20
+    assert reg.prototype_error_ > 0  # 20 prototypes of 340 keys are not exact
+    exact = MetricAttentionRegressor(prototypes=None, **FAST).fit(X, y)
+    assert exact.n_prototypes_ is None
+    assert reg.score(X, y) > 0.5 * exact.score(X, y)
+
+
+@pytest.mark.parametrize("params", [{"n_neighbors": 5}, {"temperature": 0}])
+def test_no_prototypes_for_selections(small_auto, params):
+    small_auto.setattr(_summary, "TOLERANCE", 1.0)
+    X, y = _data()
+    assert MetricAttentionClassifier(**params, **FAST).fit(X, y).n_prototypes_ is None
+
+
+def test_prototypes_parameter_is_validated():
+    X, y = _data(50)
+    with pytest.raises(ValueError, match="prototypes"):
+        MetricAttentionClassifier(prototypes=0).fit(X, y)
+    with pytest.raises(ValueError, match="prototypes"):
+        MetricAttentionClassifier(prototypes="all").fit(X, y)
+
+
+def test_epochs_of_bounded_rows_visit_every_point_in_turn():
+    g = torch.Generator().manual_seed(0)
+    batches = _EpochBatches(10, 4, 3, g)
+    assert batches.rows == 4
+    epochs = [torch.cat(batches()) for _ in range(5)]
+    assert all(e.numel() == 4 for e in epochs)
+    # the first 10 points drawn are a permutation: each point has its turn before any repeats
+    assert sorted(torch.cat(epochs)[:10].tolist()) == list(range(10))
+    assert [len(b) for b in batches()] == [3, 1]
+    # without a bound: one permutation of every point per epoch, as before
+    whole = _EpochBatches(10, None, 3, torch.Generator().manual_seed(0))
+    assert sorted(torch.cat(whole()).tolist()) == list(range(10))
+    assert torch.equal(torch.cat(_EpochBatches(10, 50, 3, torch.Generator().manual_seed(1))()),
+                       torch.randperm(10, generator=torch.Generator().manual_seed(1)))
+
+
+def test_epoch_rows_bound_the_steps_of_an_epoch(monkeypatch):
+    seen = []
+    real = _learned.train_metric
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["epoch_rows"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_learned, "train_metric", spy)
+    monkeypatch.setattr(_learned, "_EPOCH_ROWS", 64)
+    X, y = _data()
+    clf = MetricAttentionClassifier(max_iter=2, random_state=0, batch_size=32).fit(X, y)
+    assert seen == [64] and clf.n_iter_ == 2
+
+
+def test_validation_split_is_bounded(monkeypatch):
+    monkeypatch.setattr(_learned, "MAX_VALIDATION_ROWS", 25)
+    est = MetricAttentionClassifier(validation_fraction=0.5)
+    train, val = _learned.LearnedMetric._validation_split(est, 400, None,
+                                                          np.random.RandomState(0))
+    assert len(val) == 25 and len(train) == 375
+
+
+def test_calibration_is_the_same_in_any_number_of_query_blocks():
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(600, 4, generator=g)
+    labels = (X[:, 0] + 0.5 * torch.randn(600, generator=g) > 0).long()
+    values = torch.nn.functional.one_hot(labels, 2).float()
+    phi = build_map("tabular", n_components=4, n_numeric=4, cardinalities=[],
+                    numeric_embedding="none")
+    weight = torch.ones(600)
+    validation = (X[400:], values[400:], weight[400:])
+    found = []
+    for memory in [64, 0.2]:  # MiB: one block of the 200 x 400 scores, or several
+        log_t = torch.tensor(0.0)
+        with config_context(working_memory=memory):
+            loss = calibrate_temperature(phi, log_t, X[:400], values[:400], weight[:400],
+                                         validation, "log_loss")
+        found.append((float(log_t), loss))
+    assert found[0][0] == pytest.approx(found[1][0], abs=1e-6)
+    assert found[0][1] == pytest.approx(found[1][1], rel=1e-5)
