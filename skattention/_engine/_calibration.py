@@ -1,5 +1,6 @@
 """Calibration of a trained map's temperature on held-out points (torch only)."""
 
+import contextlib
 import math
 
 import torch
@@ -7,6 +8,7 @@ import torch
 from ._budget import budget_bytes, cache_row_slices
 from ._inputs import clamp_log_temperature
 from ._metric_training import _LOG_EPS, key_log_prior, soft_neighbour_loss
+from ._parallel import one_thread
 from ._scores import PreparedKeys
 from ._softmax import flushed_exp
 
@@ -77,22 +79,29 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     def val_losses(log_ts):
         sums, wrongs = [0.0] * len(log_ts), [0.0] * len(log_ts)
         for rows, chunk in score_chunks():
-            z = torch.empty_like(chunk)
-            if log_prior is None:  # max(scores / T) = max(scores) / T: one shift for every T
-                shifted = chunk - chunk.amax(1, keepdim=True)
-            for j, log_t in enumerate(log_ts):
-                if log_prior is None:
-                    torch.mul(shifted, math.exp(-log_t), out=z)
-                else:
-                    torch.add(log_prior, chunk, alpha=math.exp(-log_t), out=z)
-                    z.sub_(z.amax(1, keepdim=True))
-                # flushed exponentials and values^T @ p^T, the fast forms for a few values
-                # (docs/performance.md, "Fit")
-                sums_1 = (values_1t @ flushed_exp(z, inplace=True).T).T
-                loss_sum, wrong = terms(sums_1[:, :-1] / sums_1[:, -1:], rows)
-                sums[j] += loss_sum
-                wrongs[j] = max(wrongs[j], wrong)
+            with one_thread() if chunk.device.type == "cpu" else contextlib.nullcontext():
+                _score_chunk(chunk, rows, log_ts, sums, wrongs)
         return [objective(*pair) for pair in zip(sums, wrongs, strict=True)]
+
+    def _score_chunk(chunk, rows, log_ts, sums, wrongs):
+        """Add a cache-sized chunk's loss at every temperature of ``log_ts`` to ``sums`` (and
+        its largest wrong probability to ``wrongs``), on one thread: passes over a chunk that
+        fits a core's cache are too short for a parallel region to pay."""
+        z = torch.empty_like(chunk)
+        if log_prior is None:  # max(scores / T) = max(scores) / T: one shift for every T
+            shifted = chunk - chunk.amax(1, keepdim=True)
+        for j, log_t in enumerate(log_ts):
+            if log_prior is None:
+                torch.mul(shifted, math.exp(-log_t), out=z)
+            else:
+                torch.add(log_prior, chunk, alpha=math.exp(-log_t), out=z)
+                z.sub_(z.amax(1, keepdim=True))
+            # flushed exponentials and values^T @ p^T, the fast forms for a few values
+            # (docs/performance.md, "Fit")
+            sums_1 = (values_1t @ flushed_exp(z, inplace=True).T).T
+            loss_sum, wrong = terms(sums_1[:, :-1] / sums_1[:, -1:], rows)
+            sums[j] += loss_sum
+            wrongs[j] = max(wrongs[j], wrong)
 
     best, best_loss = float(log_temperature), math.inf
     for half, step in _CALIBRATION_GRIDS:

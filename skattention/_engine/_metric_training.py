@@ -21,11 +21,14 @@ from ._budget import CPU_WHOLE_ROW_KEYS, budget_bytes, plan_rows
 from ._inputs import clamp_log_temperature
 from ._one_block import self_mask, single_block_attention
 from ._optimizers import Adam, AveragingOptimizer
-from ._parallel import small_work_single_threaded
+from ._parallel import SMALL_STEP_WORK, small_work_single_threaded
 from ._scores import PreparedKeys
 from ._training import Callback, EarlyStopping, TrainingHistory, run_training
 
 _LOG_EPS = 1e-7  # floor of a propagated class probability inside the log-loss
+# above this many training points a step's other candidates are a uniform draw (its distinct
+# points), not the head of a permutation of every point
+_PERMUTED_CANDIDATES = 16384
 
 
 def train_metric(
@@ -77,7 +80,9 @@ def train_metric(
         many training points (``None``: all of them): the stopping rule needs a comparable loss
         from epoch to epoch, not the final one, and this pass costs as much as an epoch.
     n_candidates : int
-        Candidate keys sampled for each minibatch (all points when >= n).
+        Candidate keys sampled for each minibatch (all points when >= n): the minibatch and
+        a random sample of the other points (beyond 16,384 points, the distinct points of a
+        uniform draw of that many, so occasionally a few fewer).
     generator : torch.Generator
         Drives batches and candidate samples (on the CPU, for reproducibility).
     callbacks : sequence of Callback
@@ -124,11 +129,13 @@ def train_metric(
                              parameters.restore)
     # the caller's callbacks see the epoch's validated (averaged) parameters, then the live
     # ones are put back for the next epoch
-    run_training(
-        metric_map, stepper, max_iter=max_iter, step=step, history=history,
-        batches=batches,
-        callbacks=[stopping, *callbacks, *swap_back],
-    )
+    step_work = batch_size * min(n, n_candidates) * (metric_map.n_components + values.shape[1])
+    with small_work_single_threaded(step_work, X.device, limit=SMALL_STEP_WORK):
+        run_training(
+            metric_map, stepper, max_iter=max_iter, step=step, history=history,
+            batches=batches,
+            callbacks=[stopping, *callbacks, *swap_back],
+        )
     if swap_back and stopping.best_state is None:
         # no epoch of this fit beat the best of an earlier one (warm start): keep the last
         # validated parameters, the average, rather than live ones no epoch validated
@@ -189,9 +196,16 @@ class _MinibatchStep:
         n = self.X.shape[0]
         if self.n_candidates >= n:
             return torch.arange(n), batch
+        n_others = max(self.n_candidates - batch.numel(), 0)
         self.in_batch[batch] = True
-        perm = torch.randperm(n, generator=self.generator)
-        others = perm[~self.in_batch[perm]][: max(self.n_candidates - batch.numel(), 0)]
+        if n > _PERMUTED_CANDIDATES:
+            # distinct points of a uniform draw, less the batch's own: a permutation of every
+            # point per step would cost a pass over all of them
+            draw = torch.randint(n, (n_others,), generator=self.generator).unique()
+            others = draw[~self.in_batch[draw]]
+        else:
+            perm = torch.randperm(n, generator=self.generator)
+            others = perm[~self.in_batch[perm]][:n_others]
         self.in_batch[batch] = False
         return torch.cat([batch, others]), torch.arange(batch.numel())
 

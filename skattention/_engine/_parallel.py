@@ -26,6 +26,10 @@ from ._scores import ROW_MULTIPLE
 
 # Multiply-adds below which a call runs on one thread (about a millisecond of one core).
 _SMALL_CALL_WORK = 1 << 22
+# Multiply-adds of a training step's attention below which the whole training loop runs on one
+# thread: a step is dozens of small kernels (the map, its backward, the optimizer), each a
+# parallel region whose barrier waits for a descheduled thread on a busy machine.
+SMALL_STEP_WORK = 1 << 26
 # Blocks handed out ahead of the one being consumed, per worker: keeps every worker busy while
 # bounding the finished results held at once.
 _AHEAD_PER_WORKER = 2
@@ -41,9 +45,10 @@ def small_calls_single_threaded(spec):
 
 
 @contextlib.contextmanager
-def small_work_single_threaded(work, device):
-    """:func:`small_calls_single_threaded` of a call of ``work`` multiply-adds on ``device``."""
-    if device.type != "cpu" or torch.get_num_threads() < 2 or not work < _SMALL_CALL_WORK:
+def small_work_single_threaded(work, device, limit=_SMALL_CALL_WORK):
+    """:func:`small_calls_single_threaded` of a call of ``work`` multiply-adds on ``device``
+    (small: below ``limit``)."""
+    if device.type != "cpu" or torch.get_num_threads() < 2 or not work < limit:
         yield
         return
     with one_thread():

@@ -164,13 +164,12 @@ class LearnedMetric(MetricStrategy):
             torch.randperm(data.X.shape[0], generator=generator)[:CHECK_QUERIES].to(data.X.device)]
         queries = metric_map.query(check[:CHECK_QUERIES])
         log_prior = torch.log(data.weight)
-        centres, error = choose_prototypes(
+        centres, error, summary = choose_prototypes(
             setting, keys, queries, data.values, log_prior, metric_map.kind,
             float(torch.exp(log_t)), loss, generator)
-        if centres is None:
-            return None
-        self.prototypes, self.prototype_error = centres.to("cpu", torch.float32), error
-        return summarize(keys, data.values, log_prior, centres)
+        if centres is not None:
+            self.prototypes, self.prototype_error = centres.to("cpu", torch.float32), error
+        return summary
 
     def summarize(self, points, values, log_prior):
         """The prototypes of the fitted keys (float32/float64 arrays as given), or ``None``."""

@@ -15,7 +15,7 @@ exactly"; docs/neighbors.md, "Many training points").
 
 import torch
 
-from .._engine import attention, kmeans_step
+from .._engine import attention, kneighbors
 
 # prototypes="auto": the numbers of prototypes tried, fewest first, for at least this many keys
 AUTO_PROTOTYPES = (2048, 8192)
@@ -42,7 +42,8 @@ def summarize(points, values, log_prior, centres):
     nearest centre; a prototype is the prior-weighted mean of its keys, carries their
     prior-weighted mean values and the log of their summed prior weight. Centres without a key
     are dropped. Tensors in, tensors out (on the device of ``points``)."""
-    labels = kmeans_step(points, centres, None, update=False)["labels"]
+    labels = kneighbors(points, centres, 1, metric="sqeuclidean", device=points.device,
+                        dtype=points.dtype)[1][:, 0].to(points.device)
     weight = torch.exp(log_prior.to(torch.float64) - log_prior.max().to(torch.float64))
     mass = torch.zeros(centres.shape[0], dtype=torch.float64, device=points.device)
     mass.index_add_(0, labels, weight)
@@ -75,7 +76,8 @@ def prototype_counts(setting, n_keys):
 
 def choose_prototypes(setting, keys, queries, values, log_prior, metric, temperature, loss,
                       generator):
-    """``(centres, error)``, or ``(None, None)`` for exact attention over every key.
+    """``(centres, error, summary)``, or ``(None, None, None)`` for exact attention over every
+    key; ``summary``: :func:`summarize` of the keys at ``centres``.
 
     ``setting``: the estimator's ``prototypes`` (``"auto"``, a number or ``None``); ``keys``,
     ``values``, ``log_prior``: the training points' keys (tensors, one device); ``queries``:
@@ -86,16 +88,16 @@ def choose_prototypes(setting, keys, queries, values, log_prior, metric, tempera
     """
     counts = prototype_counts(setting, keys.shape[0])
     if not counts:
-        return None, None
+        return None, None, None
     kwargs = {"metric": metric, "temperature": temperature, "device": keys.device,
               "dtype": keys.dtype}
     exact = attention(queries, keys, values, log_prior=log_prior, **kwargs)
     for m in counts:
         centres = prototype_centres(keys, m, generator)
-        points, proto_values, proto_prior = summarize(keys, values, log_prior, centres)
-        approx = attention(queries, points, proto_values, log_prior=proto_prior, **kwargs)
+        summary = summarize(keys, values, log_prior, centres)
+        approx = attention(queries, summary[0], summary[1], log_prior=summary[2], **kwargs)
         error = output_error(approx, exact, loss)
         if setting != "auto" or error <= TOLERANCE:
-            return centres, error
-    return None, None
+            return centres, error, summary
+    return None, None, None
 
