@@ -251,6 +251,10 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         type(self).fit(self, Xs, ys, sample_weight=ws)  # the in-memory fit of the sample
         self._keys = plan.keys(self)
         self.n_samples_fit_ = plan.n
+        if "prototypes" in self._parameter_constraints:
+            # sharded keys attend exactly (prototypes of the sample's keys would not be theirs)
+            self._strategy.prototypes = self._strategy.prototype_error = None
+            self.n_prototypes_ = self.prototype_error_ = None
         return plan
 
     # ------------------------------------------------------------------ predict
