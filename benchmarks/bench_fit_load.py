@@ -1,0 +1,102 @@
+"""Fit speed under load (issue 33): a default learned fit while other processes are busy.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_fit_load.py
+    python benchmarks/bench_fit_load.py --quick   # a small smoke run
+
+For each number of competing processes (``--busy``, default 0 1 3; each spins on one core),
+``MetricAttentionClassifier()`` (defaults but a fixed ``--epochs`` and no early stopping, so the
+work is the same under every load) and ``HistGradientBoostingClassifier()`` fit the same
+``--rows`` x 20 table alternately, ``--repeats`` times each. Reported: the median fit time,
+its ratio to the quiet median, and the fair-share ratio ``(cores + busy) / cores`` (a fit that
+wants every core, beside ``busy`` spinning processes, gets ``cores / (cores + busy)`` of what it
+wants): a fit that keeps its share of the machine takes at most that ratio. The load average
+of the machine before each row is recorded too (other programs than the competitors count:
+compare rows measured together).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_load import busy_processes  # noqa: E402 (after sys.path)
+
+RESULTS = HERE / "results" / "fit_load.json"
+
+
+def _models(epochs):
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from skattention import MetricAttentionClassifier
+
+    return {
+        "skattention": lambda: MetricAttentionClassifier(max_iter=epochs, early_stopping=False,
+                                                         tol=0.0, random_state=0),
+        "hgb": lambda: HistGradientBoostingClassifier(random_state=0),
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=5000)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--busy", type=int, nargs="+", default=[0, 1, 3])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rows, args.epochs, args.busy, args.repeats = 500, 1, [0, 1], 1
+
+    import warnings
+
+    from sklearn.datasets import make_classification
+    from threadpoolctl import threadpool_info
+
+    warnings.filterwarnings("ignore")  # the ConvergenceWarning of a fixed number of epochs
+    X, y = make_classification(args.rows, 20, n_informative=10, random_state=0)
+    models = _models(args.epochs)
+    cores = os.cpu_count()
+    rows, quiet = [], {}
+    for busy in args.busy:
+        load = os.getloadavg()[0]
+        procs = busy_processes(busy)
+        try:
+            time.sleep(1.0 if busy else 0.0)
+            times = {name: [] for name in models}
+            for _ in range(args.repeats):
+                for name, make in models.items():
+                    start = time.perf_counter()
+                    make().fit(X, y)
+                    times[name].append(time.perf_counter() - start)
+        finally:
+            for p in procs:
+                p.terminate()
+        for name, ts in times.items():
+            median = statistics.median(ts)
+            quiet.setdefault(name, median)
+            # every core's worth of work and `busy` more spinners share `cores` cores
+            fair = (cores + busy) / cores
+            row = {"model": name, "busy": busy, "median_s": round(median, 3),
+                   "vs_quiet": round(median / quiet[name], 2), "fair_share": round(fair, 2),
+                   "load_before": round(load, 2), "times": [round(t, 3) for t in ts]}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    out = {"machine": {"cpu": platform.processor() or platform.machine(), "cpus": cores},
+           "rows": args.rows, "epochs": args.epochs,
+           "threadpools": [f"{p['internal_api']} {p.get('version')} threads={p['num_threads']}"
+                           for p in threadpool_info()],
+           "results": rows}
+    if not args.quick:
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
