@@ -37,6 +37,8 @@ class Table:
         self.is_sparse = sparse.issparse(X)
         if self.is_frame:
             self.frame = X
+            # once per table: a frame builds a Series of its dtypes on every access
+            self.dtypes = list(X.dtypes)
             names = np.asarray([str(c) for c in X.columns], dtype=object)
             string_names = all(isinstance(c, str) for c in X.columns)
             self.n_rows, self.n_features = X.shape
@@ -68,6 +70,7 @@ class Table:
                                   "pandas to be encoded: pip install pandas.")
             else:
                 self.frame = pd.DataFrame(array)
+                self.dtypes = list(self.frame.dtypes)
             self.n_rows, self.n_features = array.shape
             string_names = False
         if reset:
@@ -108,7 +111,7 @@ class Table:
         """'category' (category / string / object), 'bool' or 'number'."""
         if self.is_sparse or self.array is not None:
             return "number"
-        dtype = self.frame.dtypes.iloc[j]
+        dtype = self.dtypes[j]
         if isinstance(dtype, pd.CategoricalDtype):
             return "category"
         if pd.api.types.is_bool_dtype(dtype):
