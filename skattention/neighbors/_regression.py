@@ -5,6 +5,7 @@ import warnings
 import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.linear_model import RidgeCV
+from sklearn.utils import check_random_state
 
 from .._engine import LEARNED_METRICS
 from ..utils._dask import is_dask_collection, lazy_predict
@@ -21,6 +22,10 @@ _MIN_TREND_ROWS = 3
 # design it is fitted on (the search's eigendecomposition is cubic in the width).
 _TREND_ALPHAS = np.logspace(-3, 3, 13)
 TREND_MAX_WIDTH = 1024
+# the trend is fitted on at most this many rows, drawn at random (its penalty search holds and
+# factors the design of every row it is given; a linear model of at most TREND_MAX_WIDTH
+# columns is as well determined by these)
+_TREND_MAX_ROWS = 65536
 
 
 class MetricAttentionRegressor(RegressorMixin, NeighborsQueryMixin, _BaseMetricAttention):
@@ -52,7 +57,9 @@ class MetricAttentionRegressor(RegressorMixin, NeighborsQueryMixin, _BaseMetricA
         1,024 numeric features after encoding), ``None`` for ``metric="euclidean"`` (whose
         special cases equal scikit-learn's estimators) and ``"precomputed"``. The trend's
         one-hot columns stop at 1,024 columns in all: the categorical columns with the most
-        levels are left to the attention first. On a Dask collection the trend is fitted on
+        levels are left to the attention first. It is fitted on at most 65,536 training rows
+        (drawn with ``random_state``), its residuals computed for all. On a Dask collection the
+        trend is fitted on
         the sample the map is trained on, and the residuals are computed on the workers.
     {LEARNING}
     {DEVICE}
@@ -146,8 +153,12 @@ class MetricAttentionRegressor(RegressorMixin, NeighborsQueryMixin, _BaseMetricA
         # (a handful of weighted rows cannot tell a trend; _fit_attention rejects all-zero ones)
         if self._uses_trend() and np.count_nonzero(sample_weight) >= _MIN_TREND_ROWS:
             design = self._trend_design(X)
-            self.trend_ = RidgeCV(alphas=_TREND_ALPHAS).fit(design, values,
-                                                            sample_weight=sample_weight)
+            rows = slice(None)
+            if X.shape[0] > _TREND_MAX_ROWS:
+                rng = check_random_state(self.random_state)
+                rows = np.sort(rng.choice(X.shape[0], _TREND_MAX_ROWS, replace=False))
+            self.trend_ = RidgeCV(alphas=_TREND_ALPHAS).fit(design[rows], values[rows],
+                                                            sample_weight=sample_weight[rows])
             values = values - self.trend_.predict(design).reshape(values.shape)
         scale = values.std(0)
         train_values = (values - values.mean(0)) / np.where(scale > 0, scale, 1.0)
