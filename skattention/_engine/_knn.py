@@ -22,6 +22,7 @@ from ._results import backend_result, cat_or_empty, empty_rows
 from ._scores import NEG_INF
 from ._softmax import batch_exp
 from ._topk import TopK
+from ._tree import tree_blocks, tree_for
 
 
 # Candidates kept on the fast scores: k and two more (a few more for large k), so that a row whose
@@ -58,6 +59,10 @@ def nearest_blocks(spec, k, query_bytes, what):
         pair_bytes=score_pair_bytes(spec), row_bytes=row_bytes, device=Q.device, what=what,
         hint="use a smaller n_neighbors",
     )
+    tree = tree_for(spec, k)
+    if tree is not None:
+        yield from tree_blocks(spec, tree, k, what)
+        return
     cells = _cells_for(spec, k)
     if cells is not None:
         # the lower bounds of every key block for each row (and their temporaries); cell
