@@ -1,19 +1,19 @@
-"""A tree of key leaves for the exact k-NN selection at low dimension (torch only).
+"""A k-d tree of the keys for the exact k-NN selection at low dimension (torch only).
 
-The keys are sorted along a Morton (Z-order) curve of their quantised coordinates (one sort)
-and cut into leaves: the aligned cells of the curve (a linear octree) of at most ``LEAF_KEYS``
-keys, compact whatever the density. A perfect binary tree over the leaves in curve order keeps
-the bounding box of each node's keys (float64, the keys' own coordinates), which bounds the
-squared distance between the node's keys and any box of queries from below.
+The keys are split at the median of their widest coordinate, level by level (a batched sort
+per level), into ``2**h`` leaves of equal size (padding points at infinity fill the last
+ones); every node of the perfect binary tree keeps the bounding box of its keys (float64, the
+keys' own coordinates), which bounds the squared distance between its keys and any box of
+queries from below.
 
-Queries are processed the same way: sorted along the curve and grouped into aligned cells of at
-most ``_GROUP`` queries. A group descends the tree, a few levels a step, keeping the nodes whose
-box bound does not exceed the largest upper bound on its queries' k-th nearest ``f`` (the k-th
-over keys next to them along the curve), all groups at once: no loop per query or per group.
-Each query of a group then takes the k nearest keys of the group's leaves, in (distance, index)
-order on exact ``f``. A key of a leaf left out is farther than the bound, so farther than the
-k-th nearest and never tied with it: the selection is exact, and the same whatever the other
-queries of the call.
+Queries go down the splits to their node of about ``_GROUP_KEYS`` keys, and the queries of a
+node form groups of at most ``_GROUP``. The k-th nearest f of each query over its node's keys
+bounds its k-th nearest; a group descends the tree, a few levels a step, keeping the nodes
+whose box bound does not exceed the largest bound of its queries, all groups at once (no loop
+per query or per group). Each query of a group then takes the k nearest keys of the group's
+nodes, in (distance, index) order on exact ``f``. A key of a node left out is farther than
+the bound, so farther than the k-th nearest and never tied with it: the selection is exact,
+and the same whatever the other queries of the call.
 """
 
 import math
@@ -25,29 +25,25 @@ from ._exact import row_packed, sort_exact
 from ._masks import query_index
 from ._progress import track
 
-# Keys per leaf at most (the curve's cells of more keys are split): small leaves prune finely at
-# low dimension; more leaves make the descent longer (docs/performance.md, "The key tree").
-LEAF_KEYS = 16
+# Keys per leaf at least (fewer than twice as many): small leaves prune finely at low
+# dimension; more leaves make the descent longer (docs/performance.md, "The key tree").
+LEAF_KEYS = 8
+# Keys of the nodes the descent stops at (their keys are the candidates), and of the nodes that
+# group the queries and bound their k-th nearest.
+_NODE_KEYS = 8
+_GROUP_KEYS = 64
 # Queries per group at most (the descent's and the candidates' work is shared by a group).
 _GROUP = 16
 # Levels of the tree descended per step (children per pair: 2**_STEP_LEVELS), and the level the
 # descent starts at (every group against every node there).
 _STEP_LEVELS = 3
-_START_LEVEL = 6
-# Mean keys of the nodes the descent stops at (its candidates).
-_NODE_KEYS = 16
-# Keys next to a query along the curve whose k-th nearest bounds its k-th nearest, and keys
-# from a group's first query whose k-th nearest bound each of its queries'.
-_WINDOW_KEYS = 16
-_GROUP_WINDOW = 128
+_START_LEVEL = 4
 # Relative slack of the candidates' fast squared distances (float64, any order of the sum: a
 # relative error of at most about (d + 2) eps each way).
 _F_SLACK = 1e-12
-# Bits spread by one lookup of the curve codes' table.
-_SPREAD_BITS = 11
 # The tree serves calls of at most this dimension, at least this many keys and queries, and
-# keys whose coordinates it can hold (a float64 copy of the keys in curve order, the order and
-# the codes: 8 d + 16 bytes a key, plus the leaves' boxes, at most 32 d + 16 bytes a leaf).
+# keys whose coordinates it can hold (a float64 copy of the keys in tree order, their indices,
+# and the boxes: about 8 d + 8 + 4 d bytes a key, padding included).
 MAX_DIM = 10
 MIN_KEYS = 4096
 MIN_QUERIES = 256
@@ -66,96 +62,83 @@ _CHILD_BYTES = 48
 
 
 class KeyTree:
-    """The keys of ``prepared`` (a distance kind) in a tree of leaves with bounding boxes.
+    """The keys of ``prepared`` (a distance kind) in a k-d tree with bounding boxes.
 
-    Attributes: ``perm`` the original index of the keys in curve order, ``codes`` their curve
-    codes, ``coords`` their float64 coordinates (d, n), ``leaf_start`` / ``leaf_size`` each
-    leaf's first position in curve order and its number of keys, ``lo`` / ``hi`` the float64
-    box corners of the nodes of each level (level ``l``: ``2**l`` nodes; empty padding nodes
-    have ``lo = inf``, ``hi = -inf``).
+    Attributes: ``perm`` the original index of the keys in tree order (``-1``: padding),
+    ``coords`` their float64 coordinates (d, N; ``inf`` for padding), ``split_dim`` /
+    ``split_at`` the splits of each level's nodes, ``lo`` / ``hi`` the float64 box corners of
+    the nodes of each level (level ``l``: ``2**l`` nodes of ``N / 2**l`` positions; empty
+    nodes have ``lo = inf``, ``hi = -inf``).
     """
 
     def __init__(self, prepared, working_memory):
         x = prepared.raw.detach().double()
         n, d = x.shape
         self.n_keys, self.dim = n, d
-        self.bits = max(1, min(20, 53 // d))
-        self.origin = x.amin(0)
-        span = x.amax(0) - self.origin
-        self.scale = torch.where(span > 0, (2**self.bits - 1) / span.clamp(min=1e-300), 0.0)
-        codes = self.code_of(x)
-        # codes below 2**53 sort exactly as float64 (faster than as integers)
-        self.perm = torch.sort(codes.double(), stable=True).indices
-        self.codes = codes[self.perm]
-        self.coords = x[self.perm].T.contiguous()
-        starts = aligned_runs(self.codes, LEAF_KEYS, d, self.bits)
-        self.leaf_start, self.leaf_size = starts[:-1], starts.diff()
-        n_leaves = self.leaf_start.numel()
-        self.height = max(0, math.ceil(math.log2(n_leaves)))
-        leaf_of = torch.repeat_interleave(torch.arange(n_leaves, device=x.device), self.leaf_size)
-        lo = torch.full((1 << self.height, d), math.inf, dtype=torch.float64, device=x.device)
-        hi = torch.full_like(lo, -math.inf)
-        at = leaf_of[:, None].expand(-1, d)
-        keys = self.coords.T
-        lo.scatter_reduce_(0, at, keys, "amin")
-        hi.scatter_reduce_(0, at, keys, "amax")
+        self.height = max(0, int(math.floor(math.log2(max(1, n // LEAF_KEYS)))))
+        size = -(-n // (1 << self.height))
+        total = size << self.height
+        pts = torch.full((total, d), math.inf, dtype=torch.float64, device=x.device)
+        pts[:n] = x
+        perm = torch.full((total,), -1, dtype=torch.long, device=x.device)
+        perm[:n] = torch.arange(n, device=x.device)
+        self.split_dim, self.split_at = [], []
+        for level in range(self.height):
+            view = pts.view(1 << level, -1, d)
+            lo, hi = view.amin(1), _finite_max(view)
+            widest = (hi - lo).nan_to_num_(0.0).argmax(1)
+            coord = view.gather(2, widest[:, None, None].expand(-1, view.shape[1], 1))[..., 0]
+            coord, order = torch.sort(coord, dim=1, stable=True)
+            half = view.shape[1] // 2
+            self.split_dim.append(widest)
+            self.split_at.append((coord[:, half - 1] + coord[:, half]) / 2)
+            pts = view.gather(1, order[..., None].expand(-1, -1, d)).view(total, d)
+            perm = perm.view(1 << level, -1).gather(1, order).view(total)
+        self.perm = perm
+        self.coords = pts.T.contiguous()
+        leaves = pts.view(1 << self.height, -1, d)
+        lo, hi = leaves.amin(1), _finite_max(leaves).nan_to_num_(-math.inf)
         self.lo, self.hi = [lo], [hi]
         for _ in range(self.height):
             lo = lo.view(-1, 2, d).amin(1)
             hi = hi.view(-1, 2, d).amax(1)
             self.lo.insert(0, lo)
             self.hi.insert(0, hi)
-        # The descent stops at the level of nodes of about _NODE_KEYS keys (a node's keys are
-        # consecutive along the curve): deeper levels cost more steps than they save.
-        self.depth = min(self.height, max(0, round(math.log2(max(1, n / _NODE_KEYS)))))
-        ends = torch.full((1 << self.height,), n, device=x.device)
-        ends[:n_leaves] = self.leaf_start
-        self.node_start = ends[:: 1 << (self.height - self.depth)]
-        self.node_size = torch.cat([self.node_start[1:], ends[-1:].clone().fill_(n)]) - \
-            self.node_start
+        self.depth = self._level_of(_NODE_KEYS)
+        # the boxes of the nodes the descent stops at, one contiguous row per coordinate
+        self.depth_lo = self.lo[self.depth].T.contiguous()
+        self.depth_hi = self.hi[self.depth].T.contiguous()
 
     @property
-    def n_leaves(self):
-        return self.leaf_start.numel()
+    def n_positions(self):
+        return self.perm.numel()
 
-    def code_of(self, x):
-        """The curve codes (int64, below 2**53) of float64 points ``x`` (n, d): each
-        coordinate's bits spread ``d`` apart by two table lookups, then interleaved."""
-        cells = ((x - self.origin) * self.scale).clamp_(0, 2**self.bits - 1).long()
-        table = _spread_table(self.dim, x.device)
-        low = _SPREAD_BITS
-        code = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
-        for j in range(self.dim):
-            c = cells[:, j]
-            spread = table[c & ((1 << low) - 1)] | (table[c >> low] << (low * self.dim))
-            code |= spread << (self.dim - 1 - j)
-        return code
+    def _level_of(self, keys):
+        """The deepest level whose nodes hold at least ``keys`` positions (the root if none)."""
+        level = self.height
+        while level > 0 and self.n_positions >> level < keys:
+            level -= 1
+        return level
 
-    def upper_bounds(self, prepared, q_raw, codes, k, budget):
-        """(b,) float64: the k-th exact f of each query over the keys next to it along the
-        curve (at least ``k`` real keys): an upper bound on its k-th nearest."""
-        n = self.n_keys
-        width = min(n, max(k, _WINDOW_KEYS))
-        pos = torch.searchsorted(self.codes, codes)
-        start = (pos - width // 2).clamp_(0, n - width)
-        window = self.perm[start[:, None] + torch.arange(width, device=pos.device)]
-        f = prepared.exact_f(q_raw, window, budget)
-        return f.topk(k, dim=1, largest=False, sorted=True).values[:, -1]
+    def node_of(self, q, level):
+        """The node of ``level`` that float64 points ``q`` (b, d) fall in, down the splits."""
+        node = torch.zeros(q.shape[0], dtype=torch.long, device=q.device)
+        for lev in range(level):
+            coord = q.gather(1, self.split_dim[lev][node][:, None])[:, 0]
+            node = 2 * node + (coord > self.split_at[lev][node])
+        return node
 
-    def group_bounds(self, groups, first_codes, k, budget):
+    def group_bounds(self, groups, nodes, level, k, budget):
         """(n, G) float64 upper bounds on the k-th nearest f of the queries of ``groups`` (n,
-        G, d; float64): the k-th over the ``_GROUP_WINDOW`` keys along the curve from the
-        first query's place, with the rounding of their fast f (a query whose own window is
-        far from it along the curve mostly has its group's keys near it)."""
-        width = min(self.n_keys, max(k, _GROUP_WINDOW))
-        first = torch.searchsorted(self.codes, first_codes)
-        start = (first - _WINDOW_KEYS // 2).clamp_(0, self.n_keys - width)
+        G, d; float64): the k-th fast f over the keys of their node ``nodes`` of ``level``
+        (at least ``k`` keys), with its rounding."""
+        width = self.n_positions >> level
         out = torch.empty(groups.shape[:2], dtype=torch.float64, device=groups.device)
         chunk = plan_rows(groups.shape[0], budget=budget,
                           row_bytes=groups.shape[1] * width * _ENTRY_BYTES)
         for s in range(0, groups.shape[0], chunk):
-            pos = start[s : s + chunk, None] + torch.arange(width, device=groups.device)
-            out[s : s + chunk] = self._sq_dists(groups[s : s + chunk], pos).topk(
+            out[s : s + chunk] = self._sq_dists(groups[s : s + chunk],
+                                                nodes[s : s + chunk, None], level).topk(
                 k, dim=2, largest=False, sorted=True).values[..., -1]
         return out * (1 + _F_SLACK)
 
@@ -197,134 +180,125 @@ class KeyTree:
         (b, d) in (distance, index) order (float64 f, original key indices) and the mean
         number of keys per query whose distance was computed.
 
-        The queries go in groups (aligned cells of the curve); a group keeps the leaves
-        within its box's bound (the largest upper bound of its queries), and each of its
-        queries takes the k nearest of their keys (:meth:`_nearest_in`)."""
+        The queries go in groups (of a node each); a group keeps the nodes within its box's
+        bound (the largest upper bound of its queries), and each of its queries takes the k
+        nearest of their keys (:meth:`_nearest_in`)."""
         b = q_raw.shape[0]
-        codes = self.code_of(q_raw.detach().double())
-        order = torch.sort(codes.double(), stable=True).indices
-        q_raw, codes = q_raw[order], codes[order]
         q = q_raw.detach().double()
-        upper = self.upper_bounds(prepared, q_raw, codes, k, budget)
-        starts = aligned_runs(codes, _GROUP, self.dim, self.bits)
+        level = min(self._level_of(_GROUP_KEYS), self._level_of(k + LEAF_KEYS))
+        home = self.node_of(q, level)
+        order = torch.sort(home.double(), stable=True).indices
+        home = home[order]
+        new = torch.ones(b, dtype=torch.bool, device=q.device)
+        new[1:] = home[1:] != home[:-1]
+        run_start = new.nonzero().squeeze(1)
+        offset = torch.arange(b, device=q.device) - run_start[torch.cumsum(new, 0) - 1]
+        starts = (new | (offset % _GROUP == 0)).nonzero().squeeze(1)
+        sizes = torch.cat([starts[1:], starts.new_tensor([b])]) - starts
         slot = torch.arange(_GROUP, device=q.device)
-        members = starts[:-1, None] + slot
-        members = torch.where(slot < starts.diff()[:, None], members, starts[:-1, None])
+        real = slot < sizes[:, None]
+        members = order[torch.where(real, starts[:, None] + slot, starts[:, None])]
         groups = q[members]
-        upper = torch.minimum(upper[members],
-                              self.group_bounds(groups, codes[starts[:-1]], k, budget))
-        rows, leaves = self.leaves_within(groups.amin(1), groups.amax(1), upper.amax(1),
-                                          budget)
+        upper = self.group_bounds(groups, home[starts], level, k, budget)
+        rows, nodes = self.leaves_within(groups.amin(1), groups.amax(1), upper.amax(1),
+                                         budget)
         f_out = torch.empty((b, k), dtype=torch.float64, device=q.device)
         i_out = torch.empty((b, k), dtype=torch.long, device=q.device)
         computed = 0
-        for sel, cand in self._candidates(rows, leaves, members.shape[0], budget):
-            f, idx = self._nearest_in(prepared, q_raw, groups[sel], members[sel], cand, k,
-                                      budget)
-            at = order[members[sel]].view(-1)
-            f_out[at], i_out[at] = f.view(-1, k), idx.view(-1, k)
+        for sel, cand in self._candidates(rows, nodes, members.shape[0], budget):
+            at, f, idx = self._nearest_in(prepared, q_raw, groups[sel], members[sel], real[sel],
+                                          upper[sel], cand, k, budget)
+            f_out[at], i_out[at] = f, idx
             computed += int((cand >= 0).sum()) * _GROUP
         return f_out, i_out, computed / b
 
-    def _candidates(self, rows, leaves, n_groups, budget):
-        """Yield ``(sel, cand)``: groups ``sel`` and the curve positions of their leaves' keys
-        (``-1`` padding), groups of similar counts together (to the next power of two) in
-        blocks that fit ``budget``."""
-        size = self.node_size[leaves]
-        counts = torch.zeros(n_groups, dtype=torch.long, device=rows.device).index_add_(
-            0, rows, size)
+    def _candidates(self, rows, nodes, n_groups, budget):
+        """Yield ``(sel, cand)``: groups ``sel`` and their nodes (``-1`` padding), groups of
+        similar counts together (to the next power of two) in blocks that fit ``budget``."""
+        width = self.n_positions >> self.depth
+        counts = torch.bincount(rows, minlength=n_groups)
         cls = torch.ceil(torch.log2(counts.clamp(min=1).double())).long()
         for c in torch.unique(cls).tolist():
             in_class = cls == c
             chosen = in_class[rows]
-            r, lv, sz = rows[chosen], leaves[chosen], size[chosen]
-            first = torch.cumsum(sz, 0) - sz
-            pos = (self.node_start[lv] - first).repeat_interleave(sz)
-            rep = r.repeat_interleave(sz)
-            pos += torch.arange(rep.numel(), device=rows.device)
             sel = in_class.nonzero().squeeze(1)
-            local = torch.searchsorted(sel, rep)
-            cand = row_packed(local, sel.numel(), pos, fill=(-1,))[0]
-            chunk = plan_rows(sel.numel(), budget=budget, row_bytes=cand.shape[1] * (
-                _GROUP * _ENTRY_BYTES + _CANDIDATE_BYTES))
+            local = torch.searchsorted(sel, rows[chosen])
+            cand = row_packed(local, sel.numel(), nodes[chosen], fill=(-1,))[0]
+            chunk = plan_rows(sel.numel(), budget=budget, row_bytes=cand.shape[1] * _GROUP * (
+                width * _ENTRY_BYTES + _CANDIDATE_BYTES))
             for s in range(0, sel.numel(), chunk):
                 yield sel[s : s + chunk], cand[s : s + chunk]
 
-    def _sq_dists(self, groups, pos):
-        """(n, G, m) float64 squared distances of the queries of ``groups`` (n, G, d) to the
-        keys at curve positions ``pos`` (n, m; ``-1``: padding, ``inf``), summed over the
-        dimensions one at a time (a relative error of at most about (d + 2) eps)."""
-        safe = pos.clamp(min=0)
+    def _sq_dists(self, groups, nodes, level):
+        """(n, G, C * w) float64 squared distances of the queries of ``groups`` (n, G, d) to
+        the keys of ``nodes`` of ``level`` (n, C; ``-1``: padding, ``inf``; w positions a
+        node), summed over the dimensions one at a time (a relative error of at most about
+        (d + 2) eps)."""
+        n, n_nodes = nodes.shape
+        blocks = self.coords.view(self.dim, 1 << level, -1)
+        safe = nodes.clamp(min=0)
         f = None
         for j in range(self.dim):
-            diff = groups[:, :, j, None] - self.coords[j][safe][:, None, :]
+            diff = groups[:, :, j, None] - blocks[j][safe].view(n, 1, -1)
             f = diff.mul_(diff) if f is None else f.addcmul_(diff, diff)
-        return f.masked_fill_((pos < 0)[:, None, :], math.inf)
+        padding = (nodes < 0)[:, None, :, None].expand(-1, -1, -1, blocks.shape[2])
+        return f.masked_fill_(padding.reshape(n, 1, -1), math.inf)
 
-    def _nearest_in(self, prepared, q_raw, groups, members, pos, k, budget):
+    def _nearest_in(self, prepared, q_raw, groups, members, real, upper, cand, k, budget):
         """The k nearest of the queries of some groups (``groups``: their float64 queries, n
-        x G x d; ``members`` their rows of ``q_raw``) among the keys at curve positions
-        ``pos`` (n, m; ``-1`` padding): (n, G, k) exact f and key indices. The fast f
-        (:meth:`_sq_dists`) pick the candidates within ``_F_SLACK`` of each query's k-th;
-        their exact f (``PreparedKeys.exact_f``) decide."""
+        x G x d; ``members`` their rows of ``q_raw``, ``real`` whether a slot is not padding;
+        ``upper`` their bounds, n x G) among the keys of the nodes ``cand`` (n, C; ``-1``
+        padding): ``(rows, f, idx)``, the real queries' rows of ``q_raw``, exact f and key
+        indices. Each query keeps the nodes within its own bound; the fast f of their keys
+        (:meth:`_sq_dists`) pick the candidates within ``_F_SLACK`` of its k-th, whose exact
+        f (``PreparedKeys.exact_f``) decide."""
         n, group = groups.shape[0], groups.shape[1]
-        f = self._sq_dists(groups, pos).view(n * group, -1)
+        safe = cand.clamp(min=0)
+        bound = None
+        for j in range(self.dim):  # one coordinate at a time: contiguous operands
+            q_j = groups[:, :, j, None]
+            gap = ((self.depth_lo[j][safe][:, None, :] - q_j).clamp_(min=0)
+                   + (q_j - self.depth_hi[j][safe][:, None, :]).clamp_(min=0))
+            bound = gap.mul_(gap) if bound is None else bound.addcmul_(gap, gap)
+        keep = (bound.mul_(1 - 1e-12) <= upper[:, :, None]) & (cand >= 0)[:, None, :]
+        keep &= real[:, :, None]
+        # the real queries' rows only (a group's padding repeats its first query)
+        query = real.view(-1).nonzero().squeeze(1)
+        rows, cols = keep.view(n * group, -1)[query].nonzero(as_tuple=True)
+        n_rows = query.numel()
+        mine = row_packed(rows, n_rows, cand[query[rows] // group, cols], fill=(-1,))[0]
+        width = self.n_positions >> self.depth
+        points = groups.view(n * group, -1)[query]
+        f = self._sq_dists(points[:, None], mine, self.depth)[:, 0]
         kth = f.topk(min(k, f.shape[1]), dim=1, largest=False, sorted=True).values[:, -1]
         rows, cols = (f <= kth[:, None] * (1 + _F_SLACK)).nonzero(as_tuple=True)
-        at = pos[rows // group, cols]
-        cand = row_packed(rows, n * group, torch.where(at >= 0, self.perm[at.clamp(min=0)], -1),
-                          fill=(-1,))[0]
-        exact = prepared.exact_f(q_raw.index_select(0, members.view(-1)), cand, budget)
-        out_f, out_i = smallest_exact(torch.where(cand >= 0, exact, math.inf), cand, k)
-        return out_f.view(n, group, k), out_i.view(n, group, k)
+        node = mine[rows, cols // width]
+        chosen = torch.where(node >= 0, self.perm[node.clamp(min=0) * width + cols % width], -1)
+        final = row_packed(rows, n_rows, chosen, fill=(-1,))[0]
+        at_rows = members.view(-1)[query]
+        exact = prepared.exact_f(q_raw.index_select(0, at_rows), final, budget)
+        out_f, out_i = smallest_exact(torch.where(final >= 0, exact, math.inf), final, k)
+        return at_rows, out_f, out_i
 
     def pays(self, prepared, queries, k, budget):
         """Whether the tree is expected to pay for a selection of the k nearest of raw
-        ``queries``: a sample of them, each alone, keeps leaves of at most ``PAYS_UP_TO`` of
+        ``queries``: a sample of them, each alone, keeps nodes of at most ``PAYS_UP_TO`` of
         the keys on average."""
         n_q = queries.shape[0]
         sample = queries[torch.linspace(0, n_q - 1, min(n_q, _PAY_SAMPLE),
-                                        device=queries.device).long()].detach()
-        point = sample.double()
-        upper = self.upper_bounds(prepared, sample, self.code_of(point), k, budget)
-        rows, leaves = self.leaves_within(point, point, upper, budget)
-        computed = float(self.node_size[leaves].sum()) / sample.shape[0]
+                                        device=queries.device).long()].detach().double()
+        level = self._level_of(k + LEAF_KEYS)
+        upper = self.group_bounds(sample[:, None], self.node_of(sample, level), level, k,
+                                  budget)[:, 0]
+        rows, _ = self.leaves_within(sample, sample, upper, budget)
+        computed = rows.numel() / sample.shape[0] * (self.n_positions >> self.depth)
         return computed <= PAYS_UP_TO * self.n_keys
 
 
-def aligned_runs(codes, limit, dim, bits):
-    """The boundaries (positions, with ``codes.numel()`` last) of the runs of sorted curve
-    ``codes`` that are the largest aligned cells of at most ``limit`` points (the leaves of a
-    linear octree); a finest cell of more (duplicated points) is cut every ``limit``."""
-    n = codes.numel()
-    level = torch.full_like(codes, bits)
-    open_ = torch.ones(n, dtype=torch.bool, device=codes.device)
-    for lev in range(bits + 1):
-        cell = codes >> (dim * (bits - lev))
-        _, inverse, counts = torch.unique_consecutive(cell, return_inverse=True,
-                                                      return_counts=True)
-        small = open_ & (counts[inverse] <= limit)
-        level.masked_fill_(small, lev)
-        open_ &= ~small
-        if not bool(open_.any()):
-            break
-    cell = codes >> (dim * (bits - level))
-    boundary = torch.ones(n, dtype=torch.bool, device=codes.device)
-    boundary[1:] = (cell[1:] != cell[:-1]) | (level[1:] != level[:-1])
-    run_start = boundary.nonzero().squeeze(1)
-    offset = torch.arange(n, device=codes.device) - run_start[torch.cumsum(boundary, 0) - 1]
-    boundary |= offset % limit == 0
-    end = torch.tensor([n], device=codes.device)
-    return torch.cat([boundary.nonzero().squeeze(1), end])
-
-
-def _spread_table(dim, device):
-    """The values ``0 .. 2**_SPREAD_BITS - 1`` with their bits spread ``dim`` apart."""
-    v = torch.arange(1 << _SPREAD_BITS, device=device)
-    out = torch.zeros_like(v)
-    for bit in range(_SPREAD_BITS):
-        out |= ((v >> bit) & 1) << (bit * dim)
-    return out
+def _finite_max(points):
+    """The largest finite coordinates of each node's points (nodes, m, d) (``-inf`` or
+    ``nan``-free: padding points are at ``+inf``)."""
+    return torch.where(torch.isinf(points), -math.inf, points).amax(1)
 
 
 def box_bound(lo, hi, node_lo, node_hi):
