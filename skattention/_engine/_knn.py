@@ -125,9 +125,8 @@ def _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what):
     (:func:`_select_in_cells`), and yielded in their own order. A query's selection is exact
     whatever its block, so the grouping changes no result. Where the first block skips too few
     keys to pay (keys without cluster structure), the others take :func:`_select`."""
-    prepared, Q = spec.keys, spec.queries
+    prepared, Q, pruning = spec.keys, spec.queries, [True]
     n_q = Q.shape[0]
-    pruning = [True]
     # Queries are grouped within chunks of the call (the chunk's selections are held until
     # they are back in order: at most a quarter of the budget, and at least one block).
     chunk = max(bq, (spec.budget // 4) // (16 * k) // bq * bq)

@@ -27,10 +27,15 @@ from ._progress import track
 
 # Keys per leaf at least (fewer than twice as many): small leaves prune finely at low
 # dimension; more leaves make the descent longer (docs/performance.md, "The key tree").
-LEAF_KEYS = 8
+LEAF_KEYS = 16
+# Levels split at the medians of a sample of this many keys a node, and the points a node's
+# widest coordinate is estimated on.
+_TOP_LEVELS = 8
+_TOP_SAMPLE = 128
+_SPREAD_SAMPLE = 64
 # Keys of the nodes the descent stops at (their keys are the candidates), and of the nodes that
 # group the queries and bound their k-th nearest.
-_NODE_KEYS = 8
+_NODE_KEYS = 16
 _GROUP_KEYS = 64
 # Queries per group at most (the descent's and the candidates' work is shared by a group).
 _GROUP = 16
@@ -44,7 +49,7 @@ _F_SLACK = 1e-12
 # The tree serves calls of at most this dimension, at least this many keys and queries, and
 # keys whose coordinates it can hold (a float64 copy of the keys in tree order, their indices,
 # and the boxes: about 8 d + 8 + 4 d bytes a key, padding included).
-MAX_DIM = 10
+MAX_DIM = 3
 MIN_KEYS = 4096
 MIN_QUERIES = 256
 MAX_TREE_ENTRIES = 1 << 25
@@ -76,24 +81,31 @@ class KeyTree:
         n, d = x.shape
         self.n_keys, self.dim = n, d
         self.height = max(0, int(math.floor(math.log2(max(1, n // LEAF_KEYS)))))
-        size = -(-n // (1 << self.height))
-        total = size << self.height
-        pts = torch.full((total, d), math.inf, dtype=torch.float64, device=x.device)
-        pts[:n] = x
-        perm = torch.full((total,), -1, dtype=torch.long, device=x.device)
-        perm[:n] = torch.arange(n, device=x.device)
+        top = min(self.height, _TOP_LEVELS, int(math.log2(max(1, n // _TOP_SAMPLE))))
         self.split_dim, self.split_at = [], []
-        for level in range(self.height):
-            view = pts.view(1 << level, -1, d)
-            lo, hi = view.amin(1), _finite_max(view)
-            widest = (hi - lo).nan_to_num_(0.0).argmax(1)
-            coord = view.gather(2, widest[:, None, None].expand(-1, view.shape[1], 1))[..., 0]
-            coord, order = torch.sort(coord, dim=1, stable=True)
-            half = view.shape[1] // 2
-            self.split_dim.append(widest)
-            self.split_at.append((coord[:, half - 1] + coord[:, half]) / 2)
-            pts = view.gather(1, order[..., None].expand(-1, -1, d)).view(total, d)
-            perm = perm.view(1 << level, -1).gather(1, order).view(total)
+        if top:
+            # The top levels split at the medians of a sample (their sorts of every key would
+            # cost most of the build); a node then holds about as many keys as its sibling.
+            gen = torch.Generator(device=x.device).manual_seed(0)
+            sample = x[torch.randperm(n, generator=gen, device=x.device)[: _TOP_SAMPLE << top]]
+            self._split(sample.T.contiguous(), torch.arange(sample.shape[0], device=x.device),
+                        0, top)
+        node = self.node_of(x, top)
+        count = torch.bincount(node, minlength=1 << top)
+        bottom = self.height - top
+        size = (-(-int(count.max()) >> bottom)) << bottom  # positions per top node
+        order = torch.sort(node.double(), stable=True).indices
+        node = node[order]
+        dest = node * size + torch.arange(n, device=x.device) - (torch.cumsum(count, 0)
+                                                                  - count)[node]
+        # padding positions (key n: a point at infinity) go right at every split and fill the
+        # last leaves of their top node
+        perm = torch.full((size << top,), n, dtype=torch.long, device=x.device)
+        perm[dest] = order
+        planes = torch.cat([x.T, x.new_full((d, 1), math.inf)], 1)
+        perm = self._split(planes, perm, top, self.height)
+        pts = planes[:, perm].T
+        perm = torch.where(perm < n, perm, -1)
         self.perm = perm
         self.coords = pts.T.contiguous()
         leaves = pts.view(1 << self.height, -1, d)
@@ -108,6 +120,37 @@ class KeyTree:
         # the boxes of the nodes the descent stops at, one contiguous row per coordinate
         self.depth_lo = self.lo[self.depth].T.contiguous()
         self.depth_hi = self.hi[self.depth].T.contiguous()
+
+    def _split(self, planes, perm, first, last):
+        """``perm`` (positions -> columns of ``planes``, the points' coordinates d x m)
+        reordered by the median splits of levels ``first`` to ``last - 1`` (the nodes of a
+        level: equal runs of positions), each node split on its widest coordinate (estimated
+        on a strided sample of its points); the splits recorded."""
+        total = perm.numel()
+        flat = planes.reshape(-1)
+        for level in range(first, last):
+            view = perm.view(1 << level, -1)
+            some = view[:, :: max(1, view.shape[1] // _SPREAD_SAMPLE)]
+            sample = planes[:, some].permute(1, 2, 0)
+            widest = (_finite_max(sample) - sample.amin(1)).nan_to_num_(0.0).argmax(1)
+            coord = flat[widest[:, None] * planes.shape[1] + view]
+            coord, order = torch.sort(coord, dim=1)
+            # the first half of a node's keys (padding, at infinity, sorts last) to the left
+            # child and the rest to the right, the padding shared out after them: every
+            # node of a level holds nearly the same number of keys
+            count = torch.isfinite(coord).sum(1, keepdim=True)
+            first = (count + 1) // 2
+            half = view.shape[1] // 2
+            at = torch.arange(view.shape[1], device=perm.device)
+            i = at % half
+            source = torch.where(at < half, torch.where(i < first, i, count + i - first),
+                                 torch.where(i < count - first, first + i, half + i))
+            self.split_dim.append(widest)
+            below = coord.gather(1, (first - 1).clamp(min=0))
+            self.split_at.append(((below + coord.gather(1, first.clamp(max=2 * half - 1))) / 2)
+                                 [:, 0])
+            perm = view.gather(1, order.gather(1, source)).view(total)
+        return perm
 
     @property
     def n_positions(self):
@@ -292,7 +335,7 @@ class KeyTree:
                                   budget)[:, 0]
         rows, _ = self.leaves_within(sample, sample, upper, budget)
         computed = rows.numel() / sample.shape[0] * (self.n_positions >> self.depth)
-        return computed <= PAYS_UP_TO * self.n_keys
+        return computed <= PAYS_UP_TO * self.n_positions
 
 
 def _finite_max(points):
