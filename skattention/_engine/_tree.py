@@ -52,6 +52,8 @@ _F_SLACK = 1e-12
 MAX_DIM = 3
 MIN_KEYS = 4096
 MIN_QUERIES = 256
+# ... and at least this many query-key pairs (below, the blocked scan costs about as little).
+MIN_PAIRS = 1 << 28
 MAX_TREE_ENTRIES = 1 << 25
 # Queries sampled to tell whether the tree pays for a call, and the mean fraction of the keys
 # whose distances a sampled query computes up to which it does.
@@ -228,7 +230,10 @@ class KeyTree:
         nearest of their keys (:meth:`_nearest_in`)."""
         b = q_raw.shape[0]
         q = q_raw.detach().double()
-        level = min(self._level_of(_GROUP_KEYS), self._level_of(k + LEAF_KEYS))
+        # nodes of at least _GROUP_KEYS keys, and large enough that a group fills about half
+        # its slots on average (a group's work is that of all its slots)
+        level = min(self._level_of(_GROUP_KEYS), self._level_of(k + LEAF_KEYS),
+                    max(0, int(math.log2(max(1, 2 * b // _GROUP)))))
         home = self.node_of(q, level)
         order = torch.sort(home.double(), stable=True).indices
         home = home[order]
@@ -374,10 +379,11 @@ def smallest_exact(f, index, k):
 def key_tree(prepared, n_queries, working_memory):
     """The :class:`KeyTree` of prepared keys (remembered on them), or ``None`` where the tree
     cannot serve: keys that require grad or are mapped by a callable, the ``"dot"`` kind, more
-    than ``MAX_DIM`` dimensions, too few keys or queries, too many key entries."""
+    than ``MAX_DIM`` dimensions, too few keys, queries or pairs, too many key entries."""
     n, d = prepared.raw.shape
     if (prepared.phi is not None or not prepared.is_distance or prepared.raw.requires_grad
             or d > MAX_DIM or n < MIN_KEYS or n_queries < MIN_QUERIES
+            or n * n_queries < MIN_PAIRS
             or n * d > MAX_TREE_ENTRIES or not math.isfinite(prepared.max_key_sq)):
         return None
     return prepared.remembered("tree", prepared.raw, lambda: KeyTree(prepared, working_memory))

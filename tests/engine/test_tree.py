@@ -19,6 +19,7 @@ def small_tree(monkeypatch):
     one entry per tree built and per query chunk it served."""
     monkeypatch.setattr(_tree, "MIN_KEYS", 1)
     monkeypatch.setattr(_tree, "MIN_QUERIES", 1)
+    monkeypatch.setattr(_tree, "MIN_PAIRS", 0)
     monkeypatch.setattr(_tree, "MAX_DIM", 8)
     monkeypatch.setattr(_tree, "PAYS_UP_TO", 1.0)
     monkeypatch.setattr(_tree, "LEAF_KEYS", 4)
