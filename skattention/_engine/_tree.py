@@ -23,6 +23,7 @@ import torch
 from ._budget import plan_rows
 from ._exact import row_packed, sort_exact
 from ._masks import query_index
+from ._parallel import map_blocks, n_workers
 from ._progress import track
 
 # Keys per leaf at least (fewer than twice as many): small leaves prune finely at low
@@ -409,17 +410,23 @@ def tree_for(spec, k):
 
 
 def tree_blocks(spec, tree, k, what):
-    """``_knn.nearest_blocks`` over the key tree: the queries taken in chunks of the call, in
-    curve order within a chunk (neighbouring queries visit the same leaves), and yielded in
-    their own order; a query's selection does not depend on its chunk."""
+    """``_knn.nearest_blocks`` over the key tree: the queries taken in chunks of the call, each
+    cut into one block per worker, and yielded in their own order; a query's selection does
+    not depend on its chunk or block."""
     prepared, Q = spec.keys, spec.queries
-    n_q = Q.shape[0]
+    n_q, workers = Q.shape[0], n_workers(spec)
     chunk = plan_rows(n_q, row_bytes=_QUERY_BYTES + 16 * k, budget=spec.budget)
     for cs in track(range(0, n_q, chunk), spec.progress, total=-(-n_q // chunk), desc=what,
                     unit="block"):
         ce = min(n_q, cs + chunk)
         q_raw = prepared.map_queries(Q[cs:ce]).detach()
-        with torch.no_grad():
-            f, idx, _ = tree.nearest(prepared, q_raw, k, spec.budget)
+        # one block per single-threaded worker (docs/performance.md, "Under load"), the budget
+        # shared among them
+        part = -(-(ce - cs) // workers)
+        parts = list(map_blocks(
+            lambda s, q_raw=q_raw, part=part: tree.nearest(prepared, q_raw[s : s + part], k,
+                                                spec.budget // workers)[:2],
+            range(0, ce - cs, part), workers))
+        f, idx = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
         q = prepared.centre(q_raw)
         yield cs, ce, q, query_index(spec, slice(cs, ce), q.device), f, idx
