@@ -23,7 +23,7 @@ import torch
 from ._budget import plan_rows
 from ._exact import row_packed, sort_exact
 from ._masks import query_index
-from ._parallel import map_blocks, n_workers
+from ._parallel import map_blocks, n_workers, one_thread
 from ._progress import track
 
 # Keys per leaf at least (fewer than twice as many): small leaves prune finely at low
@@ -231,9 +231,10 @@ class KeyTree:
         nearest of their keys (:meth:`_nearest_in`)."""
         b = q_raw.shape[0]
         q = q_raw.detach().double()
-        # nodes of at least _GROUP_KEYS keys, and large enough that a group fills about half
-        # its slots on average (a group's work is that of all its slots)
-        level = min(self._level_of(_GROUP_KEYS), self._level_of(k + LEAF_KEYS),
+        # nodes of at least _GROUP_KEYS keys and twice k positions (padding is a small share
+        # of a node; one short of k keys only loosens its bound), and large enough that a
+        # group fills about half its slots on average (a group's work is that of all its slots)
+        level = min(self._level_of(_GROUP_KEYS), self._level_of(2 * k + LEAF_KEYS),
                     max(0, int(math.log2(max(1, 2 * b // _GROUP)))))
         home = self.node_of(q, level)
         order = torch.sort(home.double(), stable=True).indices
@@ -336,7 +337,7 @@ class KeyTree:
         n_q = queries.shape[0]
         sample = queries[torch.linspace(0, n_q - 1, min(n_q, _PAY_SAMPLE),
                                         device=queries.device).long()].detach().double()
-        level = self._level_of(k + LEAF_KEYS)
+        level = self._level_of(2 * k + LEAF_KEYS)
         upper = self.group_bounds(sample[:, None], self.node_of(sample, level), level, k,
                                   budget)[:, 0]
         rows, _ = self.leaves_within(sample, sample, upper, budget)
@@ -387,7 +388,14 @@ def key_tree(prepared, n_queries, working_memory):
             or n * n_queries < MIN_PAIRS
             or n * d > MAX_TREE_ENTRIES or not math.isfinite(prepared.max_key_sq)):
         return None
-    return prepared.remembered("tree", prepared.raw, lambda: KeyTree(prepared, working_memory))
+    return prepared.remembered("tree", prepared.raw, lambda: _built(prepared, working_memory))
+
+
+def _built(prepared, working_memory):
+    """A :class:`KeyTree` built on one thread: its many short kernels would each wait for a
+    descheduled thread on a busy machine (docs/performance.md, "The key tree")."""
+    with one_thread():
+        return KeyTree(prepared, working_memory)
 
 
 # Bytes per query of a chunk of the call: its results and a share of the descent's pairs.
@@ -403,10 +411,11 @@ def tree_for(spec, k):
             or spec.prior_vec is not None or spec.key_mask is not None):
         return None
     tree = key_tree(spec.keys, spec.n_queries, spec.budget / 2**20)
-    if tree is None or not tree.pays(spec.keys, spec.keys.map_queries(spec.queries), k,
-                                     spec.budget):
+    if tree is None:
         return None
-    return tree
+    with one_thread():
+        pays = tree.pays(spec.keys, spec.keys.map_queries(spec.queries), k, spec.budget)
+    return tree if pays else None
 
 
 def tree_blocks(spec, tree, k, what):
