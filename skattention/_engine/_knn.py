@@ -22,6 +22,7 @@ from ._results import backend_result, cat_or_empty, empty_rows
 from ._scores import NEG_INF
 from ._softmax import batch_exp
 from ._topk import TopK
+from ._tree import tree_blocks, tree_for
 
 
 # Candidates kept on the fast scores: k and two more (a few more for large k), so that a row whose
@@ -58,6 +59,10 @@ def nearest_blocks(spec, k, query_bytes, what):
         pair_bytes=score_pair_bytes(spec), row_bytes=row_bytes, device=Q.device, what=what,
         hint="use a smaller n_neighbors",
     )
+    tree = tree_for(spec, k)
+    if tree is not None:
+        yield from tree_blocks(spec, tree, k, what)
+        return
     cells = _cells_for(spec, k)
     if cells is not None:
         # the lower bounds of every key block for each row (and their temporaries); cell
@@ -120,9 +125,8 @@ def _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what):
     (:func:`_select_in_cells`), and yielded in their own order. A query's selection is exact
     whatever its block, so the grouping changes no result. Where the first block skips too few
     keys to pay (keys without cluster structure), the others take :func:`_select`."""
-    prepared, Q = spec.keys, spec.queries
+    prepared, Q, pruning = spec.keys, spec.queries, [True]
     n_q = Q.shape[0]
-    pruning = [True]
     # Queries are grouped within chunks of the call (the chunk's selections are held until
     # they are back in order: at most a quarter of the budget, and at least one block).
     chunk = max(bq, (spec.budget // 4) // (16 * k) // bq * bq)

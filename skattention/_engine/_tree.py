@@ -1,0 +1,441 @@
+"""A k-d tree of the keys for the exact k-NN selection at low dimension (torch only).
+
+The keys are split at the median of their widest coordinate, level by level (a batched sort
+per level), into ``2**h`` leaves of equal size (padding points at infinity fill the last
+ones); every node of the perfect binary tree keeps the bounding box of its keys (float64, the
+keys' own coordinates), which bounds the squared distance between its keys and any box of
+queries from below.
+
+Queries go down the splits to their node of about ``_GROUP_KEYS`` keys, and the queries of a
+node form groups of at most ``_GROUP``. The k-th nearest f of each query over its node's keys
+bounds its k-th nearest; a group descends the tree, a few levels a step, keeping the nodes
+whose box bound does not exceed the largest bound of its queries, all groups at once (no loop
+per query or per group). Each query of a group then takes the k nearest keys of the group's
+nodes, in (distance, index) order on exact ``f``. A key of a node left out is farther than
+the bound, so farther than the k-th nearest and never tied with it: the selection is exact,
+and the same whatever the other queries of the call.
+"""
+
+import math
+
+import torch
+
+from ._budget import plan_rows
+from ._exact import row_packed, sort_exact
+from ._masks import query_index
+from ._parallel import map_blocks, n_workers, one_thread
+from ._progress import track
+
+# Keys per leaf at least (fewer than twice as many): small leaves prune finely at low
+# dimension; more leaves make the descent longer (docs/performance.md, "The key tree").
+LEAF_KEYS = 16
+# Levels split at the medians of a sample of this many keys a node, and the points a node's
+# widest coordinate is estimated on.
+_TOP_LEVELS = 8
+_TOP_SAMPLE = 128
+_SPREAD_SAMPLE = 64
+# Keys of the nodes the descent stops at (their keys are the candidates), and of the nodes that
+# group the queries and bound their k-th nearest.
+_NODE_KEYS = 16
+_GROUP_KEYS = 64
+# Queries per group at most (the descent's and the candidates' work is shared by a group).
+_GROUP = 16
+# Levels of the tree descended per step (children per pair: 2**_STEP_LEVELS), and the level the
+# descent starts at (every group against every node there).
+_STEP_LEVELS = 3
+_START_LEVEL = 4
+# Relative slack of the candidates' fast squared distances (float64, any order of the sum: a
+# relative error of at most about (d + 2) eps each way).
+_F_SLACK = 1e-12
+# The tree serves calls of at most this dimension, at least this many keys and queries, and
+# keys whose coordinates it can hold (a float64 copy of the keys in tree order, their indices,
+# and the boxes: about 8 d + 8 + 4 d bytes a key, padding included).
+MAX_DIM = 3
+MIN_KEYS = 4096
+MIN_QUERIES = 256
+# ... and at least this many query-key pairs (below, the blocked scan costs about as little).
+MIN_PAIRS = 1 << 28
+MAX_TREE_ENTRIES = 1 << 25
+# Queries sampled to tell whether the tree pays for a call, and the mean fraction of the keys
+# whose distances a sampled query computes up to which it does.
+_PAY_SAMPLE = 256
+PAYS_UP_TO = 0.01
+# Scratch bytes per (query, candidate key) entry of a group: the distances and their
+# temporaries, and per candidate key of a group: positions and the candidates' packing.
+_ENTRY_BYTES = 4 * 8
+_CANDIDATE_BYTES = 8 * 8
+# Scratch bytes per child box of a descent step, per dimension and fixed.
+_CHILD_BYTES_PER_DIM = 6 * 8
+_CHILD_BYTES = 48
+
+
+class KeyTree:
+    """The keys of ``prepared`` (a distance kind) in a k-d tree with bounding boxes.
+
+    Attributes: ``perm`` the original index of the keys in tree order (``-1``: padding),
+    ``coords`` their float64 coordinates (d, N; ``inf`` for padding), ``split_dim`` /
+    ``split_at`` the splits of each level's nodes, ``lo`` / ``hi`` the float64 box corners of
+    the nodes of each level (level ``l``: ``2**l`` nodes of ``N / 2**l`` positions; empty
+    nodes have ``lo = inf``, ``hi = -inf``).
+    """
+
+    def __init__(self, prepared, working_memory):
+        x = prepared.raw.detach().double()
+        n, d = x.shape
+        self.n_keys, self.dim = n, d
+        self.height = max(0, int(math.floor(math.log2(max(1, n // LEAF_KEYS)))))
+        top = min(self.height, _TOP_LEVELS, int(math.log2(max(1, n // _TOP_SAMPLE))))
+        self.split_dim, self.split_at = [], []
+        if top:
+            # The top levels split at the medians of a sample (their sorts of every key would
+            # cost most of the build); a node then holds about as many keys as its sibling.
+            gen = torch.Generator(device=x.device).manual_seed(0)
+            sample = x[torch.randperm(n, generator=gen, device=x.device)[: _TOP_SAMPLE << top]]
+            self._split(sample.T.contiguous(), torch.arange(sample.shape[0], device=x.device),
+                        0, top)
+        node = self.node_of(x, top)
+        count = torch.bincount(node, minlength=1 << top)
+        bottom = self.height - top
+        size = (-(-int(count.max()) >> bottom)) << bottom  # positions per top node
+        order = torch.sort(node.double(), stable=True).indices
+        node = node[order]
+        dest = node * size + torch.arange(n, device=x.device) - (torch.cumsum(count, 0)
+                                                                  - count)[node]
+        # padding positions (key n: a point at infinity) go right at every split and fill the
+        # last leaves of their top node
+        perm = torch.full((size << top,), n, dtype=torch.long, device=x.device)
+        perm[dest] = order
+        planes = torch.cat([x.T, x.new_full((d, 1), math.inf)], 1)
+        perm = self._split(planes, perm, top, self.height)
+        pts = planes[:, perm].T
+        perm = torch.where(perm < n, perm, -1)
+        self.perm = perm
+        self.coords = pts.T.contiguous()
+        leaves = pts.view(1 << self.height, -1, d)
+        lo, hi = leaves.amin(1), _finite_max(leaves).nan_to_num_(-math.inf)
+        self.lo, self.hi = [lo], [hi]
+        for _ in range(self.height):
+            lo = lo.view(-1, 2, d).amin(1)
+            hi = hi.view(-1, 2, d).amax(1)
+            self.lo.insert(0, lo)
+            self.hi.insert(0, hi)
+        self.depth = self._level_of(_NODE_KEYS)
+        # the boxes of the nodes the descent stops at, one contiguous row per coordinate
+        self.depth_lo = self.lo[self.depth].T.contiguous()
+        self.depth_hi = self.hi[self.depth].T.contiguous()
+
+    def _split(self, planes, perm, first, last):
+        """``perm`` (positions -> columns of ``planes``, the points' coordinates d x m)
+        reordered by the median splits of levels ``first`` to ``last - 1`` (the nodes of a
+        level: equal runs of positions), each node split on its widest coordinate (estimated
+        on a strided sample of its points); the splits recorded."""
+        total = perm.numel()
+        flat = planes.reshape(-1)
+        for level in range(first, last):
+            view = perm.view(1 << level, -1)
+            some = view[:, :: max(1, view.shape[1] // _SPREAD_SAMPLE)]
+            sample = planes[:, some].permute(1, 2, 0)
+            widest = (_finite_max(sample) - sample.amin(1)).nan_to_num_(0.0).argmax(1)
+            coord = flat[widest[:, None] * planes.shape[1] + view]
+            coord, order = torch.sort(coord, dim=1)
+            # the first half of a node's keys (padding, at infinity, sorts last) to the left
+            # child and the rest to the right, the padding shared out after them: every
+            # node of a level holds nearly the same number of keys
+            count = torch.isfinite(coord).sum(1, keepdim=True)
+            first = (count + 1) // 2
+            half = view.shape[1] // 2
+            at = torch.arange(view.shape[1], device=perm.device)
+            i = at % half
+            source = torch.where(at < half, torch.where(i < first, i, count + i - first),
+                                 torch.where(i < count - first, first + i, half + i))
+            self.split_dim.append(widest)
+            below = coord.gather(1, (first - 1).clamp(min=0))
+            self.split_at.append(((below + coord.gather(1, first.clamp(max=2 * half - 1))) / 2)
+                                 [:, 0])
+            perm = view.gather(1, order.gather(1, source)).view(total)
+        return perm
+
+    @property
+    def n_positions(self):
+        return self.perm.numel()
+
+    def _level_of(self, keys):
+        """The deepest level whose nodes hold at least ``keys`` positions (the root if none)."""
+        level = self.height
+        while level > 0 and self.n_positions >> level < keys:
+            level -= 1
+        return level
+
+    def node_of(self, q, level):
+        """The node of ``level`` that float64 points ``q`` (b, d) fall in, down the splits."""
+        node = torch.zeros(q.shape[0], dtype=torch.long, device=q.device)
+        for lev in range(level):
+            coord = q.gather(1, self.split_dim[lev][node][:, None])[:, 0]
+            node = 2 * node + (coord > self.split_at[lev][node])
+        return node
+
+    def group_bounds(self, groups, nodes, level, k, budget):
+        """(n, G) float64 upper bounds on the k-th nearest f of the queries of ``groups`` (n,
+        G, d; float64): the k-th fast f over the keys of their node ``nodes`` of ``level``
+        (at least ``k`` keys), with its rounding."""
+        width = self.n_positions >> level
+        out = torch.empty(groups.shape[:2], dtype=torch.float64, device=groups.device)
+        chunk = plan_rows(groups.shape[0], budget=budget,
+                          row_bytes=groups.shape[1] * width * _ENTRY_BYTES)
+        for s in range(0, groups.shape[0], chunk):
+            out[s : s + chunk] = self._sq_dists(groups[s : s + chunk],
+                                                nodes[s : s + chunk, None], level).topk(
+                k, dim=2, largest=False, sorted=True).values[..., -1]
+        return out * (1 + _F_SLACK)
+
+    def leaves_within(self, lo, hi, upper, budget):
+        """``(rows, leaves)``: the (box, leaf) pairs whose box-to-box bound is at most the
+        box's ``upper`` bound, rows ascending (``lo`` / ``hi``: float64 boxes of queries, b x
+        d; a query alone is its own box)."""
+        level = min(self.depth, _START_LEVEL)
+        rows = torch.arange(lo.shape[0], device=lo.device).repeat_interleave(1 << level)
+        nodes = torch.arange(1 << level, device=lo.device).repeat(lo.shape[0])
+        rows, nodes = self._kept(lo, hi, upper, rows, nodes, level, budget)
+        while level < self.depth:
+            step = min(_STEP_LEVELS, self.depth - level)
+            level += step
+            children = (nodes[:, None] << step) + torch.arange(1 << step, device=lo.device)
+            rows = rows.repeat_interleave(1 << step)
+            rows, nodes = self._kept(lo, hi, upper, rows, children.view(-1), level, budget)
+        return rows, nodes
+
+    def _kept(self, lo, hi, upper, rows, nodes, level, budget):
+        """The pairs of ``(rows, nodes)`` (nodes of ``level``) within the rows' bounds, in
+        chunks of pairs that fit ``budget``."""
+        chunk = plan_rows(None, row_bytes=_CHILD_BYTES + _CHILD_BYTES_PER_DIM * self.dim,
+                          budget=budget)
+        kept_rows, kept_nodes = [], []
+        for start in range(0, rows.numel(), chunk):
+            r, c = rows[start : start + chunk], nodes[start : start + chunk]
+            keep = box_bound(lo.index_select(0, r), hi.index_select(0, r),
+                             self.lo[level].index_select(0, c),
+                             self.hi[level].index_select(0, c)) <= upper.index_select(0, r)
+            kept_rows.append(r[keep])
+            kept_nodes.append(c[keep])
+        if len(kept_rows) == 1:
+            return kept_rows[0], kept_nodes[0]
+        return torch.cat(kept_rows), torch.cat(kept_nodes)
+
+    def nearest(self, prepared, q_raw, k, budget):
+        """``(f, idx, computed)``: the exact k nearest keys of raw mapped queries ``q_raw``
+        (b, d) in (distance, index) order (float64 f, original key indices) and the mean
+        number of keys per query whose distance was computed.
+
+        The queries go in groups (of a node each); a group keeps the nodes within its box's
+        bound (the largest upper bound of its queries), and each of its queries takes the k
+        nearest of their keys (:meth:`_nearest_in`)."""
+        b = q_raw.shape[0]
+        q = q_raw.detach().double()
+        # nodes of at least _GROUP_KEYS keys and twice k positions (padding is a small share
+        # of a node; one short of k keys only loosens its bound), and large enough that a
+        # group fills about half its slots on average (a group's work is that of all its slots)
+        level = min(self._level_of(_GROUP_KEYS), self._level_of(2 * k + LEAF_KEYS),
+                    max(0, int(math.log2(max(1, 2 * b // _GROUP)))))
+        home = self.node_of(q, level)
+        order = torch.sort(home.double(), stable=True).indices
+        home = home[order]
+        new = torch.ones(b, dtype=torch.bool, device=q.device)
+        new[1:] = home[1:] != home[:-1]
+        run_start = new.nonzero().squeeze(1)
+        offset = torch.arange(b, device=q.device) - run_start[torch.cumsum(new, 0) - 1]
+        starts = (new | (offset % _GROUP == 0)).nonzero().squeeze(1)
+        sizes = torch.cat([starts[1:], starts.new_tensor([b])]) - starts
+        slot = torch.arange(_GROUP, device=q.device)
+        real = slot < sizes[:, None]
+        members = order[torch.where(real, starts[:, None] + slot, starts[:, None])]
+        groups = q[members]
+        upper = self.group_bounds(groups, home[starts], level, k, budget)
+        rows, nodes = self.leaves_within(groups.amin(1), groups.amax(1), upper.amax(1),
+                                         budget)
+        f_out = torch.empty((b, k), dtype=torch.float64, device=q.device)
+        i_out = torch.empty((b, k), dtype=torch.long, device=q.device)
+        computed = 0
+        for sel, cand in self._candidates(rows, nodes, members.shape[0], budget):
+            at, f, idx = self._nearest_in(prepared, q_raw, groups[sel], members[sel], real[sel],
+                                          upper[sel], cand, k, budget)
+            f_out[at], i_out[at] = f, idx
+            computed += int((cand >= 0).sum()) * _GROUP
+        return f_out, i_out, computed / b
+
+    def _candidates(self, rows, nodes, n_groups, budget):
+        """Yield ``(sel, cand)``: groups ``sel`` and their nodes (``-1`` padding), groups of
+        similar counts together (to the next power of two) in blocks that fit ``budget``."""
+        width = self.n_positions >> self.depth
+        counts = torch.bincount(rows, minlength=n_groups)
+        cls = torch.ceil(torch.log2(counts.clamp(min=1).double())).long()
+        for c in torch.unique(cls).tolist():
+            in_class = cls == c
+            chosen = in_class[rows]
+            sel = in_class.nonzero().squeeze(1)
+            local = torch.searchsorted(sel, rows[chosen])
+            cand = row_packed(local, sel.numel(), nodes[chosen], fill=(-1,))[0]
+            chunk = plan_rows(sel.numel(), budget=budget, row_bytes=cand.shape[1] * _GROUP * (
+                width * _ENTRY_BYTES + _CANDIDATE_BYTES))
+            for s in range(0, sel.numel(), chunk):
+                yield sel[s : s + chunk], cand[s : s + chunk]
+
+    def _sq_dists(self, groups, nodes, level):
+        """(n, G, C * w) float64 squared distances of the queries of ``groups`` (n, G, d) to
+        the keys of ``nodes`` of ``level`` (n, C; ``-1``: padding, ``inf``; w positions a
+        node), summed over the dimensions one at a time (a relative error of at most about
+        (d + 2) eps)."""
+        n, n_nodes = nodes.shape
+        blocks = self.coords.view(self.dim, 1 << level, -1)
+        safe = nodes.clamp(min=0)
+        f = None
+        for j in range(self.dim):
+            diff = groups[:, :, j, None] - blocks[j][safe].view(n, 1, -1)
+            f = diff.mul_(diff) if f is None else f.addcmul_(diff, diff)
+        padding = (nodes < 0)[:, None, :, None].expand(-1, -1, -1, blocks.shape[2])
+        return f.masked_fill_(padding.reshape(n, 1, -1), math.inf)
+
+    def _nearest_in(self, prepared, q_raw, groups, members, real, upper, cand, k, budget):
+        """The k nearest of the queries of some groups (``groups``: their float64 queries, n
+        x G x d; ``members`` their rows of ``q_raw``, ``real`` whether a slot is not padding;
+        ``upper`` their bounds, n x G) among the keys of the nodes ``cand`` (n, C; ``-1``
+        padding): ``(rows, f, idx)``, the real queries' rows of ``q_raw``, exact f and key
+        indices. Each query keeps the nodes within its own bound; the fast f of their keys
+        (:meth:`_sq_dists`) pick the candidates within ``_F_SLACK`` of its k-th, whose exact
+        f (``PreparedKeys.exact_f``) decide."""
+        n, group = groups.shape[0], groups.shape[1]
+        safe = cand.clamp(min=0)
+        bound = None
+        for j in range(self.dim):  # one coordinate at a time: contiguous operands
+            q_j = groups[:, :, j, None]
+            gap = ((self.depth_lo[j][safe][:, None, :] - q_j).clamp_(min=0)
+                   + (q_j - self.depth_hi[j][safe][:, None, :]).clamp_(min=0))
+            bound = gap.mul_(gap) if bound is None else bound.addcmul_(gap, gap)
+        keep = (bound.mul_(1 - 1e-12) <= upper[:, :, None]) & (cand >= 0)[:, None, :]
+        keep &= real[:, :, None]
+        # the real queries' rows only (a group's padding repeats its first query)
+        query = real.view(-1).nonzero().squeeze(1)
+        rows, cols = keep.view(n * group, -1)[query].nonzero(as_tuple=True)
+        n_rows = query.numel()
+        mine = row_packed(rows, n_rows, cand[query[rows] // group, cols], fill=(-1,))[0]
+        width = self.n_positions >> self.depth
+        points = groups.view(n * group, -1)[query]
+        f = self._sq_dists(points[:, None], mine, self.depth)[:, 0]
+        kth = f.topk(min(k, f.shape[1]), dim=1, largest=False, sorted=True).values[:, -1]
+        rows, cols = (f <= kth[:, None] * (1 + _F_SLACK)).nonzero(as_tuple=True)
+        node = mine[rows, cols // width]
+        chosen = torch.where(node >= 0, self.perm[node.clamp(min=0) * width + cols % width], -1)
+        final = row_packed(rows, n_rows, chosen, fill=(-1,))[0]
+        at_rows = members.view(-1)[query]
+        exact = prepared.exact_f(q_raw.index_select(0, at_rows), final, budget)
+        out_f, out_i = smallest_exact(torch.where(final >= 0, exact, math.inf), final, k)
+        return at_rows, out_f, out_i
+
+    def pays(self, prepared, queries, k, budget):
+        """Whether the tree is expected to pay for a selection of the k nearest of raw
+        ``queries``: a sample of them, each alone, keeps nodes of at most ``PAYS_UP_TO`` of
+        the keys on average."""
+        n_q = queries.shape[0]
+        sample = queries[torch.linspace(0, n_q - 1, min(n_q, _PAY_SAMPLE),
+                                        device=queries.device).long()].detach().double()
+        level = self._level_of(2 * k + LEAF_KEYS)
+        upper = self.group_bounds(sample[:, None], self.node_of(sample, level), level, k,
+                                  budget)[:, 0]
+        rows, _ = self.leaves_within(sample, sample, upper, budget)
+        computed = rows.numel() / sample.shape[0] * (self.n_positions >> self.depth)
+        return computed <= PAYS_UP_TO * self.n_positions
+
+
+def _finite_max(points):
+    """The largest finite coordinates of each node's points (nodes, m, d) (``-inf`` or
+    ``nan``-free: padding points are at ``+inf``)."""
+    return torch.where(torch.isinf(points), -math.inf, points).amax(1)
+
+
+def box_bound(lo, hi, node_lo, node_hi):
+    """A lower bound on the exact squared distance between any points of the float64 boxes
+    ``[lo, hi]`` and ``[node_lo, node_hi]`` (row by row): the boxes' distance, less a relative
+    rounding margin (the exact f may sum its squares in another order)."""
+    gap = (node_lo - hi).clamp_(min=0) + (lo - node_hi).clamp_(min=0)
+    return gap.mul_(gap).sum(1).mul_(1 - 1e-12)
+
+
+def smallest_exact(f, index, k):
+    """:func:`sort_exact` of rows of exact values ``f`` (``inf`` for padding) and key indices:
+    one top-k, and the full sort only for rows where keys tied with the k-th are left out."""
+    if f.shape[1] <= k:
+        out_f, out_i = sort_exact(f, index, k)
+        pad = k - out_f.shape[1]
+        if pad:
+            out_f = torch.nn.functional.pad(out_f, (0, pad), value=math.inf)
+            out_i = torch.nn.functional.pad(out_i, (0, pad), value=-1)
+        return out_f, out_i
+    val, pos = f.topk(k, dim=1, largest=False)
+    kth = val[:, -1:]
+    out_f, out_i = sort_exact(val, index.gather(1, pos), k)
+    tied = ((f == kth).sum(1) > (val == kth).sum(1)).nonzero().squeeze(1)
+    if tied.numel():
+        out_f[tied], out_i[tied] = sort_exact(f[tied], index[tied], k)
+    return out_f, out_i
+
+
+def key_tree(prepared, n_queries, working_memory):
+    """The :class:`KeyTree` of prepared keys (remembered on them), or ``None`` where the tree
+    cannot serve: keys that require grad or are mapped by a callable, the ``"dot"`` kind, more
+    than ``MAX_DIM`` dimensions, too few keys, queries or pairs, too many key entries."""
+    n, d = prepared.raw.shape
+    if (prepared.phi is not None or not prepared.is_distance or prepared.raw.requires_grad
+            or d > MAX_DIM or n < MIN_KEYS or n_queries < MIN_QUERIES
+            or n * n_queries < MIN_PAIRS
+            or n * d > MAX_TREE_ENTRIES or not math.isfinite(prepared.max_key_sq)):
+        return None
+    return prepared.remembered("tree", prepared.raw, lambda: _built(prepared, working_memory))
+
+
+def _built(prepared, working_memory):
+    """A :class:`KeyTree` built on one thread: its many short kernels would each wait for a
+    descheduled thread on a busy machine (docs/performance.md, "The key tree")."""
+    with one_thread():
+        return KeyTree(prepared, working_memory)
+
+
+# Bytes per query of a chunk of the call: its results and a share of the descent's pairs.
+_QUERY_BYTES = 4096
+
+
+def tree_for(spec, k):
+    """The key tree of the selection where it applies and is expected to pay: exact k nearest
+    of many queries on the CPU, no mask or prior, prepared keys of a distance kind of at most
+    ``MAX_DIM`` dimensions (the conditions of the key cells, ``_knn._cells_for``)."""
+    if (not spec.prepared or spec.device.type != "cpu" or spec.grad or spec.radius is not None
+            or spec.self_index is not None or spec.prior_fn is not None
+            or spec.prior_vec is not None or spec.key_mask is not None):
+        return None
+    tree = key_tree(spec.keys, spec.n_queries, spec.budget / 2**20)
+    if tree is None:
+        return None
+    with one_thread():
+        pays = tree.pays(spec.keys, spec.keys.map_queries(spec.queries), k, spec.budget)
+    return tree if pays else None
+
+
+def tree_blocks(spec, tree, k, what):
+    """``_knn.nearest_blocks`` over the key tree: the queries taken in chunks of the call, each
+    cut into one block per worker, and yielded in their own order; a query's selection does
+    not depend on its chunk or block."""
+    prepared, Q = spec.keys, spec.queries
+    n_q, workers = Q.shape[0], n_workers(spec)
+    chunk = plan_rows(n_q, row_bytes=_QUERY_BYTES + 16 * k, budget=spec.budget)
+    for cs in track(range(0, n_q, chunk), spec.progress, total=-(-n_q // chunk), desc=what,
+                    unit="block"):
+        ce = min(n_q, cs + chunk)
+        q_raw = prepared.map_queries(Q[cs:ce]).detach()
+        # one block per single-threaded worker (docs/performance.md, "Under load"), the budget
+        # shared among them
+        part = -(-(ce - cs) // workers)
+        parts = list(map_blocks(
+            lambda s, q_raw=q_raw, part=part: tree.nearest(prepared, q_raw[s : s + part], k,
+                                                spec.budget // workers)[:2],
+            range(0, ce - cs, part), workers))
+        f, idx = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        q = prepared.centre(q_raw)
+        yield cs, ce, q, query_index(spec, slice(cs, ce), q.device), f, idx

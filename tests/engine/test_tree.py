@@ -1,0 +1,188 @@
+"""The k-NN selection over the key tree (``_tree.py``): exactly the neighbours of the plain
+loop and of scikit-learn's brute force, on clustered and uniform keys, duplicated rows and
+integer grids (massive ties), in float32 and float64, whatever the batching and the budget;
+the tree built once per prepared keys, used where it applies and nowhere else."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.neighbors import NearestNeighbors
+
+from skattention import kneighbors
+from skattention._engine import _knn, _tree, prepare_keys
+
+
+@pytest.fixture
+def small_tree(monkeypatch):
+    """The tree for calls of any size and dimension, with leaves of 4 keys and a few top
+    levels split on a sample (the defaults need 4,096 keys and 256 queries); the lists hold
+    one entry per tree built and per query chunk it served."""
+    monkeypatch.setattr(_tree, "MIN_KEYS", 1)
+    monkeypatch.setattr(_tree, "MIN_QUERIES", 1)
+    monkeypatch.setattr(_tree, "MIN_PAIRS", 0)
+    monkeypatch.setattr(_tree, "MAX_DIM", 8)
+    monkeypatch.setattr(_tree, "PAYS_UP_TO", 1.0)
+    monkeypatch.setattr(_tree, "LEAF_KEYS", 4)
+    monkeypatch.setattr(_tree, "_NODE_KEYS", 4)
+    monkeypatch.setattr(_tree, "_GROUP_KEYS", 16)
+    monkeypatch.setattr(_tree, "_TOP_SAMPLE", 16)
+    built, served = [], []
+    tree_class, nearest = _tree.KeyTree, _tree.KeyTree.nearest
+
+    class Counted(tree_class):
+        def __init__(self, *args, **kwargs):
+            built.append(1)
+            super().__init__(*args, **kwargs)
+
+        def nearest(self, *args, **kwargs):
+            out = nearest(self, *args, **kwargs)
+            served.append(out[2])
+            return out
+
+    monkeypatch.setattr(_tree, "KeyTree", Counted)
+    return built, served
+
+
+def plain(monkeypatch):
+    monkeypatch.setattr(_knn, "tree_for", lambda *args: None)
+    monkeypatch.setattr(_knn, "key_cells", lambda *args: None)
+
+
+def points(rng, n, d, kind):
+    """Clustered, uniform or integer-grid points (the last: massive distance ties), with a
+    block of duplicated rows."""
+    if kind == "clustered":
+        centres = rng.normal(scale=10, size=(6, d))
+        X = centres[rng.integers(0, 6, n)] + rng.normal(size=(n, d))
+    elif kind == "uniform":
+        X = rng.uniform(-3, 3, size=(n, d))
+    else:
+        X = rng.integers(-4, 5, size=(n, d)).astype(float)
+    X[n // 2 : n // 2 + 30] = X[:30]
+    return X
+
+
+def reference(queries, keys, k, dtype, monkeypatch):
+    with monkeypatch.context() as patch:
+        plain(patch)
+        return kneighbors(queries, prepare_keys(keys, dtype=dtype), k, dtype=dtype)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("kind", ["clustered", "uniform", "grid"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tree_selects_the_same_neighbours(small_tree, monkeypatch, d, kind, dtype):
+    built, served = small_tree
+    rng = np.random.default_rng(d)
+    keys = points(rng, 1500, d, kind).astype(dtype)
+    queries = np.concatenate([points(rng, 300, d, kind), keys[:50]]).astype(dtype)
+    k = 7
+    dist, idx = kneighbors(queries, prepare_keys(keys, dtype=dtype), k, dtype=dtype)
+    assert built == [1] and served  # the tree served the call
+    ref_dist, ref_idx = reference(queries, keys, k, dtype, monkeypatch)
+    np.testing.assert_array_equal(idx, ref_idx)
+    np.testing.assert_array_equal(dist, ref_dist)
+    if dtype == "float64":
+        # scikit-learn's brute force: the same distances, and the same neighbours in rows
+        # without near ties (its products round duplicated keys apart)
+        sk_dist, sk_idx = NearestNeighbors(algorithm="brute").fit(keys).kneighbors(queries, k)
+        np.testing.assert_allclose(np.sqrt(dist), sk_dist, rtol=1e-9, atol=1e-9)
+        full = NearestNeighbors(algorithm="brute").fit(keys).kneighbors(queries, k + 1)[0]
+        clear = (np.diff(full, axis=1) > 1e-9).all(1)
+        np.testing.assert_array_equal(idx[clear], sk_idx[clear])
+
+
+@pytest.mark.parametrize("k", [1, 40, 300])
+def test_tree_with_k_beyond_the_leaves(small_tree, monkeypatch, k):
+    # k larger than a leaf, than a group's node, and every key (k = n)
+    rng = np.random.default_rng(10)
+    n = 300 if k == 300 else 1200
+    keys = points(rng, n, 2, "grid")
+    queries = points(rng, 200, 2, "grid")
+    got = kneighbors(queries, prepare_keys(keys, dtype="float64"), k, dtype="float64")
+    assert small_tree[1]
+    ref = reference(queries, keys, k, "float64", monkeypatch)
+    np.testing.assert_array_equal(got[1], ref[1])
+    np.testing.assert_array_equal(got[0], ref[0])
+
+
+@pytest.mark.parametrize("working_memory", [0.02, 1.0])
+def test_tree_whatever_the_batching_and_budget(small_tree, monkeypatch, working_memory):
+    rng = np.random.default_rng(11)
+    keys = points(rng, 2000, 3, "clustered").astype("float32")
+    queries = points(rng, 600, 3, "clustered").astype("float32")
+    prepared = prepare_keys(keys, metric="euclidean")
+    whole = kneighbors(queries, prepared, 5, metric="euclidean",
+                       working_memory=working_memory)
+    # a query's neighbours do not depend on the other queries of its call
+    order = rng.permutation(600)
+    parts = [kneighbors(queries[order[s : s + 97]], prepared, 5, metric="euclidean")
+             for s in range(0, 600, 97)]
+    part_idx = np.concatenate([p[1] for p in parts])
+    part_dist = np.concatenate([p[0] for p in parts])
+    np.testing.assert_array_equal(part_idx, whole[1][order])
+    np.testing.assert_array_equal(part_dist, whole[0][order])
+    with monkeypatch.context() as patch:
+        plain(patch)
+        ref = kneighbors(queries, keys, 5, metric="euclidean")
+    np.testing.assert_array_equal(whole[1], ref[1])
+    np.testing.assert_array_equal(whole[0], ref[0])
+    assert small_tree[0] == [1]
+
+
+def test_tree_is_used_only_where_it_applies(small_tree, monkeypatch):
+    built, served = small_tree
+    rng = np.random.default_rng(12)
+    keys = points(rng, 1000, 3, "clustered")
+    queries = points(rng, 100, 3, "clustered")
+    kneighbors(queries, keys, 5)  # keys not prepared: no tree
+    prepared = prepare_keys(keys)
+    kneighbors(queries, prepared, 5, radius=2.0)  # a radius mask: the plain loop
+    kneighbors(queries, prepared, 5, log_prior=np.where(np.arange(1000) % 7, 0.0, -np.inf))
+    assert built == [] and served == []
+    monkeypatch.setattr(_tree, "MAX_DIM", 2)  # beyond the tree's dimensions
+    kneighbors(queries, prepared, 5)
+    assert built == []
+    monkeypatch.setattr(_tree, "MAX_DIM", 3)
+    monkeypatch.setattr(_tree, "PAYS_UP_TO", 0.0)  # not expected to pay
+    kneighbors(queries, prepared, 5)
+    assert built == [1] and served == []
+
+
+def test_tree_attention_and_pickled_prepared_keys(small_tree, monkeypatch):
+    # k-NN attention takes the same selection
+    from skattention import attention
+
+    rng = np.random.default_rng(13)
+    keys = points(rng, 1200, 2, "uniform")
+    values = rng.normal(size=(1200, 3))
+    queries = points(rng, 150, 2, "uniform")
+    got = attention(queries, prepare_keys(keys), values, n_neighbors=6, temperature=0.5)
+    assert small_tree[1]
+    with monkeypatch.context() as patch:
+        plain(patch)
+        ref = attention(queries, keys, values, n_neighbors=6, temperature=0.5)
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_box_bounds_are_bounds(small_tree, dtype):
+    rng = np.random.default_rng(14)
+    keys = torch.as_tensor(points(rng, 1500, 3, "clustered"), dtype=dtype)
+    prepared = prepare_keys(keys, dtype=dtype)
+    tree = _tree.KeyTree(prepared, 1.0)
+    queries = torch.as_tensor(points(rng, 100, 3, "uniform"), dtype=dtype).double()
+    level = tree.depth
+    width = tree.n_positions >> level
+    for node in range(0, 1 << level, 7):
+        index = tree.perm[node * width : (node + 1) * width]
+        index = index[index >= 0]
+        if not index.numel():
+            continue
+        f = prepared.exact_f(queries, index.expand(100, -1), 1 << 20)
+        lo = tree.lo[level][node].expand(100, -1)
+        hi = tree.hi[level][node].expand(100, -1)
+        bound = _tree.box_bound(queries, queries, lo, hi)
+        assert bool((bound <= f.amin(1)).all())
+    # every key is in exactly one leaf
+    assert sorted(tree.perm[tree.perm >= 0].tolist()) == list(range(1500))
