@@ -25,6 +25,7 @@ run records the thread pools (threadpoolctl) and the CPU.
 """
 
 import argparse
+import importlib
 import json
 import os
 import pathlib
@@ -135,8 +136,11 @@ def diffusion_row(n, repeats):
     k-NN graph takes the engine's selection)."""
     from sklearn.datasets import make_swiss_roll
 
-    from skattention._engine import _knn
     from skattention.manifold import AttentionDiffusionEmbedding
+
+    # the engine's private selection module, switched off for the comparison the way
+    # bench_tabular's --set reaches module constants (by name, not through the door)
+    _knn = importlib.import_module("skattention._engine._knn")
 
     X = make_swiss_roll(n, random_state=0)[0]
     row = {"n": n, "loadavg_start": os.getloadavg()}
