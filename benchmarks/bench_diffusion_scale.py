@@ -136,11 +136,15 @@ def child_cholesky(args):
 
 
 def run_child(extra, timeout):
-    """Run this script as a child; ``(exit status, JSON row or None, seconds)``."""
+    """Run this script as a child; ``(exit status, JSON row or None, seconds)``, the status
+    ``"timeout"`` for a child stopped after ``timeout`` seconds."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, *extra], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    try:
+        proc = subprocess.run([sys.executable, __file__, *extra], capture_output=True,
+                              text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:  # recorded as such, not a crash of the benchmark
+        return "timeout", {"timeout_s": timeout}, time.perf_counter() - start
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-2000:])
