@@ -353,6 +353,8 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         fall on.
 
         The attention analogue of :meth:`~sklearn.neighbors.KNeighborsClassifier.kneighbors`.
+        The weights are those of exact attention over every training point, also where dense
+        prediction runs over prototypes of them (``n_prototypes_``).
 
         Parameters
         ----------
