@@ -101,6 +101,7 @@ class LearnedMetric(MetricStrategy):
         """
         warm = self.map is not None
         before = estimator.n_iter_ if warm else 0
+        self.prototypes = self.prototype_error = None  # chosen again by every fit
         if warm and self.map.n_features != X.shape[1]:
             raise ValueError(
                 f"warm_start: X has {X.shape[1]} features but the map was trained on "
@@ -160,9 +161,11 @@ class LearnedMetric(MetricStrategy):
         metric_map.eval()
         keys = torch.cat([metric_map.key(data.X[s:s + _EMBED_CHUNK])
                           for s in range(0, data.X.shape[0], _EMBED_CHUNK)])
-        check = validation[0] if validation is not None else data.X[
-            torch.randperm(data.X.shape[0], generator=generator)[:CHECK_QUERIES].to(data.X.device)]
-        queries = metric_map.query(check[:CHECK_QUERIES])
+        # held-out rows drawn at random (the split keeps the table's order, which may be sorted
+        # by time or group), or training rows without a validation split
+        pool = validation[0] if validation is not None else data.X
+        rows = torch.randperm(pool.shape[0], generator=generator)[:CHECK_QUERIES]
+        queries = metric_map.query(pool[rows.to(pool.device)])
         log_prior = torch.log(data.weight)
         centres, error, summary = choose_prototypes(
             setting, keys, queries, data.values, log_prior, metric_map.kind,

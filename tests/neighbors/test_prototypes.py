@@ -168,3 +168,12 @@ def test_calibration_is_the_same_in_any_number_of_query_blocks():
         found.append((float(log_t), loss))
     assert found[0][0] == pytest.approx(found[1][0], abs=1e-6)
     assert found[0][1] == pytest.approx(found[1][1], rel=1e-5)
+
+
+def test_every_fit_chooses_its_prototypes_again():
+    X, y = _data()
+    clf = MetricAttentionClassifier(prototypes=30, warm_start=True, **FAST).fit(X, y)
+    assert clf.n_prototypes_ is not None
+    clf.set_params(prototypes=None).fit(X, y)  # a warm start continues the map, not the keys
+    assert clf.n_prototypes_ is None and clf._strategy.prototypes is None
+    assert clf._keys.summary is None
