@@ -89,11 +89,7 @@ class TabularInput:
         checked, as the array the encoder reads the same way (float32 when every column is,
         else float64: what the column-by-column conversion gives); ``None`` for any other
         frame (converting and checking column by column dominates a single row's predict)."""
-        names = getattr(estimator, "feature_names_in_", None)
-        columns = X.columns
-        if (names is None or len(columns) != len(names)
-                or not all(isinstance(c, str) for c in columns)
-                or not all(a == b for a, b in zip(columns, names, strict=True))
+        if (not _named_as_fitted(estimator, X)
                 or not all(isinstance(d, np.dtype) and d.kind in "iuf" for d in X.dtypes)):
             return None
         rows = X.to_numpy(np.float32 if all(d == np.float32 for d in X.dtypes) else np.float64)
@@ -128,6 +124,8 @@ class TabularInput:
         if not ((frame or (type(X) is np.ndarray and X.ndim == 2)) and 0 < X.shape[0] <= FEW_ROWS):
             return None
         # a frame of other column types goes the general way (its columns' types decide)
+        if frame and not self.numbers_only(X):
+            return self._mixed_frame_rows(estimator, X)
         X = self.numeric_frame_rows(estimator, X) if frame else self.check(estimator, X, False)
         if X is None:
             return None
@@ -135,9 +133,32 @@ class TabularInput:
         return self.layout.dense(self.encoder.transform(X) if encoded is None else encoded,
                                  np.float32 if X.dtype == np.float32 else np.float64)
 
+    @staticmethod
+    def numbers_only(X):
+        """Whether every column of the frame ``X`` holds NumPy numbers (bool excluded)."""
+        return all(isinstance(d, np.dtype) and d.kind in "iuf" for d in X.dtypes)
+
+    def _mixed_frame_rows(self, estimator, X):
+        """A few rows of a DataFrame of NumPy numbers and string columns named as at fit time,
+        checked and encoded directly (``_tabular.encode_mixed_rows``), or ``None`` for the
+        general way."""
+        if not _named_as_fitted(estimator, X):
+            return None
+        block = self.encoder.encode_mixed_rows(X)
+        return None if block is None else self.layout.dense(block, np.float64)
+
     def linear_features(self, X, max_width):
         """Features of a linear model of encoded rows ``X`` (see the layouts)."""
         return self.layout.linear_features(X, max_width)
+
+
+def _named_as_fitted(estimator, X):
+    """Whether the columns of the frame ``X`` are the string names seen at fit, in order."""
+    names = getattr(estimator, "feature_names_in_", None)
+    columns = X.columns
+    return (names is not None and len(columns) == len(names)
+            and all(isinstance(c, str) for c in columns)
+            and all(a == b for a, b in zip(columns, names, strict=True)))
 
 
 class PrecomputedInput(TabularInput):

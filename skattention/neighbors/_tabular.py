@@ -35,7 +35,7 @@ from scipy.special import ndtri
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._table import Table, isna
+from ._table import Table, isna, pd, reject_infinity
 
 MISSING_CODE = 0
 OTHER_CODE = 1
@@ -239,6 +239,42 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         numeric = np.zeros((array.shape[0], self.n_numeric_out_), dtype=self.dtype)
         self._encode_numeric_array(array, numeric)
         return TabularBlock(numeric, np.zeros((array.shape[0], 0), dtype=np.int64))
+
+    def encode_mixed_rows(self, frame):
+        """:meth:`transform` of a few rows of a checked DataFrame (the fitted names, no
+        infinity) whose numeric columns hold NumPy numbers read as numbers at fit time and
+        whose categorical columns are ``object`` or string columns of strings (or missing
+        values) with
+        string levels at fit time, without quantile scaling; else ``None``. The same numbers as
+        :meth:`transform` (:meth:`_encode_numeric_array`, ``_codes``) without its column-by-
+        column conversions, which dominate a single row's predict."""
+        if any(grid is not None for grid in self._quantiles):
+            return None
+        dtypes = list(frame.dtypes)
+        for j in self.numeric_columns_:
+            if not (isinstance(dtypes[j], np.dtype) and dtypes[j].kind in "iuf"
+                    and self._numeric_kind[j] == "number"):
+                return None
+        columns = []
+        for k, j in enumerate(self.categorical_columns_):
+            text = dtypes[j] == np.dtype(object) or isinstance(dtypes[j], pd.StringDtype)
+            if not text or (self._level_is_numeric[k] and self.categories_[k].size):
+                return None
+            values = frame.iloc[:, j].to_numpy(dtype=object, na_value=None)
+            if not all(isinstance(v, str) for v in values[~isna(values)]):
+                return None
+            columns.append(values)
+        numbers = np.full((len(frame), self.n_features_in_), np.nan)
+        if self.numeric_columns_.size:
+            numbers[:, self.numeric_columns_] = frame.iloc[:, self.numeric_columns_].to_numpy(
+                np.float64)
+            reject_infinity(numbers[:, self.numeric_columns_])  # as the estimators' check does
+        numeric = np.zeros((len(frame), self.n_numeric_out_), dtype=self.dtype)
+        self._encode_numeric_array(numbers, numeric)
+        codes = np.zeros((len(frame), self.categorical_columns_.size), dtype=np.int64)
+        for k, values in enumerate(columns):
+            codes[:, k] = _codes(values, self.categories_[k])
+        return TabularBlock(numeric, codes)
 
     def transform_blocks(self, X, block_rows):
         """Yield ``TabularBlock`` s of at most ``block_rows`` rows (``None``: one block).

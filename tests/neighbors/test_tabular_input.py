@@ -225,3 +225,38 @@ def test_a_few_rows_of_a_numeric_frame_equal_the_same_rows_in_a_batch(metric, fl
         clf.predict(X.iloc[:1, ::-1])
     with pytest.raises(ValueError, match="infinity"):
         clf.predict(X.iloc[:1].replace(X.iloc[0, 1], np.inf))
+
+
+@pytest.mark.parametrize("string_dtype", [object, "string"])
+@pytest.mark.parametrize("estimator", [MetricAttentionClassifier, MetricAttentionRegressor])
+def test_a_few_rows_of_a_mixed_frame_equal_the_general_encoding(string_dtype, estimator):
+    # a few rows of numbers and string columns take predict's few-rows path (encoded at once);
+    # the column-by-column encoding of a batch gives the same numbers, missing values, unseen
+    # levels and errors included
+    rng = np.random.default_rng(1)
+    n = 300
+    X = pd.DataFrame({"a": rng.normal(size=n), "b": rng.integers(0, 9, n),
+                      "plan": rng.choice(["x", "y", "z"], n), "c": rng.normal(size=n),
+                      "city": rng.choice(["p", "q"], n)})
+    X[["plan", "city"]] = X[["plan", "city"]].astype(string_dtype)
+    X.loc[::7, "a"] = np.nan
+    X.loc[::5, "plan"] = None
+    y = X["c"].to_numpy() + (X["city"] == "p")
+    if estimator is MetricAttentionClassifier:
+        y = y > 0.5
+    model = estimator(**FAST).fit(X, y)
+    assert model._strategy.input.few_rows(model, X.iloc[:1]) is not None  # the path is taken
+    queries = X.iloc[:60].copy()
+    queries.loc[3, "plan"] = "never seen"
+    queries.loc[4, "city"] = None
+    predict = model.predict_proba if hasattr(model, "predict_proba") else model.predict
+    batch = predict(queries)
+    alone = np.vstack([np.atleast_2d(predict(queries.iloc[i : i + 1])).reshape(1, -1)
+                       for i in range(60)])
+    np.testing.assert_array_equal(alone, np.asarray(batch).reshape(60, -1))
+    with pytest.raises(ValueError, match="infinity"):
+        predict(queries.iloc[:1].assign(c=np.inf))
+    # numbers in a column of strings: the general way decides (here: still categorical)
+    odd = queries.iloc[:1].astype({"plan": object})
+    odd.loc[odd.index[0], "plan"] = 3
+    assert model._strategy.input.few_rows(model, odd) is None
