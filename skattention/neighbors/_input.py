@@ -84,15 +84,17 @@ class TabularInput:
         return X
 
     @staticmethod
-    def numeric_frame_rows(estimator, X):
+    def numeric_frame_rows(estimator, X, dtypes=None):
         """A few rows of a DataFrame whose columns are NumPy numbers named as at fit time,
         checked, as the array the encoder reads the same way (float32 when every column is,
         else float64: what the column-by-column conversion gives); ``None`` for any other
-        frame (converting and checking column by column dominates a single row's predict)."""
-        if (not _named_as_fitted(estimator, X)
-                or not all(isinstance(d, np.dtype) and d.kind in "iuf" for d in X.dtypes)):
+        frame (converting and checking column by column dominates a single row's predict).
+        ``dtypes``: the frame's column dtypes, if the caller has them (a frame builds them
+        anew on every access)."""
+        dtypes = list(X.dtypes) if dtypes is None else dtypes
+        if not _named_as_fitted(estimator, X) or not _numbers_only(dtypes):
             return None
-        rows = X.to_numpy(np.float32 if all(d == np.float32 for d in X.dtypes) else np.float64)
+        rows = X.to_numpy(np.float32 if all(d == np.float32 for d in dtypes) else np.float64)
         reject_infinity(rows)
         return rows
 
@@ -118,38 +120,37 @@ class TabularInput:
 
     def few_rows(self, estimator, X):
         """A few query rows (a web service's single row) of an array, or of a DataFrame of
-        NumPy number columns, checked and encoded as one block directly (no block planning);
+        NumPy number (and string) columns, checked and encoded as one block directly (no block
+        planning);
         the same numbers as :meth:`blocks`. ``None`` for other inputs."""
         frame = pd is not None and isinstance(X, pd.DataFrame)
         if not ((frame or (type(X) is np.ndarray and X.ndim == 2)) and 0 < X.shape[0] <= FEW_ROWS):
             return None
-        # a frame of other column types goes the general way (its columns' types decide)
-        if frame and not self.numbers_only(X):
-            return self._mixed_frame_rows(estimator, X)
-        X = self.numeric_frame_rows(estimator, X) if frame else self.check(estimator, X, False)
+        if frame:
+            dtypes = list(X.dtypes)
+            if not _numbers_only(dtypes):
+                # numbers and strings: encoded at once where the encoder can
+                # (``_tabular.encode_mixed_rows``); other frames go the general way
+                block = (self.encoder.encode_mixed_rows(X, dtypes)
+                         if _named_as_fitted(estimator, X) else None)
+                return None if block is None else self.layout.dense(block, np.float64)
+            X = self.numeric_frame_rows(estimator, X, dtypes)
+        else:
+            X = self.check(estimator, X, False)
         if X is None:
             return None
         encoded = self.encoder.encode_float_rows(X)
         return self.layout.dense(self.encoder.transform(X) if encoded is None else encoded,
                                  np.float32 if X.dtype == np.float32 else np.float64)
 
-    @staticmethod
-    def numbers_only(X):
-        """Whether every column of the frame ``X`` holds NumPy numbers (bool excluded)."""
-        return all(isinstance(d, np.dtype) and d.kind in "iuf" for d in X.dtypes)
-
-    def _mixed_frame_rows(self, estimator, X):
-        """A few rows of a DataFrame of NumPy numbers and string columns named as at fit time,
-        checked and encoded directly (``_tabular.encode_mixed_rows``), or ``None`` for the
-        general way."""
-        if not _named_as_fitted(estimator, X):
-            return None
-        block = self.encoder.encode_mixed_rows(X)
-        return None if block is None else self.layout.dense(block, np.float64)
-
     def linear_features(self, X, max_width):
         """Features of a linear model of encoded rows ``X`` (see the layouts)."""
         return self.layout.linear_features(X, max_width)
+
+
+def _numbers_only(dtypes):
+    """Whether every column dtype is a NumPy number (bool excluded)."""
+    return all(isinstance(d, np.dtype) and d.kind in "iuf" for d in dtypes)
 
 
 def _named_as_fitted(estimator, X):

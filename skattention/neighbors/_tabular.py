@@ -240,17 +240,17 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         self._encode_numeric_array(array, numeric)
         return TabularBlock(numeric, np.zeros((array.shape[0], 0), dtype=np.int64))
 
-    def encode_mixed_rows(self, frame):
+    def encode_mixed_rows(self, frame, dtypes):
         """:meth:`transform` of a few rows of a checked DataFrame (the fitted names, no
         infinity) whose numeric columns hold NumPy numbers read as numbers at fit time and
         whose categorical columns are ``object`` or string columns of strings (or missing
         values) with
         string levels at fit time, without quantile scaling; else ``None``. The same numbers as
         :meth:`transform` (:meth:`_encode_numeric_array`, ``_codes``) without its column-by-
-        column conversions, which dominate a single row's predict."""
+        column conversions, which dominate a single row's predict. ``dtypes``: the frame's
+        column dtypes."""
         if any(grid is not None for grid in self._quantiles):
             return None
-        dtypes = list(frame.dtypes)
         for j in self.numeric_columns_:
             if not (isinstance(dtypes[j], np.dtype) and dtypes[j].kind in "iuf"
                     and self._numeric_kind[j] == "number"):
