@@ -54,12 +54,12 @@ MAX_DIM = 3
 MIN_KEYS = 4096
 MIN_QUERIES = 256
 # ... and at least this many query-key pairs (below, the blocked scan costs about as little).
-MIN_PAIRS = 1 << 28
+MIN_PAIRS = 1 << 22
 MAX_TREE_ENTRIES = 1 << 25
 # Queries sampled to tell whether the tree pays for a call, and the mean fraction of the keys
 # whose distances a sampled query computes up to which it does.
 _PAY_SAMPLE = 256
-PAYS_UP_TO = 0.01
+PAYS_UP_TO = 0.05
 # Scratch bytes per (query, candidate key) entry of a group: the distances and their
 # temporaries, and per candidate key of a group: positions and the candidates' packing.
 _ENTRY_BYTES = 4 * 8
@@ -221,14 +221,16 @@ class KeyTree:
             return kept_rows[0], kept_nodes[0]
         return torch.cat(kept_rows), torch.cat(kept_nodes)
 
-    def nearest(self, prepared, q_raw, k, budget):
+    def nearest(self, prepared, q_raw, k, budget, cap=math.inf):
         """``(f, idx, computed)``: the exact k nearest keys of raw mapped queries ``q_raw``
         (b, d) in (distance, index) order (float64 f, original key indices) and the mean
         number of keys per query whose distance was computed.
 
         The queries go in groups (of a node each); a group keeps the nodes within its box's
         bound (the largest upper bound of its queries), and each of its queries takes the k
-        nearest of their keys (:meth:`_nearest_in`)."""
+        nearest of their keys (:meth:`_nearest_in`). ``cap``: an upper bound on the f of the
+        keys wanted (a radius squared): nodes beyond it are left out too, and the keys beyond
+        the k-th found may be padding (``inf``, ``-1``) where fewer are within it."""
         b = q_raw.shape[0]
         q = q_raw.detach().double()
         # nodes of at least _GROUP_KEYS keys and twice k positions (padding is a small share
@@ -249,7 +251,8 @@ class KeyTree:
         real = slot < sizes[:, None]
         members = order[torch.where(real, starts[:, None] + slot, starts[:, None])]
         groups = q[members]
-        upper = self.group_bounds(groups, home[starts], level, k, budget)
+        upper = self.group_bounds(groups, home[starts], level, k, budget).clamp_(
+            max=cap * (1 + _F_SLACK))
         rows, nodes = self.leaves_within(groups.amin(1), groups.amax(1), upper.amax(1),
                                          budget)
         f_out = torch.empty((b, k), dtype=torch.float64, device=q.device)
@@ -320,26 +323,32 @@ class KeyTree:
         width = self.n_positions >> self.depth
         points = groups.view(n * group, -1)[query]
         f = self._sq_dists(points[:, None], mine, self.depth)[:, 0]
+        at_rows = members.view(-1)[query]
+        if not f.shape[1]:  # no key within the cap
+            return (at_rows, f.new_full((n_rows, k), math.inf),
+                    torch.full((n_rows, k), -1, dtype=torch.long, device=f.device))
         kth = f.topk(min(k, f.shape[1]), dim=1, largest=False, sorted=True).values[:, -1]
+        # a query's bound (its cap, a radius) may be closer than its k-th: keys beyond it
+        # are not wanted
+        kth = torch.minimum(kth, upper.view(-1)[query])
         rows, cols = (f <= kth[:, None] * (1 + _F_SLACK)).nonzero(as_tuple=True)
         node = mine[rows, cols // width]
         chosen = torch.where(node >= 0, self.perm[node.clamp(min=0) * width + cols % width], -1)
         final = row_packed(rows, n_rows, chosen, fill=(-1,))[0]
-        at_rows = members.view(-1)[query]
         exact = prepared.exact_f(q_raw.index_select(0, at_rows), final, budget)
         out_f, out_i = smallest_exact(torch.where(final >= 0, exact, math.inf), final, k)
         return at_rows, out_f, out_i
 
-    def pays(self, prepared, queries, k, budget):
+    def pays(self, prepared, queries, k, budget, cap=math.inf):
         """Whether the tree is expected to pay for a selection of the k nearest of raw
-        ``queries``: a sample of them, each alone, keeps nodes of at most ``PAYS_UP_TO`` of
-        the keys on average."""
+        ``queries`` (within ``cap``, as in :meth:`nearest`): a sample of them, each alone,
+        keeps nodes of at most ``PAYS_UP_TO`` of the keys on average."""
         n_q = queries.shape[0]
         sample = queries[torch.linspace(0, n_q - 1, min(n_q, _PAY_SAMPLE),
                                         device=queries.device).long()].detach().double()
         level = self._level_of(2 * k + LEAF_KEYS)
         upper = self.group_bounds(sample[:, None], self.node_of(sample, level), level, k,
-                                  budget)[:, 0]
+                                  budget)[:, 0].clamp_(max=cap * (1 + _F_SLACK))
         rows, _ = self.leaves_within(sample, sample, upper, budget)
         computed = rows.numel() / sample.shape[0] * (self.n_positions >> self.depth)
         return computed <= PAYS_UP_TO * self.n_positions
@@ -400,22 +409,53 @@ def _built(prepared, working_memory):
 
 # Bytes per query of a chunk of the call: its results and a share of the descent's pairs.
 _QUERY_BYTES = 4096
+# Scratch bytes of a worker's groups at most, whatever the budget: larger blocks of distances
+# stream through memory at a cost above the calls they save (docs/performance.md, "The key
+# tree").
+_WORKER_SCRATCH = 1 << 26
 
 
 def tree_for(spec, k):
     """The key tree of the selection where it applies and is expected to pay: exact k nearest
-    of many queries on the CPU, no mask or prior, prepared keys of a distance kind of at most
-    ``MAX_DIM`` dimensions (the conditions of the key cells, ``_knn._cells_for``)."""
-    if (not spec.prepared or spec.device.type != "cpu" or spec.grad or spec.radius is not None
-            or spec.self_index is not None or spec.prior_fn is not None
-            or spec.prior_vec is not None or spec.key_mask is not None):
+    of many queries on the CPU, no mask or prior but self-exclusion and one radius, prepared
+    keys of a distance kind of at most ``MAX_DIM`` dimensions."""
+    if (not spec.prepared or spec.device.type != "cpu" or spec.grad
+            or (spec.radius is not None and spec.radius.radius is None)
+            or spec.prior_fn is not None or spec.prior_vec is not None
+            or spec.key_mask is not None or k + _own(spec) > spec.keys.n_keys):
         return None
     tree = key_tree(spec.keys, spec.n_queries, spec.budget / 2**20)
     if tree is None:
         return None
     with one_thread():
-        pays = tree.pays(spec.keys, spec.keys.map_queries(spec.queries), k, spec.budget)
+        pays = tree.pays(spec.keys, spec.keys.map_queries(spec.queries), k + _own(spec),
+                         spec.budget, _cap(spec))
     return tree if pays else None
+
+
+def _own(spec):
+    """Keys selected beyond k: one for the query's own key when it is excluded."""
+    return int(spec.self_index is not None)
+
+
+def _cap(spec):
+    return math.inf if spec.radius is None else spec.radius.max_r2
+
+
+def _excluded(spec, rows, f, idx, k):
+    """The k of ``k + 1`` nearest (``f``, ``idx``) of query ``rows`` that remain without each
+    query's own key (the last one where its own is not among them; the order is kept), then
+    those beyond the radius made padding (they come last)."""
+    if spec.self_index is not None:
+        own = spec.self_index[rows][:, None]
+        drop = (idx == own) & (own >= 0)
+        drop[:, -1] |= ~drop.any(1)
+        keep = ~drop
+        f, idx = f[keep].view(-1, k), idx[keep].view(-1, k)
+    if spec.radius is not None:
+        inside = f <= spec.radius.max_r2
+        f, idx = f.masked_fill(~inside, math.inf), idx.masked_fill(~inside, -1)
+    return f, idx
 
 
 def tree_blocks(spec, tree, k, what):
@@ -424,7 +464,9 @@ def tree_blocks(spec, tree, k, what):
     not depend on its chunk or block."""
     prepared, Q = spec.keys, spec.queries
     n_q, workers = Q.shape[0], n_workers(spec)
-    chunk = plan_rows(n_q, row_bytes=_QUERY_BYTES + 16 * k, budget=spec.budget)
+    wanted, cap = k + _own(spec), _cap(spec)
+    scratch = min(spec.budget // workers, _WORKER_SCRATCH)
+    chunk = plan_rows(n_q, row_bytes=_QUERY_BYTES + 16 * wanted, budget=spec.budget)
     for cs in track(range(0, n_q, chunk), spec.progress, total=-(-n_q // chunk), desc=what,
                     unit="block"):
         ce = min(n_q, cs + chunk)
@@ -433,9 +475,10 @@ def tree_blocks(spec, tree, k, what):
         # shared among them
         part = -(-(ce - cs) // workers)
         parts = list(map_blocks(
-            lambda s, q_raw=q_raw, part=part: tree.nearest(prepared, q_raw[s : s + part], k,
-                                                spec.budget // workers)[:2],
+            lambda s, q_raw=q_raw, part=part: tree.nearest(
+                prepared, q_raw[s : s + part], wanted, scratch, cap)[:2],
             range(0, ce - cs, part), workers))
-        f, idx = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        f, idx = _excluded(spec, torch.arange(cs, ce, device=Q.device),
+                           torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), k)
         q = prepared.centre(q_raw)
         yield cs, ce, q, query_index(spec, slice(cs, ce), q.device), f, idx

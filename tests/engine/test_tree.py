@@ -137,7 +137,8 @@ def test_tree_is_used_only_where_it_applies(small_tree, monkeypatch):
     queries = points(rng, 100, 3, "clustered")
     kneighbors(queries, keys, 5)  # keys not prepared: no tree
     prepared = prepare_keys(keys)
-    kneighbors(queries, prepared, 5, radius=2.0)  # a radius mask: the plain loop
+    radii = (np.ones(100), np.ones(1000))
+    kneighbors(queries, prepared, 5, radius=radii)  # per-point radii: the plain loop
     kneighbors(queries, prepared, 5, log_prior=np.where(np.arange(1000) % 7, 0.0, -np.inf))
     assert built == [] and served == []
     monkeypatch.setattr(_tree, "MAX_DIM", 2)  # beyond the tree's dimensions
@@ -147,6 +148,36 @@ def test_tree_is_used_only_where_it_applies(small_tree, monkeypatch):
     monkeypatch.setattr(_tree, "PAYS_UP_TO", 0.0)  # not expected to pay
     kneighbors(queries, prepared, 5)
     assert built == [1] and served == []
+
+
+@pytest.mark.parametrize("kind", ["clustered", "grid"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("exclude_self", [False, True])
+@pytest.mark.parametrize("radius", [None, 1.0, 2.0])
+def test_tree_with_a_radius_and_self_exclusion(small_tree, monkeypatch, kind, dtype,
+                                               exclude_self, radius):
+    # the query's own key left out (duplicated rows: its twins stay), keys at exactly the
+    # radius kept (integer grid), padding where fewer keys are within it
+    rng = np.random.default_rng(15)
+    keys = points(rng, 1500, 3, kind).astype(dtype)
+    near = keys[rng.integers(0, 1500, 400)] + rng.integers(-1, 2, size=(400, 3))
+    queries = keys[::3] if exclude_self else near.astype(dtype)
+    own = np.arange(0, 1500, 3) if exclude_self else False
+    prepared = prepare_keys(keys, dtype=dtype)
+    k = 9
+    got = kneighbors(queries, prepared, k, radius=radius, exclude_self=own, dtype=dtype)
+    assert small_tree[1]
+    with monkeypatch.context() as patch:
+        plain(patch)
+        ref = kneighbors(queries, keys, k, radius=radius, exclude_self=own, dtype=dtype)
+    np.testing.assert_array_equal(got[1], ref[1])
+    np.testing.assert_array_equal(got[0], ref[0])
+    if radius is not None:
+        assert (got[1] >= 0).any()
+        assert (got[1] == -1).any() or kind == "grid"
+        np.testing.assert_array_equal(np.isfinite(got[0]), got[1] >= 0)
+    if exclude_self:
+        assert not (got[1] == own[:, None]).any()
 
 
 def test_tree_attention_and_pickled_prepared_keys(small_tree, monkeypatch):
