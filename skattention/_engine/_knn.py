@@ -22,7 +22,7 @@ from ._results import backend_result, cat_or_empty, empty_rows
 from ._scores import NEG_INF
 from ._softmax import batch_exp
 from ._topk import TopK
-from ._tree import tree_blocks, tree_for
+from ._tree_calls import tree_blocks, tree_for
 
 
 # Candidates kept on the fast scores: k and two more (a few more for large k), so that a row whose

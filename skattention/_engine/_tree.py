@@ -22,9 +22,7 @@ import torch
 
 from ._budget import plan_rows
 from ._exact import row_packed, sort_exact
-from ._masks import query_index
-from ._parallel import map_blocks, n_workers, one_thread
-from ._progress import track
+from ._parallel import one_thread
 
 # Keys per leaf at least (fewer than twice as many): small leaves prune finely at low
 # dimension; more leaves make the descent longer (docs/performance.md, "The key tree").
@@ -413,72 +411,3 @@ _QUERY_BYTES = 4096
 # stream through memory at a cost above the calls they save (docs/performance.md, "The key
 # tree").
 _WORKER_SCRATCH = 1 << 26
-
-
-def tree_for(spec, k):
-    """The key tree of the selection where it applies and is expected to pay: exact k nearest
-    of many queries on the CPU, no mask or prior but self-exclusion and one radius, prepared
-    keys of a distance kind of at most ``MAX_DIM`` dimensions."""
-    if (not spec.prepared or spec.device.type != "cpu" or spec.grad
-            or (spec.radius is not None and spec.radius.radius is None)
-            or spec.prior_fn is not None or spec.prior_vec is not None
-            or spec.key_mask is not None or k + _own(spec) > spec.keys.n_keys):
-        return None
-    tree = key_tree(spec.keys, spec.n_queries, spec.budget / 2**20)
-    if tree is None:
-        return None
-    with one_thread():
-        pays = tree.pays(spec.keys, spec.keys.map_queries(spec.queries), k + _own(spec),
-                         spec.budget, _cap(spec))
-    return tree if pays else None
-
-
-def _own(spec):
-    """Keys selected beyond k: one for the query's own key when it is excluded."""
-    return int(spec.self_index is not None)
-
-
-def _cap(spec):
-    return math.inf if spec.radius is None else spec.radius.max_r2
-
-
-def _excluded(spec, rows, f, idx, k):
-    """The k of ``k + 1`` nearest (``f``, ``idx``) of query ``rows`` that remain without each
-    query's own key (the last one where its own is not among them; the order is kept), then
-    those beyond the radius made padding (they come last)."""
-    if spec.self_index is not None:
-        own = spec.self_index[rows][:, None]
-        drop = (idx == own) & (own >= 0)
-        drop[:, -1] |= ~drop.any(1)
-        keep = ~drop
-        f, idx = f[keep].view(-1, k), idx[keep].view(-1, k)
-    if spec.radius is not None:
-        inside = f <= spec.radius.max_r2
-        f, idx = f.masked_fill(~inside, math.inf), idx.masked_fill(~inside, -1)
-    return f, idx
-
-
-def tree_blocks(spec, tree, k, what):
-    """``_knn.nearest_blocks`` over the key tree: the queries taken in chunks of the call, each
-    cut into one block per worker, and yielded in their own order; a query's selection does
-    not depend on its chunk or block."""
-    prepared, Q = spec.keys, spec.queries
-    n_q, workers = Q.shape[0], n_workers(spec)
-    wanted, cap = k + _own(spec), _cap(spec)
-    scratch = min(spec.budget // workers, _WORKER_SCRATCH)
-    chunk = plan_rows(n_q, row_bytes=_QUERY_BYTES + 16 * wanted, budget=spec.budget)
-    for cs in track(range(0, n_q, chunk), spec.progress, total=-(-n_q // chunk), desc=what,
-                    unit="block"):
-        ce = min(n_q, cs + chunk)
-        q_raw = prepared.map_queries(Q[cs:ce]).detach()
-        # one block per single-threaded worker (docs/performance.md, "Under load"), the budget
-        # shared among them
-        part = -(-(ce - cs) // workers)
-        parts = list(map_blocks(
-            lambda s, q_raw=q_raw, part=part: tree.nearest(
-                prepared, q_raw[s : s + part], wanted, scratch, cap)[:2],
-            range(0, ce - cs, part), workers))
-        f, idx = _excluded(spec, torch.arange(cs, ce, device=Q.device),
-                           torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), k)
-        q = prepared.centre(q_raw)
-        yield cs, ce, q, query_index(spec, slice(cs, ce), q.device), f, idx
