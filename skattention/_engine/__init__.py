@@ -26,12 +26,12 @@ from ._kernels import (
     gaussian_kernel_log_sums,
     sqdist_log_histogram,
 )
+from ._kinds import LEARNED_METRICS, METRICS, cosine_distances_of_pairs, metric_kind
 from ._maps import ResidualBlock, build_map
 from ._metric_training import batch_rows, train_metric
 from ._parallel import cpu_threads, rows_single_threaded
 from ._progress import progress_bar, track, write
 from ._rows import RowBlocks
-from ._scores import LEARNED_METRICS, METRICS
 from ._sdpa import augmented_coordinates, scaled_dot_product
 from ._shards import (
     Partial,
@@ -88,6 +88,8 @@ __all__ = [
     # names, checks, devices, threads, memory and progress
     "LEARNED_METRICS",
     "METRICS",
+    "metric_kind",
+    "cosine_distances_of_pairs",
     "averaging_dtype",
     "budget_bytes",
     "check_temperature",

@@ -62,10 +62,12 @@ def attention(
     queries : array-like or Tensor of shape (n_queries, n_features)
     keys : array-like or Tensor of shape (n_keys, n_features)
     values : array-like or Tensor of shape (n_keys,) or (n_keys, n_values)
-    metric : {"sqeuclidean", "euclidean", "dot"} or callable, default="sqeuclidean"
+    metric : str, ("minkowski", p) or callable, default="sqeuclidean"
         ``"sqeuclidean"``: s = -||q - k||^2. ``"euclidean"``: s = -||q - k|| (the non-squared
         distance; keys are selected on squared distances, which order them the same way).
-        ``"dot"``: s = q.k. A callable ``phi`` mapping a ``(n, n_features)`` tensor to
+        ``"dot"``: s = q.k. ``"manhattan"``: s = -sum_j |q_j - k_j|. ``("minkowski", p)``
+        (``1 <= p < inf``): s = -sum_j |q_j - k_j|^p. ``"cosine"``: s = -(1 - cos(q, k)) (a
+        zero row is at distance 1). A callable ``phi`` mapping a ``(n, n_features)`` tensor to
         ``(n, d)`` gives s = -||phi(q) - phi(k)||^2.
     temperature : float >= 0 or 0-d Tensor, default=1.0
         ``0`` is the nearest-neighbour limit: all weight on the nearest unmasked key, the
@@ -79,8 +81,10 @@ def attention(
         in that order until their weights add up to ``n_neighbors``, the last contributing the
         remainder (an integer weight acts as that many copies of the key).
     radius : float or (array-like, array-like), default=None
-        Radius prior (distance metrics only): only keys with ``||q - k||^2 <= radius**2`` get weight
-        (decided on exact distances: a key at distance exactly ``radius`` is kept).
+        Radius prior (distance metrics only): only keys within distance ``radius`` get weight
+        (``||q - k||^2 <= radius**2``; for the other metrics ``f <= radius``, ``radius**p`` for
+        Minkowski's), decided on exact distances: a key at distance exactly ``radius`` is
+        kept.
         A pair ``(query_radius, key_radius)`` of arrays of shape ``(n_queries,)`` and
         ``(n_keys,)`` keeps key ``j`` for query ``i`` when
         ``f(q_i, k_j) <= max(query_radius[i], key_radius[j])**2``: with the distances to the
@@ -170,6 +174,7 @@ def _sdpa_applies(spec, backend):
     T = spec.temperature
     sdpa_ok = (
         spec.keys.squared  # SDPA's augmented coordinates give squared distances only
+        and not spec.keys.pairwise  # (and products, not cdist's differences)
         and spec.n_neighbors is None
         and spec.radius is None
         and spec.self_index is None

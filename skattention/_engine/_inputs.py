@@ -16,8 +16,9 @@ import torch
 
 from ._budget import budget_bytes
 from ._device import is_auto_device, resolve_device, resolve_dtype
+from ._kinds import f_of_distance, metric_kind
 from ._masks import Radius
-from ._scores import ENGINE_METRICS, PreparedKeys
+from ._scores import PreparedKeys
 from ._softmax import product_values
 
 
@@ -100,16 +101,14 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
     T = None if values is None else check_temperature(temperature, dev, dt)
     V = None if values is None else checked_values(prepared, values, n_k, dev,
                                                    averaging_dtype(values, T, dt, dev))
-    if not (callable(metric) or (isinstance(metric, str) and metric in ENGINE_METRICS)):
-        raise ValueError(
-            f"metric={metric!r} is not supported; use one of {ENGINE_METRICS} or a callable."
-        )
+    kind, p = metric_kind(metric)
     if n_neighbors is not None:
         n_neighbors = check_count(n_neighbors, "n_neighbors", n_k, "the number of keys")
     if radius is not None:
         if metric == "dot":
             raise ValueError("radius needs a distance metric; metric='dot' has none.")
-        radius = check_radius(radius, n_q, n_k, dev, dt)
+        radius = check_radius(radius, n_q, n_k, dev, dt,
+                              lambda r: f_of_distance(kind, p, r))
     prior_vec, prior_fn, key_mask = checked_log_prior(prepared, log_prior, n_k, dev, dt)
     self_index = check_exclude_self(exclude_self, n_q, n_k, dev)
     budget = budget_bytes(working_memory)
@@ -152,10 +151,7 @@ def prepare_keys(keys, *, metric="sqeuclidean", device="auto", dtype=None):
     its attention. ``metric``, ``device`` and ``dtype`` of the calls must match (``device`` and
     ``dtype`` may be left to their defaults).
     """
-    if not (callable(metric) or (isinstance(metric, str) and metric in ENGINE_METRICS)):
-        raise ValueError(
-            f"metric={metric!r} is not supported; use one of {ENGINE_METRICS} or a callable."
-        )
+    metric_kind(metric)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, keys)
     return PreparedKeys(as_tensor(keys, "keys", dev, dt, ndims=(2,)), metric)
@@ -338,8 +334,9 @@ def check_count(value, name, limit, limit_name=None):
     return int(value)
 
 
-def check_radius(radius, n_q, n_k, device, dtype):
-    """Validate ``radius`` into a :class:`Radius`; ``None`` for an infinite radius (no mask)."""
+def check_radius(radius, n_q, n_k, device, dtype, f_of):
+    """Validate ``radius`` into a :class:`Radius` (``f_of``: the metric's ``f`` at a
+    distance); ``None`` for an infinite radius (no mask)."""
     if isinstance(radius, tuple) and len(radius) == 2:
         query_r, key_r = (
             as_tensor(r, name, device, dtype, ndims=(1,))
@@ -352,13 +349,13 @@ def check_radius(radius, n_q, n_k, device, dtype):
             )
         if bool((query_r < 0).any()) or bool((key_r < 0).any()):
             raise ValueError("radii must be >= 0.")
-        return Radius(query_r=query_r, key_r=key_r)
+        return Radius(query_r=query_r, key_r=key_r, f_of=f_of)
     if not isinstance(radius, Real) or isinstance(radius, bool) or not radius > 0:
         raise ValueError(
             f"radius must be a positive number, a (query_radius, key_radius) pair of arrays "
             f"or None, got {radius!r}."
         )
-    return None if math.isinf(radius) else Radius(radius=float(radius))
+    return None if math.isinf(radius) else Radius(radius=float(radius), f_of=f_of)
 
 
 def check_log_prior(log_prior, n_keys, device, dtype):

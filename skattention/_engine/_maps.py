@@ -22,8 +22,9 @@ import math
 import torch
 from torch import nn
 
+from ._kinds import LEARNED_METRICS
 from ._parallel import _mkl_threads
-from ._scores import LEARNED_METRICS, padded_rows
+from ._scores import padded_rows
 
 _ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
 

@@ -16,24 +16,27 @@ from ._scores import NEG_INF
 
 
 class Radius:
-    """The radius prior: key j is kept for query i when f(q_i, k_j) <= r_ij**2, where r_ij is one
-    number or ``max(query_radius[i], key_radius[j])``.
+    """The radius prior: key j is kept for query i when f(q_i, k_j) <= f_of(r_ij), where r_ij
+    is one number or ``max(query_radius[i], key_radius[j])`` and ``f_of`` the metric's value
+    of ``f`` at a distance (its square for the Euclidean kinds, ``_kinds.f_of_distance``).
 
-    Blocks hold partial scores ``s = ||q||^2 - f`` (see ``PreparedKeys``), so the fast test is
-    ``s >= ||q||^2 - r_ij**2`` (:meth:`threshold`). Only keys within the rounding margin of that
-    threshold are settled on exact distances (``_exact.settle``), so a key at distance exactly
-    ``r`` is always kept, as in scikit-learn. A ``lenient`` block keeps those keys unsettled
-    (the k-NN selection settles its candidates itself, :meth:`inside`).
+    Blocks hold partial scores ``s = offset(q) - f`` (see ``PreparedKeys``), so the fast test is
+    ``s >= offset(q) - f_of(r_ij)`` (:meth:`threshold`). Only keys within the rounding margin of
+    that threshold are settled on exact distances (``_exact.settle``), so a key at distance
+    exactly ``r`` is always kept, as in scikit-learn. A ``lenient`` block keeps those keys
+    unsettled (the k-NN selection settles its candidates itself, :meth:`inside`).
     """
 
-    def __init__(self, radius=None, query_r=None, key_r=None):
+    def __init__(self, radius=None, query_r=None, key_r=None, f_of=lambda r: r**2):
         self.radius = radius
         if radius is not None:
-            self.max_r2 = radius * radius
+            # f at the radius, the one value every test against it uses
+            self.bound = f_of(radius)
+            self.max_r2 = self.bound
         else:
-            self.query_r2, self.key_r2 = query_r * query_r, key_r * key_r
-            self.query_r2_exact = query_r.double() ** 2
-            self.key_r2_exact = key_r.double() ** 2
+            self.query_r2, self.key_r2 = f_of(query_r), f_of(key_r)
+            self.query_r2_exact = f_of(query_r.double())
+            self.key_r2_exact = f_of(key_r.double())
             self.max_r2 = float(torch.cat([self.query_r2_exact, self.key_r2_exact]).max())
         self._qoff = self._q_r2 = self._rows = None
 
@@ -47,7 +50,7 @@ class Radius:
         self._margin = (prepared.margin(q) + 4 * eps * self.max_r2)[:, None]
         self._qoff = prepared.query_offset(q)[:, None]
         if self.radius is not None:
-            self._qoff = self._qoff - self.radius**2
+            self._qoff = self._qoff - self.bound
         else:
             self._q_r2 = self.query_r2[rows, None]
 
@@ -59,7 +62,7 @@ class Radius:
     def exact_r2(self, rows, keys):
         """``r_ij**2`` in float64 for block rows ``rows`` and key indices ``keys``."""
         if self.radius is not None:
-            return self.radius**2
+            return self.bound
         q_r2 = self.query_r2_exact[self._rows][rows]
         return torch.maximum(q_r2, self.key_r2_exact[keys])
 

@@ -22,7 +22,7 @@ import threading
 
 import torch
 
-from ._scores import ROW_MULTIPLE
+from ._budget import ROW_MULTIPLE
 
 # Multiply-adds below which a call runs on one thread (about a millisecond of one core).
 _SMALL_CALL_WORK = 1 << 22

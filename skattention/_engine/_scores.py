@@ -18,31 +18,23 @@ coordinates) that ``_exact.py`` settles the close calls with.
 """
 
 import functools
+import math
 
 import torch
 
-from ._budget import CPU_BLOCK_ENTRIES, plan_rows
-
-# The one table of metric names. Scores the engine computes (``attention(metric=...)``):
-ENGINE_METRICS = ("sqeuclidean", "euclidean", "dot")
-# Engine metrics whose keys are selected on squared Euclidean distances (k-NN, radius, T = 0).
-_DISTANCES = ("sqeuclidean", "euclidean")
-# Pseudo-metrics learned end to end (``_maps.py``; the estimators and ``skattention.nn``) ->
-# the engine score between the mapped inputs:
-LEARNED_METRICS = {"mlp": "sqeuclidean", "linear": "sqeuclidean", "dot": "dot",
-                   "tabular": "euclidean"}
-# The metric estimators' ``metric``: the fixed Euclidean one and the learned ones.
-METRICS = {"euclidean": "sqeuclidean", **LEARNED_METRICS}
-
+from ._budget import CPU_BLOCK_ENTRIES, ROW_MULTIPLE, plan_rows
+from ._kinds import (
+    DISTANCE_KINDS,
+    PAIRWISE_KINDS,
+    cosine_distances_of_pairs,
+    metric_kind,
+    power_sums,
+    unit_rows,
+)
 
 # The score of a masked (query, key) pair: it gets no weight.
 NEG_INF = float("-inf")
 
-# The BLAS kernels give a row of a product the same rounding whatever the rows around it only
-# when the row count is a multiple of 4 (one or two rows take a matrix-vector path, a ragged tail
-# another kernel; measured with torch's MKL on AVX-512, float32 and float64, 1 and 2 threads):
-# blocks of queries are padded to one, so that a query's output does not depend on its batch.
-ROW_MULTIPLE = 4
 
 
 def padded_rows(x, multiple=ROW_MULTIPLE):
@@ -59,16 +51,20 @@ class PreparedKeys:
     ----------
     keys : Tensor of shape (n_keys, d)
         Keys on the compute device and dtype.
-    metric : {"sqeuclidean", "euclidean", "dot"} or callable
+    metric : {"sqeuclidean", "euclidean", "dot", "manhattan", "cosine"}, ("minkowski", p) \
+            or callable
         A callable ``phi`` maps a ``(n, d)`` tensor to ``(n, d')``; scores are then
-        ``-||phi(q) - phi(k)||^2``.
+        ``-||phi(q) - phi(k)||^2``. ``"cosine"``: ``f = 1 - cos(q, k)``, blocks of the unit
+        rows' products (partial score ``q.k / (|q| |k|)``, offset 1); ``"manhattan"`` and
+        Minkowski: ``f = sum |q_j - k_j|^p`` (p = 1 for ``"manhattan"``), blocks by
+        ``torch.cdist`` (partial score ``-f``).
     """
 
     def __init__(self, keys, metric, check_finite=True):
         self.metric = metric
         self.n_features = keys.shape[1]
         self.phi = metric if callable(metric) else None
-        self.kind = "sqeuclidean" if callable(metric) else metric
+        self.kind, self.p = metric_kind(metric)
         if self.phi is not None:
             keys = _apply_phi(self.phi, keys, "keys")
         # The keys as given (mapped by phi): exact distances are differences of these.
@@ -83,6 +79,8 @@ class PreparedKeys:
             self.shift = None
             self.key_offset = None
             self.coef = 1.0
+            if self.kind == "cosine":
+                keys = unit_rows(keys)
         # [k; -||k||^2], transposed: partial scores as one product of [coef q, 1] (no bias
         # copy into the score block); None under autograd and for "dot"
         self.keys_aug_t = None
@@ -103,29 +101,37 @@ class PreparedKeys:
             if self.key_offset is not None:
                 self.keys_t[-1] = self.key_offset
                 self.keys_aug_t, self.keys_t = self.keys_t, self.keys_t[:-1]
-            self.keys = self.keys_t.T
+            self.keys = keys.contiguous() if self.pairwise else self.keys_t.T
         self.n_keys, self.dim = keys.shape
         # (``check_finite=False``: a training step, whose keys are the map's images of checked
         # inputs and whose loss is checked instead: the two passes and their reductions are a
         # noticeable part of a step)
         if check_finite and (not bool(torch.isfinite(keys).all()) or (
             self.key_offset is not None and not bool(torch.isfinite(self.key_offset).all())
-        )):
+        ) or (self.pairwise and not math.isfinite(self._as_dtype(self.max_key_sq)))):
             raise ValueError(
-                "Key coordinates overflow the compute dtype once squared; rescale the data "
-                "or use dtype=torch.float64."
+                f"Key coordinates overflow the compute dtype once "
+                f"{'raised to the power p' if self.pairwise else 'squared'}; rescale the data "
+                f"or use dtype=torch.float64."
             )
         self._remembered = {}
 
     @functools.cached_property
     def max_key_sq(self):
-        """The largest ``||k||^2`` of the (centred) keys, for the rounding margin of the fast
-        scores (:meth:`margin`); computed when first needed (a host synchronisation)."""
+        """The largest ``||k||^2`` of the (centred) keys (``sum |k_j|^p`` for the pairwise
+        kinds, in float64), for the rounding margin of the fast scores (:meth:`margin`);
+        computed when first needed (a host synchronisation)."""
         if not self.n_keys:
             return 0.0
+        if self.pairwise:
+            return float(power_sums(self.raw.detach().double(), self.p).max())
         key_sq = -self.key_offset if self.key_offset is not None else (
             self.keys * self.keys).sum(1)
         return float(key_sq.detach().max())
+
+    def _as_dtype(self, value):
+        """A Python float as the keys' dtype holds it (``inf`` beyond its range)."""
+        return float(torch.tensor(value, dtype=torch.float64).to(self.raw.dtype))
 
     def remembered(self, name, source, build, *key):
         """``build()``, remembered on these keys under ``name`` while ``source`` (a per-key
@@ -148,7 +154,13 @@ class PreparedKeys:
 
     @property
     def is_distance(self):
-        return self.kind in _DISTANCES
+        return self.kind in DISTANCE_KINDS
+
+    @property
+    def pairwise(self):
+        """Whether blocks come from the coordinates' differences (``torch.cdist``), not from a
+        matrix product: no augmented keys, no SDPA."""
+        return self.kind in PAIRWISE_KINDS
 
     @property
     def squared(self):
@@ -171,7 +183,9 @@ class PreparedKeys:
         return queries
 
     def centre(self, queries):
-        """Mapped queries in the centred coordinates of the keys."""
+        """Mapped queries in the centred coordinates of the keys (unit rows for cosine)."""
+        if self.kind == "cosine":
+            return unit_rows(queries)
         return queries if self.shift is None else queries - self.shift
 
     def margin(self, q):
@@ -183,6 +197,11 @@ class PreparedKeys:
         twice that is used.
         """
         eps = torch.finfo(q.dtype).eps
+        if self.pairwise:
+            # |a - b|^p <= 2^(p-1) (|a|^p + |b|^p); the sum, cdist's root and the power
+            sizes = power_sums(q.detach().double(), self.p) + self.max_key_sq
+            factor = (2 * self.dim + 8 + 4 * self.p) * eps * 2 ** (self.p - 1)
+            return (factor * sizes).to(q.dtype)
         q_sq = (q.detach() * q.detach()).sum(1)
         return (2 * self.dim + 8) * eps * (q_sq + self.max_key_sq)
 
@@ -214,13 +233,19 @@ class PreparedKeys:
         if self.is_distance:
             diff = q - keys
             return (diff * diff).sum(-1)
+        if self.pairwise:
+            return power_sums(q - keys, self.p)
+        if self.kind == "cosine":
+            return cosine_distances_of_pairs(q, keys)
         return -(q * keys).sum(-1)
 
     def query_offset(self, q):
         """Per-query constant c such that the exact value of ``-f`` is ``partial - c`` (``f``
-        the squared distance for both distance kinds)."""
+        the squared distance for both distance kinds, ``1 - cos`` for cosine)."""
         if self.is_distance:
             return (q * q).sum(1)
+        if self.kind == "cosine":
+            return torch.ones(q.shape[0], dtype=q.dtype, device=q.device)
         return torch.zeros(q.shape[0], dtype=q.dtype, device=q.device)
 
     def augmented(self, q):
@@ -238,6 +263,8 @@ class PreparedKeys:
         its autograd graph. ``augmented``: ``self.augmented(q)``, if already computed.
         """
         rows = q.shape[0]
+        if self.pairwise:
+            return self._pairwise_block(q, start, stop, scale, log_prior)
         if (self.keys_aug_t is not None and log_prior is None
                 and not isinstance(scale, torch.Tensor) and scale == 1.0):
             # partial scores [coef q, 1] . [k, -||k||^2] (coef = 2: exact scaling); the fast
@@ -269,6 +296,20 @@ class PreparedKeys:
         # otherwise than among 1,000), and a row's result must not depend on its batch.
         alpha = self.coef * scale
         return torch.addmm(bias, q if alpha == 1.0 else q * alpha, kt)[:rows]
+
+    def _pairwise_block(self, q, start, stop, scale, log_prior):
+        """``scale * -f + log_prior`` of a key block for the pairwise kinds: ``torch.cdist``
+        (a loop over the pairs: a row's values do not depend on the rows around it)."""
+        f = torch.cdist(q, self.keys[start:stop], p=self.p)
+        if self.p != 1.0:
+            f = f.pow_(self.p) if not f.requires_grad else f.pow(self.p)
+        if isinstance(scale, torch.Tensor) or f.requires_grad:
+            s = f * (-scale)
+        else:
+            s = f.mul_(-scale)
+        if log_prior is not None:
+            s = s + log_prior[start:stop] if s.requires_grad else s.add_(log_prior[start:stop])
+        return s
 
     def logits(self, q, start, stop, scale, log_prior=None):
         """``scale * score(q, keys[start:stop]) + log_prior[start:stop]``: the softmax logits
@@ -302,7 +343,10 @@ class PreparedKeys:
             diff = q[:, None, :] - gathered
             f = (diff * diff).sum(-1)
             return -f if self.squared else -_sqrt_zero_grad(f)
-        return torch.einsum("bd,bkd->bk", q, gathered)
+        if self.pairwise:
+            return -power_sums(q[:, None, :] - gathered, self.p)
+        # (cosine: the unit rows' products less the offset 1)
+        return torch.einsum("bd,bkd->bk", q, gathered) - (self.kind == "cosine")
 
 
 def _block_bias(offset, scale, prior):

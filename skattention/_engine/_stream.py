@@ -96,7 +96,8 @@ class _Stream:
         budget."""
         spec = self.spec
         return (self.inplace and not self.need_raw and not spec.n_weights
-                and not self.state_only and spec.keys.squared and spec.key_mask is None
+                and not self.state_only and spec.keys.squared and not spec.keys.pairwise
+                and spec.key_mask is None
                 and not isinstance(spec.temperature, torch.Tensor) and self.n_k > self.bk
                 and spec.queries.device.type == "cpu" and _shift_keys_fit(spec))
 

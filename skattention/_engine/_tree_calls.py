@@ -43,7 +43,7 @@ def _own(spec):
 
 
 def _cap(spec):
-    return math.inf if spec.radius is None else spec.radius.max_r2
+    return math.inf if spec.radius is None else spec.radius.bound
 
 
 def _excluded(spec, rows, f, idx, k):
@@ -57,7 +57,7 @@ def _excluded(spec, rows, f, idx, k):
         keep = ~drop
         f, idx = f[keep].view(-1, k), idx[keep].view(-1, k)
     if spec.radius is not None:
-        inside = f <= spec.radius.max_r2
+        inside = f <= spec.radius.bound
         f, idx = f.masked_fill(~inside, math.inf), idx.masked_fill(~inside, -1)
     return f, idx
 

@@ -34,11 +34,11 @@ from ..utils._validation import encode_classes, label_columns
 from . import _dask
 from ._keys import FittedKeys
 from ._learned import LearnedMetric
-from ._strategy import TORCH_DTYPES, FixedMetric, PrecomputedMetric
+from ._strategy import FIXED_METRICS, TORCH_DTYPES, FixedMetric, PrecomputedMetric
 from ._weights import DistanceWeighting
 
 # The metric strategy of each value of ``metric``.
-STRATEGIES = {"euclidean": FixedMetric, "precomputed": PrecomputedMetric,
+STRATEGIES = {**{name: FixedMetric for name in FIXED_METRICS}, "precomputed": PrecomputedMetric,
               **{name: LearnedMetric for name in LEARNED_METRICS}}
 
 
@@ -48,6 +48,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
 
     _parameter_constraints: dict = {
         "metric": [StrOptions(set(METRICS) | {"precomputed"})],
+        "p": [Interval(Real, 1, None, closed="left")],
         "categorical_features": ["array-like", StrOptions({"from_dtype"}), None],
         "numeric_embedding": [StrOptions({"auto", "plr", "none"})],
         "temperature": [Interval(Real, 0, None, closed="both"), StrOptions({"auto"})],
@@ -78,7 +79,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
     }
 
     def __init__(self, metric="tabular", *, temperature="auto", n_neighbors=None, radius=None,
-                 weights="uniform", prototypes="auto",
+                 weights="uniform", p=2, prototypes="auto",
                  n_components=None, numeric_embedding="auto", hidden_size=256, n_blocks=1,
                  activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
                  learning_rate=1e-2, weight_decay=2e-4, sample_rate="auto", early_stopping=True,
@@ -90,6 +91,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         self.n_neighbors = n_neighbors
         self.radius = radius
         self.weights = weights
+        self.p = p
         self.prototypes = prototypes
         self.n_components = n_components
         self.numeric_embedding = numeric_embedding
@@ -134,6 +136,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
                 and previous.metric == self.metric and previous.map is not None):
             previous = None
         strategy = previous or STRATEGIES[self.metric](self.metric)
+        strategy.p = float(self.p)
         X_checked = strategy.input.check(self, X, reset=True)  # X first: its errors name X
         names = self.__dict__.get("feature_names_in_")
         y = validate_data(self, "no_validation", y, **y_checks)  # (which forgets X's names)

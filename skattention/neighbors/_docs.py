@@ -1,7 +1,8 @@
 """Docstring fragments shared by the metric-attention estimators (one text per parameter)."""
 
-METRIC = """metric : {"tabular", "mlp", "linear", "dot", "euclidean"}, default="tabular"
-        Pseudo-metric ``f``, learned end to end from the labels except for ``"euclidean"``:
+METRIC = """metric : str, default="tabular"
+        Pseudo-metric ``f``, learned end to end from the labels except for the fixed
+        ``"euclidean"``, ``"manhattan"``, ``"minkowski"`` and ``"cosine"``:
 
         - ``"tabular"``: ``||phi(x) - phi(y)||`` (not squared; ModernNCA's metric) with ``phi``
           a linear layer over periodic embeddings of the numbers (``numeric_embedding``) and
@@ -12,16 +13,25 @@ METRIC = """metric : {"tabular", "mlp", "linear", "dot", "euclidean"}, default="
         - ``"dot"``: ``-(W_Q x).(W_K y)``, standard asymmetric dot-product attention;
         - ``"euclidean"``: ``||x - y||^2`` on the raw inputs, nothing learned (k-NN, radius
           neighbours and Nadaraya-Watson are its exact special cases);
+        - ``"manhattan"``: ``sum_j |x_j - y_j|`` on the raw inputs (a Laplace kernel);
+          ``"minkowski"``: ``sum_j |x_j - y_j|^p`` (``p``; ``p=2`` is ``"euclidean"``, ``p=1``
+          ``"manhattan"``); ``"cosine"``: ``1 - x.y / (||x|| ||y||)`` (a zero row is at
+          distance 1 from every row). Nothing learned; with ``n_neighbors`` or ``radius`` and
+          ``temperature=np.inf`` they are scikit-learn's neighbour estimators with the same
+          ``metric`` (and ``p``); distances are ``f``, ``f**(1/p)`` for Minkowski's;
         - ``"precomputed"``: ``D_ij^2`` for a given distance matrix: ``fit`` takes the
           (n_samples, n_samples) distances between the training points, prediction the
           (n_queries, n_samples) distances from the queries to them (as scikit-learn's
           ``metric="precomputed"``); a numeric ``temperature`` is needed (not ``"auto"``).
 
         Learned metrics see the numeric columns robust-scaled (median and interquartile range,
-        smoothly clipped); ``"euclidean"`` sees them as given, so that its distances are those
-        of the input. Categorical columns enter ``"tabular"`` as codes of learned embeddings, the
-        other metrics one-hot; missing numbers sit at the training median with a missing
-        indicator (see :doc:`/tabular`)."""
+        smoothly clipped); the fixed metrics see them as given, so that their distances are
+        those of the input. Categorical columns enter ``"tabular"`` as codes of learned
+        embeddings, the other metrics one-hot; missing numbers sit at the training median with
+        a missing indicator (see :doc:`/tabular`).
+    p : float >= 1, default=2
+        Power of ``metric="minkowski"`` (ignored by the other metrics), as in scikit-learn's
+        neighbour estimators."""
 
 TEMPERATURE = """temperature : float >= 0 or "auto", default="auto"
         Softmax temperature ``T`` in units of ``f``. ``0`` is the arg-max (nearest neighbour)
@@ -41,8 +51,9 @@ NEIGHBORS = """n_neighbors : int, default=None
         points (in the metric). ``None`` attends to all of them. Training always attends to
         sampled candidates without it.
     radius : float, default=None
-        Radius prior at prediction: each query attends only to training points with
-        ``f(x, x_j) <= radius**2`` (a point exactly at distance ``radius`` included). A query
+        Radius prior at prediction: each query attends only to training points within
+        distance ``radius`` (``f(x, x_j) <= radius**2`` for the Euclidean metrics; a point
+        exactly at distance ``radius`` included). A query
         with none gets the classifier's ``outlier_label``, or NaN with a warning from the
         regressor, as in scikit-learn's radius-neighbour estimators.
     weights : {"uniform", "distance"} or callable, default="uniform"

@@ -99,7 +99,7 @@ class MetricAttentionRegressor(RegressorMixin, NeighborsQueryMixin, _BaseMetricA
     }
 
     def __init__(self, metric="tabular", *, temperature="auto", n_neighbors=None, radius=None,
-                 weights="uniform", prototypes="auto",
+                 weights="uniform", p=2, prototypes="auto",
                  trend="auto", n_components=None, numeric_embedding="auto", hidden_size=256,
                  n_blocks=1, activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
                  learning_rate=1e-2, weight_decay=2e-4, sample_rate="auto", early_stopping=True,
@@ -108,7 +108,7 @@ class MetricAttentionRegressor(RegressorMixin, NeighborsQueryMixin, _BaseMetricA
                  categorical_features="from_dtype"):
         super().__init__(
             metric, temperature=temperature, n_neighbors=n_neighbors, radius=radius,
-            weights=weights, prototypes=prototypes,
+            weights=weights, p=p, prototypes=prototypes,
             n_components=n_components, numeric_embedding=numeric_embedding,
             hidden_size=hidden_size, n_blocks=n_blocks,
             activation=activation, dropout=dropout, max_iter=max_iter, batch_size=batch_size,

@@ -18,11 +18,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .._engine import METRICS, budget_bytes, plan_rows
+from .._engine import (
+    METRICS,
+    budget_bytes,
+    cosine_distances_of_pairs,
+    metric_kind,
+    plan_rows,
+)
 from ._input import PrecomputedInput, TabularInput
 from ._temperature import auto_temperature
 
 TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+# The estimators' fixed metrics (:class:`FixedMetric`): distances of the inputs as given.
+FIXED_METRICS = ("euclidean", "manhattan", "cosine", "minkowski")
 
 
 @dataclass
@@ -45,6 +53,8 @@ class MetricStrategy:
     """
 
     learned = False
+    # the estimator's ``p`` (Minkowski's power), set with the strategy in fit
+    p = 2.0
     # prototypes of the keys for dense attention (a learned metric's, _summary.py), and their
     # measured error
     prototypes = None
@@ -92,7 +102,10 @@ class MetricStrategy:
 
     @property
     def engine_metric(self):
-        """The engine's name of the pseudo-metric."""
+        """The engine's name of the pseudo-metric (Minkowski's: the engine's Manhattan or
+        squared Euclidean kind where ``p`` is 1 or 2, else ``("minkowski", p)``)."""
+        if self.metric == "minkowski":
+            return {1.0: "manhattan", 2.0: "sqeuclidean"}.get(self.p, ("minkowski", self.p))
         return METRICS[self.metric]
 
     def compute_dtype(self, dtype, fit_dtype):
@@ -128,10 +141,13 @@ class MetricStrategy:
 
     def distances(self, f):
         """Distances from the engine's values of the pseudo-metric ``f``."""
-        f = np.asarray(f, dtype=np.float64)
-        if self.engine_metric == "euclidean":  # values that are distances already
-            return np.maximum(f, 0.0) + 0.0  # + 0.0: no -0.0
-        return np.sqrt(np.maximum(f, 0.0)) + 0.0
+        f = np.maximum(np.asarray(f, dtype=np.float64), 0.0)
+        kind, p = metric_kind(self.engine_metric)
+        if kind in ("euclidean", "manhattan", "cosine"):  # values that are distances already
+            return f + 0.0  # + 0.0: no -0.0
+        if kind == "minkowski":
+            return np.power(f, 1.0 / p) + 0.0  # scikit-learn's pow(rdist, 1 / p)
+        return np.sqrt(f) + 0.0
 
     def exact_distances(self, Z, keys, indices):
         """Distances (float64) from the mapped queries ``Z`` to the keys ``indices`` (one row of
@@ -140,11 +156,12 @@ class MetricStrategy:
         out = np.empty(indices.shape)
         rows = plan_rows(Z.shape[0], row_bytes=16 * indices.shape[1] * Z.shape[1],
                          budget=budget_bytes())
+        kind, p = metric_kind(self.engine_metric)
         for start in range(0, Z.shape[0], rows):
             block = slice(start, start + rows)
-            diff = (np.asarray(Z[block], np.float64)[:, None, :]
-                    - np.asarray(keys[indices[block]], np.float64))
-            out[block] = np.sqrt(np.einsum("ijk,ijk->ij", diff, diff))
+            q = np.asarray(Z[block], np.float64)[:, None, :]
+            k = np.asarray(keys[indices[block]], np.float64)
+            out[block] = _distances_of_pairs(kind, p, q, k)
         return out
 
     @classmethod
@@ -154,8 +171,21 @@ class MetricStrategy:
         return tags
 
 
+def _distances_of_pairs(kind, p, q, k):
+    """Float64 distances of query rows ``q`` (b, 1, d) to their keys ``k`` (b, m, d) for the
+    engine metric ``kind`` (the engine's exact values, the root taken)."""
+    if kind == "cosine":  # the engine's exact values
+        return cosine_distances_of_pairs(torch.from_numpy(q), torch.from_numpy(k)).numpy()
+    diff = np.abs(q - k)
+    if kind == "manhattan":
+        return diff.sum(-1)
+    if kind == "minkowski":
+        return np.power(np.power(diff, p).sum(-1), 1.0 / p)
+    return np.sqrt(np.einsum("ijk,ijk->ij", diff, diff))
+
+
 class FixedMetric(MetricStrategy):
-    """``metric="euclidean"``."""
+    """The fixed metrics (``FIXED_METRICS``): the inputs as given, nothing learned."""
 
 
 class PrecomputedMetric(MetricStrategy):

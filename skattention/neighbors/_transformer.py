@@ -128,7 +128,7 @@ class MetricAttentionTransformer(
         "metric": [StrOptions({"mlp", "linear", "tabular"})],
         "class_weight": [dict, StrOptions({"balanced"}), None],
     }
-    for _name in ("n_neighbors", "radius", "weights", "prototypes"):
+    for _name in ("n_neighbors", "radius", "weights", "p", "prototypes"):
         _parameter_constraints.pop(_name)
     del _name
 
@@ -140,7 +140,7 @@ class MetricAttentionTransformer(
                  validation_fraction=0.15, n_iter_no_change=3, tol=1e-4, warm_start=False,
                  random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
                  categorical_features="from_dtype"):
-        # n_neighbors, radius and weights, the base's prediction-time settings, keep their
+        # n_neighbors, radius, weights and p, the base's prediction-time settings, keep their
         # defaults, and there are no prototypes of the keys: a transformer does not predict.
         super().__init__(
             metric, temperature=temperature, n_components=n_components, prototypes=None,

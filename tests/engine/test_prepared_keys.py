@@ -79,8 +79,8 @@ def test_prepare_keys_validates_once(data):
     bad[3, 1] = np.nan
     with pytest.raises(ValueError, match="keys contains NaN"):
         prepare_keys(bad)
-    with pytest.raises(ValueError, match="metric='cosine' is not supported"):
-        prepare_keys(keys, metric="cosine")
+    with pytest.raises(ValueError, match="metric='chebyshev' is not supported"):
+        prepare_keys(keys, metric="chebyshev")
 
 
 def test_prepared_keys_wrong_feature_count(data):

@@ -30,7 +30,7 @@ V = np.ones(20)
         (dict(n_neighbors=2.5), ValueError, "n_neighbors must be a positive integer"),
         (dict(radius=-1.0), ValueError, "radius must be a positive number"),
         (dict(radius=1.0, metric="dot"), ValueError, "radius needs a distance metric"),
-        (dict(metric="cosine"), ValueError, "metric='cosine' is not supported"),
+        (dict(metric="chebyshev"), ValueError, "metric='chebyshev' is not supported"),
         (dict(log_prior=np.ones(3)), ValueError, r"log_prior must have shape \(n_keys,\)"),
         (dict(log_prior=np.full(20, np.nan)), ValueError, "log_prior contains NaN"),
         (
