@@ -27,6 +27,9 @@ class Adam:
             for g in groups
         ]
         self.state = {}
+        # a buffer per parameter for the step's denominator (not state: never saved), so that
+        # no step allocates (and first-touches) a parameter-sized tensor
+        self._denominators = {}
 
     def _params(self):
         return [p for group in self.param_groups for p in group["params"]]
@@ -66,7 +69,10 @@ class Adam:
                 bias_correction1 = 1 - beta1**step
                 bias_correction2 = 1 - beta2**step
                 step_size = lr / bias_correction1
-                denom = (exp_avg_sq.sqrt() / bias_correction2**0.5).add_(eps)
+                denom = self._denominators.get(param)
+                if denom is None:
+                    denom = self._denominators[param] = torch.empty_like(exp_avg_sq)
+                torch.sqrt(exp_avg_sq, out=denom).div_(bias_correction2**0.5).add_(eps)
                 param.addcdiv_(exp_avg, denom, value=-step_size)
 
     def state_dict(self):
