@@ -113,7 +113,7 @@ LEARNING = """n_components : int, default=None
         when the loss on it has not improved by ``tol`` for ``n_iter_no_change`` epochs,
         restoring the best epoch; each epoch's validation points attend to a fixed sample of at
         most 2,048 training points (with ``metric="tabular"`` and more than 16,384 training
-        points, to all of them, at most 32,768). What is validated, and kept, is an
+        points, 8,192 of them). What is validated, and kept, is an
         exponential moving average of the parameters over the training steps (decay 0.9 per
         step, at most ``1 - 1 / steps_per_epoch``: it spans at most an epoch), whose
         validation loss varies less from epoch to epoch than the parameters' own. Without

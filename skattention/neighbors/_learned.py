@@ -57,15 +57,14 @@ MAX_VALIDATION_ROWS = 4096
 _VALIDATION_KEYS = 2048
 # metric="tabular" with more than _EPOCH_ROWS training points (batch_size and sample_rate
 # "auto"): minibatches of _SCALE_BATCH, each attending to a share _SCALE_CANDIDATE_SHARE of the
-# other points (at most _SCALE_CANDIDATES), and validation over up to _SCALE_VALIDATION_KEYS of
-# them. A fixed sample of a few hundred candidates among 10^5 points rarely holds a query's
-# near neighbours, so the metric learned is a coarse one, and a validation over 2,048 keys
-# prefers it and stops early; prediction attends to every key, where a finer metric wins
-# (docs/performance.md, "At scale").
+# other points (at most _SCALE_CANDIDATES), and validation over _SCALE_VALIDATION_KEYS of them.
+# A few hundred candidates among 10^5 points rarely hold a query's near neighbours, so the
+# metric learned is a coarse one, and a validation over 2,048 keys prefers it and stops early;
+# prediction attends to every key, where a finer metric wins (docs/performance.md, "At scale").
 _SCALE_BATCH = 1024
 _SCALE_CANDIDATE_SHARE = 1 / 16
 _SCALE_CANDIDATES = 8192
-_SCALE_VALIDATION_KEYS = 32768
+_SCALE_VALIDATION_KEYS = 8192
 # ... and on tables of more than _EPOCH_ROWS rows, levels of a categorical column seen fewer than
 # this many times share the "unseen" code: with many candidates a query meets the few rows of
 # its own rare level (a tail number, an id), whose embedding then memorises their labels.
@@ -281,8 +280,7 @@ class LearnedMetric(MetricStrategy):
 
     def _validation_keys(self, n_train):
         """The training points the validation pass of each epoch attends to, at most."""
-        return (min(n_train, _SCALE_VALIDATION_KEYS) if self._at_scale(n_train)
-                else _VALIDATION_KEYS)
+        return _SCALE_VALIDATION_KEYS if self._at_scale(n_train) else _VALIDATION_KEYS
 
     def _batch_and_candidates(self, estimator, n_train, n_values, itemsize):
         """Minibatch size and candidate keys per minibatch (the minibatch included).

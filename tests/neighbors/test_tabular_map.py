@@ -81,9 +81,9 @@ def test_tabular_map_embeds_category_codes_not_one_hot():
     (2353, 256, 512, 2048),            # the minibatch and 256 others
     (11765, 256, 512, 2048),
     # more than 16,384 training points: minibatches of 1,024 and a sixteenth of the points
-    # (at most 8,192) as other candidates; validation over every point, at most 32,768
-    (23530, 1024, 1024 + 1250, 20000),
-    (100000, 1024, 1024 + 5994, 32768),
+    # (at most 8,192) as other candidates; validation over 8,192 of them
+    (23530, 1024, 1024 + 1250, 8192),
+    (100000, 1024, 1024 + 5994, 8192),
 ])
 def test_training_defaults(monkeypatch, n, batch, candidates, validation_keys):
     seen = {}
