@@ -104,8 +104,9 @@ LEARNING = """n_components : int, default=None
         epoch to epoch): validation, early stopping and progress come every 16,384 points, and
         the steps of a fit do not grow with the number of rows.
     batch_size : int or "auto", default="auto"
-        Training points per minibatch. ``"auto"``: 256 with ``metric="tabular"``, else 1,024
-        (all of them when fewer; fewer when a step would not fit ``working_memory``).
+        Training points per minibatch. ``"auto"``: 256 with ``metric="tabular"`` (1,024 from
+        16,384 training points), else 1,024 (all of them when fewer; fewer when a step would
+        not fit ``working_memory``).
     learning_rate : float, default=1e-2
         AdamW learning rate.
     weight_decay : float, default=2e-4
@@ -114,20 +115,25 @@ LEARNING = """n_components : int, default=None
         Fraction of the training points used as candidate keys for each minibatch: the batch
         itself plus a random sample of the others (each point excluded from its own
         candidates). ``"auto"``: the batch and half of the other points, at most 256 of them
-        with ``metric="tabular"``, else 1,024 (ModernNCA's sampling).
+        with ``metric="tabular"``, else 1,024 (ModernNCA's sampling); with
+        ``metric="tabular"`` and more than 16,384 training points, at most a sixteenth of
+        them, up to 8,192 (a sample of a few hundred rarely holds a point's near neighbours
+        among many rows).
     early_stopping : bool, default=True
         Hold out ``validation_fraction`` of the training data (stratified for classes) and stop
         when the loss on it has not improved by ``tol`` for ``n_iter_no_change`` epochs,
         restoring the best epoch; each epoch's validation points attend to a fixed sample of at
-        most 2,048 training points. What is validated, and kept, is an exponential moving average
-        of the parameters over the training steps (decay 0.9 per step, at most
-        ``1 - 1 / steps_per_epoch``: it spans at most an epoch), whose validation loss varies
-        less from epoch to epoch than the parameters' own. Without early stopping, the
-        same rule applies to the training loss (and the parameters themselves). The validation
-        points also calibrate ``temperature="auto"`` after training. Prediction attends to all
+        most 2,048 training points (with ``metric="tabular"`` and more than 16,384 training
+        points, 8,192 of them). What is validated, and kept, is an
+        exponential moving average of the parameters over the training steps (decay 0.9 per
+        step, at most ``1 - 1 / steps_per_epoch``: it spans at most an epoch), whose
+        validation loss varies less from epoch to epoch than the parameters' own. Without
+        early stopping, the same rule applies to the training loss (and the parameters
+        themselves). The validation points (at most 2,048 of them) also calibrate
+        ``temperature="auto"`` after training. Prediction attends to all
         the points given to ``fit``, the validation points included.
     validation_fraction : float in (0, 1), default=0.15
-        Held-out fraction for early stopping, at most 8,192 points (the others train).
+        Held-out fraction for early stopping, at most 4,096 points (the others train).
     n_iter_no_change : int, default=3
         Epochs without improvement before stopping.
     tol : float, default=1e-4
@@ -192,7 +198,10 @@ CATEGORICAL = """categorical_features : "from_dtype", array-like of bool, int or
         a boolean mask, column indices or (for a DataFrame) column names select them
         explicitly; ``None``: every column is numeric. Categorical columns enter one-hot (one
         column per training level, plus one for "missing" where the column had missing values
-        at fit); a level unseen at fit time is all zeros. Sparse matrices are numeric only."""
+        at fit); a level unseen at fit time is all zeros. With ``metric="tabular"`` they enter
+        as codes of learned embeddings instead, and on a table of more than 16,384 rows the
+        levels seen fewer than 20 times share the code of unseen levels. Sparse matrices are
+        numeric only."""
 
 INPUT_ATTRIBUTES = """n_features_in_ : int
         Number of features seen during fit.

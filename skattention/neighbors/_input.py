@@ -33,11 +33,16 @@ class TabularInput:
         sees them as given, so that its distances are those of the input.
     codes : bool
         Categorical columns as codes (the tabular map looks them up) instead of one-hot.
+    rare_levels : tuple (rows, count) or None
+        On a table of more than ``rows`` rows, categorical levels seen fewer than ``count``
+        times share the "unseen" code (the encoder's ``min_frequency``); ``None``: every level
+        keeps its own code.
     """
 
-    def __init__(self, scaled, codes):
+    def __init__(self, scaled, codes, rare_levels=None):
         self.scaled = scaled
         self.codes = codes
+        self.rare_levels = rare_levels
         self.encoder = None
         self.layout = None
 
@@ -48,9 +53,13 @@ class TabularInput:
 
     def fit(self, X, categorical_features):
         """Fit the column encoding on the checked training inputs ``X``."""
+        min_frequency = 1
+        if self.rare_levels is not None and X.shape[0] > self.rare_levels[0]:
+            min_frequency = self.rare_levels[1]
         self.encoder = _TabularEncoder(
             categorical_features=categorical_features,
             numeric_scaling="robust" if self.scaled else None,
+            min_frequency=min_frequency,
             dtype=np.float64,
         ).fit(X)
         self.layout = (CodesLayout if self.codes else DenseLayout)(self.encoder)

@@ -52,9 +52,26 @@ _TABULAR_CANDIDATES = 256
 _EPOCH_ROWS = 16384
 # validation_fraction holds out at most this many rows (the rest train): the stopping rule and the
 # temperature need a loss measured precisely enough, not one that costs more with more rows
-MAX_VALIDATION_ROWS = 8192
+MAX_VALIDATION_ROWS = 4096
 # the validation pass of each epoch attends to at most this many training points
 _VALIDATION_KEYS = 2048
+# metric="tabular" with more than _EPOCH_ROWS training points (batch_size and sample_rate
+# "auto"): minibatches of _SCALE_BATCH, each attending to a share _SCALE_CANDIDATE_SHARE of the
+# other points (at most _SCALE_CANDIDATES), and validation over _SCALE_VALIDATION_KEYS of them.
+# A few hundred candidates among 10^5 points rarely hold a query's near neighbours, so the
+# metric learned is a coarse one, and a validation over 2,048 keys prefers it and stops early;
+# prediction attends to every key, where a finer metric wins (docs/performance.md, "At scale").
+_SCALE_BATCH = 1024
+_SCALE_CANDIDATE_SHARE = 1 / 16
+_SCALE_CANDIDATES = 8192
+_SCALE_VALIDATION_KEYS = 8192
+# ... and on tables of more than _EPOCH_ROWS rows, levels of a categorical column seen fewer than
+# this many times share the "unseen" code: with many candidates a query meets the few rows of
+# its own rare level (a tail number, an id), whose embedding then memorises their labels.
+_SCALE_MIN_LEVEL_COUNT = 20
+# the temperature is calibrated on at most this many of the validation rows (a scalar needs
+# fewer than the stopping rule; each costs a pass over every key per candidate temperature)
+_CALIBRATION_ROWS = 2048
 # Validation and the kept model use an exponential moving average of the parameters (this
 # decay per step, less where an epoch has fewer than 10 steps: the average spans at most an
 # epoch), whose validation loss is smooth enough to stop after n_iter_no_change=3 epochs
@@ -73,7 +90,9 @@ class LearnedMetric(MetricStrategy):
 
     def __init__(self, metric):
         super().__init__(metric)
-        self.input = TabularInput(scaled=True, codes=metric == "tabular")
+        self.input = TabularInput(
+            scaled=True, codes=metric == "tabular",
+            rare_levels=(_EPOCH_ROWS, _SCALE_MIN_LEVEL_COUNT) if metric == "tabular" else None)
         self.map = None
         self.prototypes = None
         self.prototype_error = None
@@ -137,7 +156,8 @@ class LearnedMetric(MetricStrategy):
                                            generator)
             if validation is not None and estimator.temperature == "auto":
                 calibrate_temperature(metric_map, log_t, data.X, data.values, data.weight,
-                                      validation, loss, keys=summary)
+                                      _calibration_rows(validation, generator), loss,
+                                      keys=summary)
         self.map = metric_map.to(device="cpu", dtype=torch.float32)
         self._ready = {}
         fit = self._outcome(estimator, history, log_t, validation is not None)
@@ -207,7 +227,8 @@ class LearnedMetric(MetricStrategy):
                 validation=validation, max_iter=estimator.max_iter, batch_size=batch_size,
                 n_candidates=n_candidates, learning_rate=estimator.learning_rate,
                 weight_decay=estimator.weight_decay, n_iter_no_change=estimator.n_iter_no_change,
-                tol=estimator.tol, generator=generator, max_validation_keys=_VALIDATION_KEYS,
+                tol=estimator.tol, generator=generator,
+                max_validation_keys=self._validation_keys(data.X.shape[0]),
                 history=previous, average=_AVERAGE_DECAY, epoch_rows=_EPOCH_ROWS,
                 optimizer_state=self.optimizer_state if warm else None,
                 callbacks=[report, EpochTasks(estimator, attributes)],
@@ -252,17 +273,31 @@ class LearnedMetric(MetricStrategy):
             activation=estimator.activation, dropout=estimator.dropout,
         )
 
+    def _at_scale(self, n_train):
+        """Whether a fit of ``n_train`` training points takes the settings for many rows
+        (``_SCALE_*``): ``metric="tabular"`` with more points than an epoch holds."""
+        return self.metric == "tabular" and n_train > _EPOCH_ROWS
+
+    def _validation_keys(self, n_train):
+        """The training points the validation pass of each epoch attends to, at most."""
+        return _SCALE_VALIDATION_KEYS if self._at_scale(n_train) else _VALIDATION_KEYS
+
     def _batch_and_candidates(self, estimator, n_train, n_values, itemsize):
         """Minibatch size and candidate keys per minibatch (the minibatch included).
 
         ``"auto"``: minibatches of 1,024 points (256 with ``metric="tabular"``; capped by
         ``working_memory``; a larger explicit batch is split into gradient-accumulated chunks
         by ``train_metric``), each attending to itself and to half of the other points, at
-        most 1,024 of them (256 with ``metric="tabular"``; ModernNCA's sampling).
+        most 1,024 of them (256 with ``metric="tabular"``; ModernNCA's sampling). With
+        ``metric="tabular"`` and more than 16,384 training points: minibatches of 1,024, and
+        a sixteenth of the other points, at most 8,192 of them.
         """
         auto_batch, auto_others = ((_TABULAR_BATCH, _TABULAR_CANDIDATES)
                                    if self.metric == "tabular"
                                    else (_AUTO_BATCH, _AUTO_CANDIDATES))
+        if self._at_scale(n_train):
+            auto_batch = _SCALE_BATCH
+            auto_others = min(_SCALE_CANDIDATES, math.ceil(_SCALE_CANDIDATE_SHARE * n_train))
         batch_size = estimator.batch_size
         batch = min(n_train, auto_batch if batch_size == "auto" else batch_size)
         if estimator.sample_rate == "auto":
@@ -398,6 +433,16 @@ class _TrainingData:
         if not bool((self.weight > 0).any()):
             raise ValueError("All training sample weights are zero after the validation split.")
         return validation
+
+
+def _calibration_rows(validation, generator):
+    """The validation ``(X, values, weight)`` that the temperature is calibrated on: all of
+    them, or ``_CALIBRATION_ROWS`` drawn at random."""
+    n = validation[0].shape[0]
+    if n <= _CALIBRATION_ROWS:
+        return validation
+    rows = torch.randperm(n, generator=generator)[:_CALIBRATION_ROWS].sort().values
+    return tuple(part[rows.to(part.device)] for part in validation)
 
 
 def _temperature(estimator, log_t):

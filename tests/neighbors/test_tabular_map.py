@@ -73,14 +73,19 @@ def test_tabular_map_embeds_category_codes_not_one_hot():
     assert np.isfinite(clf.predict_proba(queries)).all()
 
 
-# n samples -> 15% validation (rounded up) -> n_train = 200, 300, 2000, 10000 training points
-@pytest.mark.parametrize("n, batch, candidates", [
-    (236, 200, 200),            # one minibatch of everything
-    (353, 256, 256 + 22),       # the minibatch and half of the 44 others
-    (2353, 256, 512),           # the minibatch and 256 others
-    (11765, 256, 512),
+# n samples -> 15% validation (rounded up, at most 4,096) -> n_train = 200, 300, 2000, 10000,
+# 20000 and 95904 training points
+@pytest.mark.parametrize("n, batch, candidates, validation_keys", [
+    (236, 200, 200, 2048),             # one minibatch of everything
+    (353, 256, 256 + 22, 2048),        # the minibatch and half of the 44 others
+    (2353, 256, 512, 2048),            # the minibatch and 256 others
+    (11765, 256, 512, 2048),
+    # more than 16,384 training points: minibatches of 1,024 and a sixteenth of the points
+    # (at most 8,192) as other candidates; validation over 8,192 of them
+    (23530, 1024, 1024 + 1250, 8192),
+    (100000, 1024, 1024 + 5994, 8192),
 ])
-def test_training_defaults(monkeypatch, n, batch, candidates):
+def test_training_defaults(monkeypatch, n, batch, candidates, validation_keys):
     seen = {}
 
     class Stop(Exception):
@@ -96,9 +101,66 @@ def test_training_defaults(monkeypatch, n, batch, candidates):
         MetricAttentionClassifier(random_state=0).fit(X, y)
     assert (seen["batch_size"], seen["n_candidates"]) == (batch, candidates)
     assert seen["learning_rate"] == 1e-2 and seen["weight_decay"] == 2e-4
-    assert seen["n_iter_no_change"] == 3 and seen["max_validation_keys"] == 2048
+    assert seen["n_iter_no_change"] == 3 and seen["max_validation_keys"] == validation_keys
     assert seen["average"] == 0.9
-    assert len(seen["validation"][0]) == math.ceil(0.15 * n)
+    assert len(seen["validation"][0]) == min(math.ceil(0.15 * n), 4096)
+
+
+def test_explicit_batch_and_sample_rate_are_kept_at_scale(monkeypatch):
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(*args, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(_learned, "train_metric", capture)
+    X, y = _frame(23530)
+    with pytest.raises(Stop):
+        MetricAttentionClassifier(batch_size=128, sample_rate=0.01, random_state=0).fit(X, y)
+    assert (seen["batch_size"], seen["n_candidates"]) == (128, 200)
+
+
+@pytest.mark.parametrize("n, kept", [(2000, ["a", "b", "c", "rare"]), (20000, ["a", "b", "c"])])
+def test_rare_levels_share_the_unseen_code_on_large_tables(monkeypatch, n, kept):
+    # above 16,384 rows a level seen fewer than 20 times is coded as unseen (its own code
+    # below); the map's embedding then has no vector of its own for it
+    monkeypatch.setattr(_learned, "train_metric", _stop_training)
+    X, y = _frame(n)
+    X.loc[: 18, "plan"] = "rare"  # 19 rows
+    est = MetricAttentionClassifier(random_state=0)
+    with pytest.raises(_Stop):
+        est.fit(X, y)
+    encoder = est._strategy.input.encoder
+    assert encoder.categories_[0].tolist() == kept
+    codes = encoder.transform(X.iloc[:19]).categories[:, 0]
+    assert (codes == (1 if n > 16384 else 5)).all()  # 1: unseen or rare; 5: the 4th level
+
+
+def test_temperature_is_calibrated_on_a_bounded_sample(monkeypatch):
+    seen = []
+
+    def spy(metric_map, log_t, X, values, weight, validation, loss, keys=None):
+        seen.append(validation[0].shape[0])
+
+    monkeypatch.setattr(_learned, "calibrate_temperature", spy)
+    monkeypatch.setattr(_learned, "_CALIBRATION_ROWS", 50)
+    X, y = _frame(1000)
+    MetricAttentionClassifier(max_iter=1, random_state=0).fit(X, y)
+    assert seen == [50]  # of the 150 validation rows
+    monkeypatch.setattr(_learned, "_CALIBRATION_ROWS", 2048)
+    MetricAttentionClassifier(max_iter=1, random_state=0).fit(X, y)
+    assert seen == [50, 150]
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop_training(*args, **kwargs):
+    raise _Stop
 
 
 def test_calibrated_temperature_minimises_the_validation_loss():
