@@ -30,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from scipy.linalg import cho_factor, cho_solve
+from scipy.sparse.csgraph import reverse_cuthill_mckee
 from scipy.sparse.linalg import LinearOperator, eigsh, splu
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
@@ -178,15 +179,19 @@ def _lobpcg_pairs(A, sqrt_degree, k, tolerance, solver, random_state, progress, 
     wanted = k - 1
     block = wanted + _GUARD_VECTORS
     n = A.shape[0]
-    X = None
+    X = order = None
     if sp.issparse(A):
-        L = (sp.identity(n, format="csr") - A).tocsr()
+        # Nodes renumbered along the graph (reverse Cuthill-McKee): the rows a product with
+        # the graph gathers then lie close in memory, where the data's order scatters them.
+        order = reverse_cuthill_mckee(A.tocsr(), symmetric_mode=True)
+        L = (sp.identity(n, format="csr") - A).tocsr()[order][:, order].tocsr()
+        top = top[order]
 
         def apply(V):
             return L @ V
 
         if solver == "amg":
-            precondition = _amg_preconditioner(A)
+            precondition = _amg_preconditioner(L)
         else:
             precondition = laplacian_multigrid(L, top, random_state)
             X = precondition.start_block(block)
@@ -195,11 +200,16 @@ def _lobpcg_pairs(A, sqrt_degree, k, tolerance, solver, random_state, progress, 
         def apply(V):
             return V - A @ V
 
-        precondition = _amg_preconditioner(A) if solver == "amg" else None
+        precondition = None
+        if solver == "amg":
+            precondition = _amg_preconditioner(sp.identity(n) - sp.csr_matrix(A))
     if X is None or X.shape[1] < block:
         X = random_state.standard_normal((n, block))
     lam, X = _iterate(apply, X, top, precondition, wanted, tolerance, progress, on_solve)
-    return np.r_[1.0, 1.0 - lam[:wanted]], np.c_[top, X[:, :wanted]]
+    vectors = np.c_[top, X[:, :wanted]]
+    if order is not None:
+        vectors[order] = vectors.copy()
+    return np.r_[1.0, 1.0 - lam[:wanted]], vectors
 
 
 def _iterate(apply, X, top, precondition, wanted, tolerance, progress, on_solve):
@@ -228,9 +238,9 @@ def _iterate(apply, X, top, precondition, wanted, tolerance, progress, on_solve)
     return lam, X
 
 
-def _amg_preconditioner(A):
-    """pyamg's smoothed aggregation of the Laplacian shifted to be positive definite, as
-    scikit-learn's SpectralEmbedding builds it for ``eigen_solver="amg"``."""
+def _amg_preconditioner(L):
+    """pyamg's smoothed aggregation of the Laplacian ``L`` shifted by ``1e-5`` (positive
+    definite), as scikit-learn's SpectralEmbedding builds it for ``eigen_solver="amg"``."""
     try:
         from pyamg import smoothed_aggregation_solver
     except ImportError as exc:
@@ -238,6 +248,5 @@ def _amg_preconditioner(A):
             "eigen_solver='amg' needs pyamg (pip install pyamg); eigen_solver='lobpcg' needs "
             "no extra package."
         ) from exc
-    n = A.shape[0]
-    laplacian = ((1.0 + 1e-5) * sp.identity(n, format="csr") - sp.csr_matrix(A)).tocsr()
-    return smoothed_aggregation_solver(laplacian).aspreconditioner()
+    shifted = sp.csr_matrix(L) + 1e-5 * sp.identity(L.shape[0], format="csr")
+    return smoothed_aggregation_solver(shifted.tocsr()).aspreconditioner()

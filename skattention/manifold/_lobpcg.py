@@ -13,8 +13,15 @@ it returning its starting block again and again.
 
 import numpy as np
 
-# SVQB: directions whose Gram eigenvalue is below this fraction of the largest are dropped.
+# SVQB: directions whose Gram eigenvalue is below this fraction of the largest are dropped,
+# and a second pass runs when the smallest kept is below this fraction.
 _DEPENDENT = 1e-12
+_WELL_CONDITIONED = 1e-4
+# Coefficients of a search direction below this norm (the iterates' basis being orthonormal)
+# are rounding residues: the direction is dropped.
+_NEGLIGIBLE_STEP = 1e-13
+# A projection is repeated when it leaves less than this fraction of a column's norm.
+_REPROJECT = 0.5
 
 
 def lobpcg_smallest(apply, X, Y, precondition, wanted, tolerance, max_iter, on_iteration):
@@ -33,7 +40,7 @@ def lobpcg_smallest(apply, X, Y, precondition, wanted, tolerance, max_iter, on_i
         raise ValueError("the start block of LOBPCG is rank deficient")
     LX = apply(X)
     lam, X, LX = _rayleigh_ritz(X, LX, X.shape[1])
-    P = None
+    P = LP = None
     iteration = 0
     while True:
         residual = _residual_norms(X, LX, lam, wanted)
@@ -45,18 +52,32 @@ def lobpcg_smallest(apply, X, Y, precondition, wanted, tolerance, max_iter, on_i
                 return lam, X, residual, iteration
         R = LX - X * lam
         W = R if precondition is None else precondition(R)
-        Z = _orthonormalize(_orthogonalize(W, Y, X))
-        if P is not None:
-            Z = np.hstack([Z, _orthonormalize(_orthogonalize(P, Y, X, Z))])
-        # L Z by a fresh product: tracked through the projections, which cancel most of P
-        # once it converges, its rounding would no longer be that of L Z
-        S, LS = np.hstack([X, Z]), np.hstack([LX, apply(Z)])
+        kept = [X] if P is None else [X, P]
+        Z = _orthonormalize(_orthogonalize(W, Y, *kept))
+        S = np.hstack([*kept, Z])
+        LS = np.hstack([LX, apply(Z)] if P is None else [LX, LP, apply(Z)])
         m = X.shape[1]
         lam, C = _ritz(S, LS, m)
+        step = _step_coefficients(C, m)
         X, LX = S @ C, LS @ C
-        P = Z @ C[m:]
+        P, LP = S @ step, LS @ step
         iteration += 1
         on_iteration()
+
+
+def _step_coefficients(C, m):
+    """The coefficients (in the orthonormal basis ``[X, P, W]``) of an orthonormal basis of
+    the new search direction ``P``: the part of the update outside the old iterates ``X``
+    (``C`` without its first ``m`` rows), made orthogonal to the new iterates ``C`` here,
+    among a few dozen coefficients, instead of by projections of n-long vectors. The
+    direction is then exactly orthonormal, so ``L P`` can follow it by the same combination
+    of ``L [X, P, W]`` without the cancellation of a projection."""
+    step = C.copy()
+    step[:m] = 0.0
+    for _ in range(2):
+        step -= C @ (C.T @ step)
+    step = step[:, _column_norms(step) > _NEGLIGIBLE_STEP]
+    return _orthonormalize(step)
 
 
 def _residual_norms(X, LX, lam, wanted):
@@ -65,26 +86,37 @@ def _residual_norms(X, LX, lam, wanted):
 
 def _orthogonalize(V, *bases):
     """``V`` without its components along the orthonormal columns of each of ``bases``
-    (mutually orthogonal), in two passes: one leaves rounding residues where ``V`` lies
-    nearly in their span."""
-    for _ in range(2):
+    (mutually orthogonal). A second pass where the first removed most of a column: its
+    rounding residues are then no longer small against what is left (Kahan's "twice is
+    enough")."""
+    before = _column_norms(V)
+    for Q in bases:
+        V = V - Q @ (Q.T @ V)
+    if np.any(_column_norms(V) < _REPROJECT * before):
         for Q in bases:
-            V = V - Q @ (Q.T @ V)
+            V -= Q @ (Q.T @ V)
     return V
 
 
 def _orthonormalize(V):
-    """An orthonormal basis ``V T`` of the columns of ``V`` (SVQB, with a second pass for
-    accuracy), near-dependent directions dropped."""
+    """An orthonormal basis ``V T`` of the columns of ``V`` (SVQB: the eigen-decomposition of
+    their Gram matrix, scaled to unit diagonal), near-dependent directions dropped; a second
+    pass where the Gram matrix was ill-conditioned enough for the first to leave rounding
+    errors in the orthogonality (they grow with its condition)."""
     for _ in range(2):
-        scale = np.sqrt(np.einsum("ij,ij->j", V, V))
+        scale = _column_norms(V)
         scale[scale == 0] = 1.0
         gram = (V.T @ V) / scale[:, None] / scale[None, :]
         w, U = np.linalg.eigh((gram + gram.T) / 2)
         keep = w > _DEPENDENT * max(w[-1], 0.0)
-        step = (U[:, keep] / np.sqrt(w[keep])[None, :]) / scale[:, None]
-        V = V @ step
+        V = V @ ((U[:, keep] / np.sqrt(w[keep])[None, :]) / scale[:, None])
+        if w[keep].min(initial=w[-1]) > _WELL_CONDITIONED * w[-1]:
+            break
     return V
+
+
+def _column_norms(V):
+    return np.sqrt(np.einsum("ij,ij->j", V, V))
 
 
 def _ritz(S, LS, m):
