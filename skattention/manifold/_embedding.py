@@ -132,7 +132,8 @@ class AttentionDiffusionEmbedding(
         Where kernels, neighbours and attention run. The fitted model holds NumPy arrays only.
     random_state : int, RandomState instance or None, default=None
         Seeds the bandwidth rule's sample of points, the Lanczos starting vector, LOBPCG's
-        starting block and the aggregation of the multilevel cascade.
+        starting block, and the aggregation and the smoothing's Lanczos estimate of the
+        multigrid preconditioner.
     verbose : int, default=0
         ``0``: silent. ``1``: progress bars on standard error over the steps of ``fit``
         (neighbours, bandwidth, operator, eigenpairs), over the neighbour search's blocks, the
