@@ -9,7 +9,7 @@ decomposition:
 * ``"lobpcg"``: LOBPCG with products by ``A`` only (no factorisation), for the smallest
   eigenvalues of the Laplacian ``L = I - A`` (``1 - mu``, computed without the cancellation of
   ``1 - mu`` when ``mu`` crowds near 1). On a k-NN operator it is preconditioned by a
-  smoothed-aggregation multigrid V-cycle of ``L`` (``_multigrid``) and starts from the
+  smoothed-aggregation multigrid cycle of ``L`` (``_multigrid``) and starts from the
   coarsest level's eigenvectors, prolongated: the iterations it needs then stay bounded as
   ``n`` grows, where without a preconditioner they grow with the condition of ``L``;
 * ``"amg"``: LOBPCG preconditioned by pyamg's smoothed aggregation (optional dependency).

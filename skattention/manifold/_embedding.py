@@ -112,7 +112,7 @@ class AttentionDiffusionEmbedding(
         however close to 1 they crowd. ``"lobpcg"``: LOBPCG for the smallest eigenvalues
         ``1 - mu`` of the Laplacian ``I - A`` with products by the operator only, no
         factorisation; on the k-NN operator preconditioned by a smoothed-aggregation multigrid
-        V-cycle (the graph aggregated level after level down to a few hundred nodes), so that
+        cycle (the graph aggregated level after level down to a few hundred nodes), so that
         the iterations it needs stay about the same as ``n`` grows. ``"amg"``: LOBPCG
         preconditioned by pyamg's smoothed aggregation (``pip install pyamg``). ``"auto"``:
         dense up to 200 points; beyond, arpack on the dense operator and on k-NN operators up
