@@ -109,24 +109,31 @@ class AttentionDiffusionEmbedding(
         ``"dense"``: a full ``torch.linalg.eigh`` on ``device``. ``"arpack"``: scipy's Lanczos in
         shift-invert mode just above the top eigenvalue 1 (a Cholesky factorisation made in the
         memory of the dense operator, or a sparse LU), which separates the leading eigenvalues
-        however close to 1 they crowd. ``"lobpcg"``: LOBPCG with products by the operator
-        only, no factorisation; on the k-NN operator started from a multilevel cascade (the
-        graph aggregated level after level down to a few hundred nodes, solved there, and the
-        eigenvectors refined level by level on the way back). ``"amg"``: LOBPCG preconditioned
-        by pyamg's smoothed aggregation (``pip install pyamg``). ``"auto"``: dense up to 200
-        points; beyond, arpack on the dense operator and on k-NN operators up to 100,000
-        points, lobpcg on larger ones. scipy's BLAS runs on one thread in every solver.
+        however close to 1 they crowd. ``"lobpcg"``: LOBPCG for the smallest eigenvalues
+        ``1 - mu`` of the Laplacian ``I - A`` with products by the operator only, no
+        factorisation; on the k-NN operator preconditioned by a smoothed-aggregation multigrid
+        cycle (the graph aggregated level after level down to a few hundred nodes), so that
+        the iterations it needs stay about the same as ``n`` grows. ``"amg"``: LOBPCG
+        preconditioned by pyamg's smoothed aggregation (``pip install pyamg``). ``"auto"``:
+        dense up to 200 points; beyond, arpack on the dense operator and on k-NN operators up
+        to 100,000 points, lobpcg on larger ones. scipy's BLAS runs on one thread in every
+        solver.
     eigen_tol : float >= 0 or "auto", default="auto"
         Stopping tolerance of the eigen-solver: for ``"arpack"`` the relative accuracy of the
         eigenvalues (``"auto"``: machine precision), for ``"lobpcg"`` and ``"amg"`` the largest
-        residual norm ``||A v - mu v||`` of the unit eigenvectors of the symmetric conjugate
-        ``A`` of ``S`` (``"auto"``: 1e-6; a ``ConvergenceWarning`` when 1,000 iterations do not
-        reach it). Ignored by ``"dense"``.
+        residual norm ``||L v - lambda v||`` of the unit eigenvectors ``v`` of the Laplacian
+        ``L = I - A`` of the symmetric conjugate ``A`` of ``S`` (``lambda = 1 - mu``), as
+        scikit-learn passes it to scipy's ``lobpcg``. ``"auto"``: ``1e-5 lambda`` for each
+        eigenvector (at least ``1e-13``), which bounds its angle to the exact eigenvector by
+        ``1e-5 lambda / gap`` (``gap``: the distance to the other eigenvalues), a ratio that
+        does not change with ``n`` although the eigenvalues shrink as the graph grows denser.
+        A ``ConvergenceWarning`` when 1,000 iterations do not reach it. Ignored by ``"dense"``.
     device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
         Where kernels, neighbours and attention run. The fitted model holds NumPy arrays only.
     random_state : int, RandomState instance or None, default=None
         Seeds the bandwidth rule's sample of points, the Lanczos starting vector, LOBPCG's
-        starting block and the aggregation of the multilevel cascade.
+        starting block, and the aggregation and the smoothing's Lanczos estimate of the
+        multigrid preconditioner.
     verbose : int, default=0
         ``0``: silent. ``1``: progress bars on standard error over the steps of ``fit``
         (neighbours, bandwidth, operator, eigenpairs), over the neighbour search's blocks, the

@@ -298,7 +298,6 @@ def test_lobpcg_that_does_not_reach_eigen_tol_warns(monkeypatch):
     from skattention.manifold import _eigen
 
     monkeypatch.setattr(_eigen, "_MAX_ITER", 2)
-    monkeypatch.setattr(_eigen, "_CHECK_EVERY", 2)
     X, _ = make_s_curve(1500, random_state=0)
     with pytest.warns(ConvergenceWarning, match="LOBPCG stopped after 2 iterations"):
         AttentionDiffusionEmbedding(n_neighbors=15, eigen_solver="lobpcg", eigen_tol=1e-12,
