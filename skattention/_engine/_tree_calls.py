@@ -21,9 +21,11 @@ _WORKER_SCRATCH = 1 << 26
 
 def tree_for(spec, k):
     """The key tree of the selection where it applies and is expected to pay: exact k nearest
-    of many queries on the CPU, no mask or prior but self-exclusion and one radius, prepared
-    keys of a distance kind of at most ``MAX_DIM`` dimensions."""
-    if (not spec.prepared or spec.device.type != "cpu" or spec.grad
+    of many queries on the CPU, no mask or prior but self-exclusion and one radius, keys of a
+    distance kind of at most ``MAX_DIM`` dimensions. Keys prepared by ``prepare_keys`` keep
+    their tree for later calls; a call's own keys build one for the call (its build is a
+    small part of a call large enough for the tree)."""
+    if (spec.device.type != "cpu" or spec.grad
             or (spec.radius is not None and spec.radius.radius is None)
             or spec.prior_fn is not None or spec.prior_vec is not None
             or spec.key_mask is not None or k + _own(spec) > spec.keys.n_keys):

@@ -135,7 +135,10 @@ def test_tree_is_used_only_where_it_applies(small_tree, monkeypatch):
     rng = np.random.default_rng(12)
     keys = points(rng, 1000, 3, "clustered")
     queries = points(rng, 100, 3, "clustered")
-    kneighbors(queries, keys, 5)  # keys not prepared: no tree
+    kneighbors(queries, keys, 5)  # keys not prepared: a tree for the call
+    assert built == [1] and len(served) == 1
+    built.clear()
+    served.clear()
     prepared = prepare_keys(keys)
     radii = (np.ones(100), np.ones(1000))
     kneighbors(queries, prepared, 5, radius=radii)  # per-point radii: the plain loop
