@@ -65,9 +65,9 @@ def attention(
     metric : str, ("minkowski", p) or callable, default="sqeuclidean"
         ``"sqeuclidean"``: s = -||q - k||^2. ``"euclidean"``: s = -||q - k|| (the non-squared
         distance; keys are selected on squared distances, which order them the same way).
-        ``"dot"``: s = q.k. ``"manhattan"``: s = -sum_j |q_j - k_j|. ``("minkowski", p)``
-        (``1 <= p < inf``): s = -sum_j |q_j - k_j|^p. ``"cosine"``: s = -(1 - cos(q, k)) (a
-        zero row is at distance 1). A callable ``phi`` mapping a ``(n, n_features)`` tensor to
+        ``"dot"``: s = q.k. ``"manhattan"``: ``s = -sum_j |q_j - k_j|``. ``("minkowski", p)``
+        (``1 <= p < inf``): ``s = -sum_j |q_j - k_j|^p``. ``"cosine"``: s = -(1 - cos(q, k))
+        (a zero row is at distance 1). A callable ``phi`` mapping a ``(n, n_features)`` tensor to
         ``(n, d)`` gives s = -||phi(q) - phi(k)||^2.
     temperature : float >= 0 or 0-d Tensor, default=1.0
         ``0`` is the nearest-neighbour limit: all weight on the nearest unmasked key, the
