@@ -26,7 +26,7 @@ from ._kernels import (
     gaussian_kernel_log_sums,
     sqdist_log_histogram,
 )
-from ._kinds import LEARNED_METRICS, METRICS, cosine_distances_of_pairs, metric_kind
+from ._kinds import LEARNED_METRICS, METRICS, exact_f_of_pairs, metric_kind
 from ._maps import ResidualBlock, build_map
 from ._metric_training import batch_rows, train_metric
 from ._parallel import cpu_threads, rows_single_threaded
@@ -89,7 +89,7 @@ __all__ = [
     "LEARNED_METRICS",
     "METRICS",
     "metric_kind",
-    "cosine_distances_of_pairs",
+    "exact_f_of_pairs",
     "averaging_dtype",
     "budget_bytes",
     "check_temperature",

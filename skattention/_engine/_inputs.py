@@ -349,13 +349,13 @@ def check_radius(radius, n_q, n_k, device, dtype, f_of):
             )
         if bool((query_r < 0).any()) or bool((key_r < 0).any()):
             raise ValueError("radii must be >= 0.")
-        return Radius(query_r=query_r, key_r=key_r, f_of=f_of)
+        return Radius(f_of, query_r=query_r, key_r=key_r)
     if not isinstance(radius, Real) or isinstance(radius, bool) or not radius > 0:
         raise ValueError(
             f"radius must be a positive number, a (query_radius, key_radius) pair of arrays "
             f"or None, got {radius!r}."
         )
-    return None if math.isinf(radius) else Radius(radius=float(radius), f_of=f_of)
+    return None if math.isinf(radius) else Radius(f_of, radius=float(radius))
 
 
 def check_log_prior(log_prior, n_keys, device, dtype):

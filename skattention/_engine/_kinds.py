@@ -24,7 +24,6 @@ METRICS = {"euclidean": "sqeuclidean", "manhattan": "manhattan", "cosine": "cosi
            "minkowski": "minkowski", **LEARNED_METRICS}
 
 
-
 def metric_kind(metric):
     """``(kind, p)`` of an engine metric: one of ``ENGINE_METRICS``, ``("minkowski", p)``
     with ``1 <= p < inf`` (``f = sum |q_j - k_j|^p``), or a callable (squared Euclidean
@@ -71,6 +70,17 @@ def cosine_distances_of_pairs(q, k):
     norms_sq = (q * q).sum(-1) * (k * k).sum(-1)
     cos = torch.copysign(torch.sqrt(dot * dot / torch.where(norms_sq > 0, norms_sq, 1.0)), dot)
     return (1.0 - cos).clamp_(0.0, 2.0)
+
+
+def exact_f_of_pairs(kind, p, q, k):
+    """The exact float64 ``f`` of rows ``q`` and ``k`` (broadcast over the last dimension) of
+    a distance kind: squared Euclidean, ``sum |q_j - k_j|^p``, or ``1 - cos``."""
+    if kind in DISTANCE_KINDS:
+        diff = q - k
+        return (diff * diff).sum(-1)
+    if kind in PAIRWISE_KINDS:
+        return power_sums(q - k, p)
+    return cosine_distances_of_pairs(q, k)
 
 
 def power_sums(diff, p):

@@ -27,12 +27,11 @@ class Radius:
     unsettled (the k-NN selection settles its candidates itself, :meth:`inside`).
     """
 
-    def __init__(self, radius=None, query_r=None, key_r=None, f_of=lambda r: r**2):
+    def __init__(self, f_of, radius=None, query_r=None, key_r=None):
         self.radius = radius
         if radius is not None:
             # f at the radius, the one value every test against it uses
-            self.bound = f_of(radius)
-            self.max_r2 = self.bound
+            self.bound = self.max_r2 = f_of(radius)
         else:
             self.query_r2, self.key_r2 = f_of(query_r), f_of(key_r)
             self.query_r2_exact = f_of(query_r.double())
@@ -60,7 +59,7 @@ class Radius:
         return self._qoff - torch.maximum(self._q_r2, self.key_r2[None, ks:ke])
 
     def exact_r2(self, rows, keys):
-        """``r_ij**2`` in float64 for block rows ``rows`` and key indices ``keys``."""
+        """``f_of(r_ij)`` in float64 for block rows ``rows`` and key indices ``keys``."""
         if self.radius is not None:
             return self.bound
         q_r2 = self.query_r2_exact[self._rows][rows]

@@ -26,7 +26,7 @@ from ._budget import CPU_BLOCK_ENTRIES, ROW_MULTIPLE, plan_rows
 from ._kinds import (
     DISTANCE_KINDS,
     PAIRWISE_KINDS,
-    cosine_distances_of_pairs,
+    exact_f_of_pairs,
     metric_kind,
     power_sums,
     unit_rows,
@@ -34,7 +34,6 @@ from ._kinds import (
 
 # The score of a masked (query, key) pair: it gets no weight.
 NEG_INF = float("-inf")
-
 
 
 def padded_rows(x, multiple=ROW_MULTIPLE):
@@ -230,14 +229,9 @@ class PreparedKeys:
     def _exact_rows(self, q_raw, index):
         keys = self.raw.detach()[index].double()
         q = q_raw.detach().double()
-        if self.is_distance:
-            diff = q - keys
-            return (diff * diff).sum(-1)
-        if self.pairwise:
-            return power_sums(q - keys, self.p)
-        if self.kind == "cosine":
-            return cosine_distances_of_pairs(q, keys)
-        return -(q * keys).sum(-1)
+        if self.kind == "dot":
+            return -(q * keys).sum(-1)
+        return exact_f_of_pairs(self.kind, self.p, q, keys)
 
     def query_offset(self, q):
         """Per-query constant c such that the exact value of ``-f`` is ``partial - c`` (``f``
@@ -345,8 +339,9 @@ class PreparedKeys:
             return -f if self.squared else -_sqrt_zero_grad(f)
         if self.pairwise:
             return -power_sums(q[:, None, :] - gathered, self.p)
-        # (cosine: the unit rows' products less the offset 1)
-        return torch.einsum("bd,bkd->bk", q, gathered) - (self.kind == "cosine")
+        products = torch.einsum("bd,bkd->bk", q, gathered)
+        # cosine: the unit rows' products less the offset 1
+        return products - 1.0 if self.kind == "cosine" else products
 
 
 def _block_bias(offset, scale, prior):

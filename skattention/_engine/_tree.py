@@ -403,11 +403,3 @@ def _built(prepared, working_memory):
     descheduled thread on a busy machine (docs/performance.md, "The key tree")."""
     with one_thread():
         return KeyTree(prepared, working_memory)
-
-
-# Bytes per query of a chunk of the call: its results and a share of the descent's pairs.
-_QUERY_BYTES = 4096
-# Scratch bytes of a worker's groups at most, whatever the budget: larger blocks of distances
-# stream through memory at a cost above the calls they save (docs/performance.md, "The key
-# tree").
-_WORKER_SCRATCH = 1 << 26

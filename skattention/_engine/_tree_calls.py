@@ -59,10 +59,9 @@ def _excluded(spec, rows, f, idx, k):
         keep = ~drop
         f, idx = f[keep].view(-1, k), idx[keep].view(-1, k)
     if spec.radius is not None:
-        inside = f <= spec.radius.bound
+        inside = spec.radius.inside(f, idx)
         f, idx = f.masked_fill(~inside, math.inf), idx.masked_fill(~inside, -1)
     return f, idx
-
 
 
 def tree_blocks(spec, tree, k, what):

@@ -170,8 +170,8 @@ class LearnedMetric(MetricStrategy):
         """Choose the prototypes of the keys that dense attention predicts over
         (``_summary.choose_prototypes``; none unless the estimator predicts by dense attention):
         sets ``prototypes`` (their centres) and ``prototype_error``; returns the prototypes of
-        the training keys ``(points, values, log_prior)``, or ``None``."""
-        self.prototypes = self.prototype_error = None
+        the training keys ``(points, values, log_prior)``, or ``None`` (``fit`` has reset
+        both)."""
         setting = getattr(estimator, "prototypes", None)
         if (not prototype_counts(setting, data.X.shape[0])
                 or getattr(estimator, "n_neighbors", None) is not None

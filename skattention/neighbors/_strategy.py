@@ -21,7 +21,7 @@ import torch
 from .._engine import (
     METRICS,
     budget_bytes,
-    cosine_distances_of_pairs,
+    exact_f_of_pairs,
     metric_kind,
     plan_rows,
 )
@@ -161,7 +161,12 @@ class MetricStrategy:
             block = slice(start, start + rows)
             q = np.asarray(Z[block], np.float64)[:, None, :]
             k = np.asarray(keys[indices[block]], np.float64)
-            out[block] = _distances_of_pairs(kind, p, q, k)
+            if kind in ("sqeuclidean", "euclidean"):
+                diff = q - k
+                out[block] = np.sqrt(np.einsum("ijk,ijk->ij", diff, diff))
+            else:  # the engine's exact values, as its selection ranks them
+                out[block] = self.distances(exact_f_of_pairs(
+                    kind, p, torch.from_numpy(q), torch.from_numpy(k)).numpy())
         return out
 
     @classmethod
@@ -169,19 +174,6 @@ class MetricStrategy:
         """The estimator's tags as this metric changes them (a class method: tags are asked of
         unfitted estimators too)."""
         return tags
-
-
-def _distances_of_pairs(kind, p, q, k):
-    """Float64 distances of query rows ``q`` (b, 1, d) to their keys ``k`` (b, m, d) for the
-    engine metric ``kind`` (the engine's exact values, the root taken)."""
-    if kind == "cosine":  # the engine's exact values
-        return cosine_distances_of_pairs(torch.from_numpy(q), torch.from_numpy(k)).numpy()
-    diff = np.abs(q - k)
-    if kind == "manhattan":
-        return diff.sum(-1)
-    if kind == "minkowski":
-        return np.power(np.power(diff, p).sum(-1), 1.0 / p)
-    return np.sqrt(np.einsum("ijk,ijk->ij", diff, diff))
 
 
 class FixedMetric(MetricStrategy):
