@@ -43,8 +43,12 @@ class _ByIndex:
     def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
         if X is None:  # leave-one-out queries are not used by these tests
             raise NotImplementedError
-        dist, idx = nearest_by_index(self._fit_X, X, n_neighbors or self.n_neighbors)
+        dist, idx = self._nearest(X, n_neighbors or self.n_neighbors)
         return (dist, idx) if return_distance else idx
+
+    def _nearest(self, X, n_neighbors):
+        """``(distances, indices)`` in (distance, index) order (Euclidean here)."""
+        return nearest_by_index(self._fit_X, X, n_neighbors)
 
 
 class KNeighborsClassifierByIndex(_ByIndex, KNeighborsClassifier):

@@ -22,7 +22,7 @@ from sklearn.neighbors import (
 import skattention
 from skattention import MetricAttentionClassifier, MetricAttentionRegressor, kneighbors
 
-from ._cases import DATA, INF, make_data, outputs
+from ._cases import DATA, INF, _ByIndex, make_data, outputs
 
 # (metric, p) -> radius: many distances on the integer grid and one-hot rows equal it, except
 # for cosine (scikit-learn's cosine distances come from products of rows divided by their
@@ -51,23 +51,23 @@ def exact_distances(X_fit, X, metric, p, reduced=False):
     return reduced_distances if reduced else np.power(reduced_distances, 1.0 / p)
 
 
-class _ByIndex:
-    """scikit-learn's k-NN estimator with the k nearest in (distance, index) order (Minkowski's
-    distance before its root, as scikit-learn ranks them: two sums apart by a rounding may
-    have equal roots)."""
+class _ByMetricIndex(_ByIndex):
+    """``_cases._ByIndex`` in the estimator's ``metric`` and ``p`` (Minkowski's distance ranked
+    before its root, as scikit-learn ranks them: two sums apart by a rounding may have equal
+    roots)."""
 
-    def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
+    def _nearest(self, X, n_neighbors):
         f = exact_distances(self._fit_X, X, self.metric, self.p, reduced=True)
-        idx = np.argsort(f, axis=1, kind="stable")[:, : n_neighbors or self.n_neighbors]
-        dist = np.take_along_axis(exact_distances(self._fit_X, X, self.metric, self.p), idx, 1)
-        return (dist, idx) if return_distance else idx
+        idx = np.argsort(f, axis=1, kind="stable")[:, :n_neighbors]
+        return np.take_along_axis(exact_distances(self._fit_X, X, self.metric, self.p), idx,
+                                  1), idx
 
 
-class KNNClassifierByIndex(_ByIndex, KNeighborsClassifier):
+class KNNClassifierByIndex(_ByMetricIndex, KNeighborsClassifier):
     pass
 
 
-class KNNRegressorByIndex(_ByIndex, KNeighborsRegressor):
+class KNNRegressorByIndex(_ByMetricIndex, KNeighborsRegressor):
     pass
 
 

@@ -73,6 +73,28 @@ def test_tabular_map_embeds_category_codes_not_one_hot():
     assert np.isfinite(clf.predict_proba(queries)).all()
 
 
+class _Stop(Exception):
+    pass
+
+
+def _stop_training(*args, **kwargs):
+    raise _Stop
+
+
+def _train_metric_arguments(monkeypatch, model, X, y):
+    """The keyword arguments ``model.fit(X, y)`` passes to ``train_metric`` (stopped there)."""
+    seen = {}
+
+    def capture(*args, **kwargs):
+        seen.update(kwargs)
+        raise _Stop
+
+    monkeypatch.setattr(_learned, "train_metric", capture)
+    with pytest.raises(_Stop):
+        model.fit(X, y)
+    return seen
+
+
 # n samples -> 15% validation (rounded up, at most 4,096) -> n_train = 200, 300, 2000, 10000,
 # 20000 and 95904 training points
 @pytest.mark.parametrize("n, batch, candidates, validation_keys", [
@@ -86,19 +108,8 @@ def test_tabular_map_embeds_category_codes_not_one_hot():
     (100000, 1024, 1024 + 5994, 8192),
 ])
 def test_training_defaults(monkeypatch, n, batch, candidates, validation_keys):
-    seen = {}
-
-    class Stop(Exception):
-        pass
-
-    def capture(*args, **kwargs):
-        seen.update(kwargs)
-        raise Stop
-
-    monkeypatch.setattr(_learned, "train_metric", capture)
     X, y = _frame(n)
-    with pytest.raises(Stop):
-        MetricAttentionClassifier(random_state=0).fit(X, y)
+    seen = _train_metric_arguments(monkeypatch, MetricAttentionClassifier(random_state=0), X, y)
     assert (seen["batch_size"], seen["n_candidates"]) == (batch, candidates)
     assert seen["learning_rate"] == 1e-2 and seen["weight_decay"] == 2e-4
     assert seen["n_iter_no_change"] == 3 and seen["max_validation_keys"] == validation_keys
@@ -107,19 +118,9 @@ def test_training_defaults(monkeypatch, n, batch, candidates, validation_keys):
 
 
 def test_explicit_batch_and_sample_rate_are_kept_at_scale(monkeypatch):
-    seen = {}
-
-    class Stop(Exception):
-        pass
-
-    def capture(*args, **kwargs):
-        seen.update(kwargs)
-        raise Stop
-
-    monkeypatch.setattr(_learned, "train_metric", capture)
     X, y = _frame(23530)
-    with pytest.raises(Stop):
-        MetricAttentionClassifier(batch_size=128, sample_rate=0.01, random_state=0).fit(X, y)
+    model = MetricAttentionClassifier(batch_size=128, sample_rate=0.01, random_state=0)
+    seen = _train_metric_arguments(monkeypatch, model, X, y)
     assert (seen["batch_size"], seen["n_candidates"]) == (128, 200)
 
 
@@ -155,12 +156,6 @@ def test_temperature_is_calibrated_on_a_bounded_sample(monkeypatch):
     assert seen == [50, 150]
 
 
-class _Stop(Exception):
-    pass
-
-
-def _stop_training(*args, **kwargs):
-    raise _Stop
 
 
 def test_calibrated_temperature_minimises_the_validation_loss():
