@@ -1,6 +1,5 @@
 """Calibration of a trained map's temperature on held-out points (torch only)."""
 
-import contextlib
 import math
 
 import torch
@@ -8,13 +7,13 @@ import torch
 from ._budget import budget_bytes, cache_row_slices
 from ._inputs import clamp_log_temperature
 from ._metric_training import _LOG_EPS, key_log_prior, soft_neighbour_loss
-from ._parallel import one_thread
+from ._parallel import map_blocks
 from ._scores import PreparedKeys
-from ._softmax import flushed_exp
+from ._softmax import flush_below, flushed_exp
 
 # Temperature calibration: a grid over log T around the trained value, then two finer grids
 # around the best point so far (each step a fifth of the last one's, the best point not scored
-# again); every point of a grid is scored in one pass over the scores.
+# again), each searched by _lattice_minimum.
 _CALIBRATION_GRIDS = ((2.5, 0.5), (0.4, 0.1), (0.08, 0.02))  # (half-width, step) in log T
 
 
@@ -24,7 +23,8 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     """Set ``log_temperature`` (in place) to the value with the lowest validation loss of the
     trained map: the validation points of ``validation = (X_val, values_val, weight_val)``
     attend to all training points ``X``. A grid of ``log T`` over +-2.5 around the current value
-    (step 0.5), then grids of step 0.1 and 0.02 around the best point found so far. For
+    (step 0.5), then grids of step 0.1 and 0.02 around the best point found so far (searched
+    outward from it: :func:`_lattice_minimum`). For
     ``loss="log_loss"`` the validation loss counts one pseudo-error more (see below).
     ``keys``: ``(points, values, log_prior)`` already in the map's key space (e.g. prototypes
     of the training points' keys) that the validation points attend to instead of ``X``,
@@ -41,29 +41,19 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     # [values, 1]^T: one product gives each row's weighted values and its normaliser
     values_1t = torch.cat([values, values.new_ones((values.shape[0], 1))], 1).T.contiguous()
     # Every candidate temperature scales the same scores: each block of query rows whose scores,
-    # logits and softmax fit the working memory is scored once per grid, and each cache-sized
-    # chunk of it at every temperature of the grid while it is in the cache (one pass over the
-    # scores per grid instead of one per temperature).
-    block = max(1, budget_bytes(None) // (3 * prepared.n_keys * points.element_size()))
+    # logits and softmax fit a worker's share of the working memory is scored once per grid, and
+    # each cache-sized chunk of it at every temperature of the grid while it is in the cache
+    # (one pass over the scores per grid instead of one per temperature). The blocks go to the
+    # engine's workers (one thread each: passes over a chunk that fits a core's cache are too
+    # short for a parallel region to pay); their terms are added in block order.
+    workers = max(1, torch.get_num_threads()) if points.device.type == "cpu" else 1
+    per_row = 3 * prepared.n_keys * points.element_size()
+    block = max(1, budget_bytes(None) // per_row)
     whole = None
     if block >= queries.shape[0]:  # one block: its scores serve every grid
         whole = prepared.logits(prepared.prepare_queries(queries), 0, prepared.n_keys, scale=1.0)
-
-    def score_chunks():
-        """``(rows, scores)`` of cache-sized chunks of validation rows."""
-        for start in range(0, queries.shape[0], block):
-            stop = min(queries.shape[0], start + block)
-            scores = whole if whole is not None else prepared.logits(
-                prepared.prepare_queries(queries[start:stop]), 0, prepared.n_keys, scale=1.0)
-            for rows in cache_row_slices(*scores.shape, scores.device):
-                yield slice(start + rows.start, start + rows.stop), scores[rows]
-
-    def terms(pred, rows):
-        """The rows' weighted loss and (classes) the largest probability of a wrong class."""
-        target = values_val[rows]
-        wrong = pred.masked_fill(target > 0, 0.0).amax() if loss == "log_loss" else 0.0
-        loss_sum = (weight_val[rows] * soft_neighbour_loss(pred, target, loss)).sum()
-        return float(loss_sum), float(wrong)
+    block = max(1, min(block // workers, -(-queries.shape[0] // workers)))
+    starts = range(0, queries.shape[0], block)
 
     # Classes: one pseudo-error more, Laplace's rule of succession: the validation point
     # likeliest to be wrong counted once as if it were (the loss of its likeliest wrong class,
@@ -76,41 +66,94 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
         pseudo = -math.log(max(wrong, _LOG_EPS)) if pseudo_weight else 0.0
         return (loss_sum + pseudo_weight * pseudo) / (float(total) + pseudo_weight)
 
-    def val_losses(log_ts):
-        sums, wrongs = [0.0] * len(log_ts), [0.0] * len(log_ts)
-        for rows, chunk in score_chunks():
-            with one_thread() if chunk.device.type == "cpu" else contextlib.nullcontext():
-                _score_chunk(chunk, rows, log_ts, sums, wrongs)
-        return [objective(*pair) for pair in zip(sums, wrongs, strict=True)]
+    def block_terms(start, log_ts):
+        """The weighted loss of the rows of the block at ``start`` at every temperature of
+        ``log_ts``, and (classes) the largest probability of a wrong class among them."""
+        stop = min(queries.shape[0], start + block)
+        scores = whole[start:stop] if whole is not None else prepared.logits(
+            prepared.prepare_queries(queries[start:stop]), 0, prepared.n_keys, scale=1.0)
+        sums = scores.new_empty((len(log_ts), stop - start, values_1t.shape[0]))
+        for rows in cache_row_slices(*scores.shape, scores.device):
+            _chunk_sums(scores[rows], log_ts, sums[:, rows])
+        target, row_weight = values_val[start:stop], weight_val[start:stop]
+        out = []
+        for j in range(len(log_ts)):
+            pred = sums[j, :, :-1] / sums[j, :, -1:]
+            wrong = pred.masked_fill(target > 0, 0.0).amax() if loss == "log_loss" else 0.0
+            out.append((float((row_weight * soft_neighbour_loss(pred, target, loss)).sum()),
+                        float(wrong)))
+        return out
 
-    def _score_chunk(chunk, rows, log_ts, sums, wrongs):
-        """Add a cache-sized chunk's loss at every temperature of ``log_ts`` to ``sums`` (and
-        its largest wrong probability to ``wrongs``), on one thread: passes over a chunk that
-        fits a core's cache are too short for a parallel region to pay."""
+    def _chunk_sums(chunk, log_ts, out):
+        """``out[j]``: the chunk's rows' [weighted values, normaliser] at ``log_ts[j]``."""
         z = torch.empty_like(chunk)
+        low = flush_below(chunk.dtype)
         if log_prior is None:  # max(scores / T) = max(scores) / T: one shift for every T
             shifted = chunk - chunk.amax(1, keepdim=True)
+            lowest = float(shifted.min())
         for j, log_t in enumerate(log_ts):
             if log_prior is None:
                 torch.mul(shifted, math.exp(-log_t), out=z)
+                # no weight of the chunk is near the flush at this temperature: exp alone, the
+                # same weights as flushed_exp's three passes
+                p = (z.exp_() if lowest * math.exp(-log_t) > low + 1.0
+                     else flushed_exp(z, inplace=True))
             else:
                 torch.add(log_prior, chunk, alpha=math.exp(-log_t), out=z)
                 z.sub_(z.amax(1, keepdim=True))
-            # flushed exponentials and values^T @ p^T, the fast forms for a few values
-            # (docs/performance.md, "Fit")
-            sums_1 = (values_1t @ flushed_exp(z, inplace=True).T).T
-            loss_sum, wrong = terms(sums_1[:, :-1] / sums_1[:, -1:], rows)
-            sums[j] += loss_sum
-            wrongs[j] = max(wrongs[j], wrong)
+                p = flushed_exp(z, inplace=True)
+            # values^T @ p^T, the fast form for a few values (docs/performance.md, "Fit")
+            out[j] = (values_1t @ p.T).T
+
+    def val_losses(log_ts):
+        sums, wrongs = [0.0] * len(log_ts), [0.0] * len(log_ts)
+        for terms in map_blocks(lambda start: block_terms(start, log_ts), starts, workers):
+            for j, (loss_sum, wrong) in enumerate(terms):
+                sums[j] += loss_sum
+                wrongs[j] = max(wrongs[j], wrong)
+        return [objective(*pair) for pair in zip(sums, wrongs, strict=True)]
 
     best, best_loss = float(log_temperature), math.inf
     for half, step in _CALIBRATION_GRIDS:
-        n_steps = round(half / step)
-        grid = [best + i * step for i in range(-n_steps, n_steps + 1) if i or best_loss == math.inf]
-        losses = val_losses(grid)
-        i = min(range(len(grid)), key=losses.__getitem__)
-        if losses[i] < best_loss:
-            best, best_loss = grid[i], losses[i]
+        if best_loss == math.inf:
+            # the first grid whole: over +-2.5 the loss may have a second minimum (towards a
+            # broad T on small noisy sets)
+            grid = [best + i * step for i in range(-round(half / step), round(half / step) + 1)]
+            losses = val_losses(grid)
+            best, best_loss = min(zip(grid, losses), key=lambda pair: pair[1])
+        else:
+            best, best_loss = _lattice_minimum(val_losses, best, best_loss, step,
+                                               round(half / step))
     best = clamp_log_temperature(best, log_temperature.dtype)
     log_temperature.fill_(best)
     return best_loss
+
+
+def _lattice_minimum(losses_at, centre, centre_loss, step, n_steps):
+    """``(point, loss)``: the lowest loss on the grid ``centre + i * step``, ``0 < |i| <=
+    n_steps`` (ties to the lower point) where it is below ``centre_loss``, else ``(centre,
+    centre_loss)``. ``losses_at(points)`` scores points in one pass over the scores.
+
+    The centre's two neighbours are scored, then the points beyond the lower one, two a pass,
+    while the losses keep falling: near the minimum found by a coarser grid the loss falls and
+    then rises along the grid, and its minimum is found without scoring the rest; where both
+    neighbours are lower, the whole grid is scored."""
+    loss_at = {0: centre_loss}
+
+    def score(indices):
+        indices = [i for i in indices if abs(i) <= n_steps and i not in loss_at]
+        loss_at.update(zip(indices, losses_at([centre + i * step for i in indices]),
+                           strict=True))
+
+    score([-1, 1])
+    down, up = loss_at[-1] < centre_loss, loss_at[1] < centre_loss
+    if down and up:
+        score(range(-n_steps, n_steps + 1))
+    elif down or up:
+        way = -1 if down else 1
+        edge = way
+        while abs(edge) < n_steps and loss_at[edge] < loss_at[edge - way]:
+            score([edge + way, edge + 2 * way])
+            edge = max(loss_at, key=lambda i: way * i)
+    i = min(sorted(i for i in loss_at if i), key=loss_at.__getitem__)
+    return (centre + i * step, loss_at[i]) if loss_at[i] < centre_loss else (centre, centre_loss)

@@ -1,0 +1,78 @@
+"""The temperature calibration's search and its scores (``_engine._calibration``)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from skattention._engine._calibration import _lattice_minimum, calibrate_temperature
+
+
+def _grid_minimum(losses, centre_loss):
+    """The reference: every grid point scored, the first lowest kept if below the centre."""
+    i = min((i for i in range(len(losses)) if i != len(losses) // 2), key=losses.__getitem__)
+    return (i, losses[i]) if losses[i] < centre_loss else (len(losses) // 2, centre_loss)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_outward_search_finds_the_grid_minimum_of_a_valley(seed):
+    rng = np.random.default_rng(seed)
+    n_steps = int(rng.integers(1, 6))
+    points = np.arange(-n_steps, n_steps + 1)
+    # a valley whose floor may be at any point, flat stretches (ties) included
+    floor = rng.integers(-n_steps - 1, n_steps + 2)
+    losses = list(np.round(np.abs(points - floor) * rng.uniform(0.5, 2), 1) + 1.0)
+    scored = []
+
+    def losses_at(xs):
+        scored.extend(xs)
+        return [losses[round(x) + n_steps] for x in xs]
+
+    point, loss = _lattice_minimum(losses_at, 0.0, losses[n_steps], 1.0, n_steps)
+    i, expected = _grid_minimum(losses, losses[n_steps])
+    assert (point, loss) == (i - n_steps, expected)
+    assert 0.0 not in scored  # the centre's loss is given
+
+
+def test_both_neighbours_lower_scores_the_whole_grid():
+    losses = [5.0, 0.5, 2.0, 4.0, 2.0, 1.0, 3.0]  # centre 4.0, a lower point on each side
+    point, loss = _lattice_minimum(lambda xs: [losses[round(x) + 3] for x in xs], 0.0, 4.0,
+                                   1.0, 3)
+    assert (point, loss) == (-2.0, 0.5)
+
+
+class _Identity:
+    kind = "euclidean"
+
+    def eval(self):
+        return self
+
+    key = query = staticmethod(lambda X: X)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_calibration_does_not_depend_on_the_number_of_threads_or_the_budget(threads):
+    from skattention import config_context
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(3000, 4, generator=g)
+    y = torch.nn.functional.one_hot((X[:, 0] > 0).long(), 2).double()
+    Xv = torch.randn(700, 4, generator=g, dtype=torch.float64)
+    yv = torch.nn.functional.one_hot((Xv[:, 0] > 0).long(), 2).double()
+    X = X.double()
+    results = []
+    for working_memory in (256, 1):  # every row's scores in one block / many blocks
+        log_t = torch.tensor(0.0, dtype=torch.float64)
+        previous = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            with config_context(working_memory=working_memory):
+                loss = calibrate_temperature(_Identity(), log_t, X, y, torch.ones(3000),
+                                             (Xv, yv, torch.ones(700)), "log_loss")
+        finally:
+            torch.set_num_threads(previous)
+        results.append((float(log_t), loss))
+    assert results[0][0] == results[1][0]
+    assert math.isclose(results[0][1], results[1][1], rel_tol=1e-12)
+    assert -2.5 < results[0][0] < 2.5  # a minimum inside the grid, not its edge
