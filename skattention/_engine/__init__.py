@@ -29,6 +29,7 @@ from ._kernels import (
 from ._kinds import LEARNED_METRICS, METRICS, exact_f_of_pairs, metric_kind
 from ._maps import ResidualBlock, build_map
 from ._metric_training import batch_rows, train_metric
+from ._near_far import GroupedKeys, group_keys, near_far_attention
 from ._parallel import cpu_threads, rows_single_threaded
 from ._progress import progress_bar, track, write
 from ._rows import RowBlocks
@@ -50,6 +51,10 @@ __all__ = [
     "attention",
     "kneighbors",
     "prepare_keys",
+    # attention over keys grouped around prototypes (exact over the near groups)
+    "GroupedKeys",
+    "group_keys",
+    "near_far_attention",
     # attention over shards of the keys, merged exactly
     "Partial",
     "finish_partial",

@@ -7,6 +7,7 @@ import torch
 from ._budget import budget_bytes, cache_row_slices
 from ._inputs import clamp_log_temperature
 from ._metric_training import _LOG_EPS, key_log_prior, soft_neighbour_loss
+from ._near_far import near_far_attention
 from ._parallel import map_blocks
 from ._scores import PreparedKeys
 from ._softmax import flush_below, flushed_exp
@@ -26,17 +27,41 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     (step 0.5), then grids of step 0.1 and 0.02 around the best point found so far (searched
     outward from it: :func:`_lattice_minimum`). For
     ``loss="log_loss"`` the validation loss counts one pseudo-error more (see below).
-    ``keys``: ``(points, values, log_prior)`` already in the map's key space (e.g. prototypes
-    of the training points' keys) that the validation points attend to instead of ``X``,
-    ``values`` and ``weight``. Returns the minimised objective: the validation loss, with that
+    ``keys``: the training points' keys grouped around prototypes (:class:`GroupedKeys`) that
+    the validation points attend to (:func:`near_far_attention`) instead of ``X``, ``values``
+    and ``weight``. Returns the minimised objective: the validation loss, with that
     pseudo-error."""
     X_val, values_val, weight_val = validation
     metric_map.eval()
-    if keys is None:
-        points, log_prior = metric_map.key(X), key_log_prior(weight)
-    else:
-        points, values, log_prior = keys
     queries, total = metric_map.query(X_val), weight_val.sum()
+
+    # Classes: one pseudo-error more, Laplace's rule of succession: the validation point
+    # likeliest to be wrong counted once as if it were (the loss of its likeliest wrong class,
+    # with the mean weight). Without it, a validation split that the map separates perfectly
+    # (small or easy sets) is fitted best by T -> 0, and the test set's rare errors then get
+    # probabilities near 0, a large log-loss (docs/performance.md, "Engine design notes").
+    pseudo_weight = float(total) / weight_val.shape[0] if loss == "log_loss" else 0.0
+
+    def objective(loss_sum, wrong):
+        pseudo = -math.log(max(wrong, _LOG_EPS)) if pseudo_weight else 0.0
+        return (loss_sum + pseudo_weight * pseudo) / (float(total) + pseudo_weight)
+
+    def terms(pred, rows):
+        """The weighted loss of the validation rows ``rows`` predicted ``pred`` and (classes)
+        the largest probability of a wrong class among them."""
+        target = values_val[rows]
+        wrong = pred.masked_fill(target > 0, 0.0).amax() if loss == "log_loss" else 0.0
+        return (float((weight_val[rows] * soft_neighbour_loss(pred, target, loss)).sum()),
+                float(wrong))
+
+    if keys is not None:
+        def grouped_losses(log_ts):
+            return [objective(*terms(near_far_attention(queries, keys, math.exp(log_t)),
+                                     slice(None)))
+                    for log_t in log_ts]
+        return _search(grouped_losses, log_temperature)
+
+    points, log_prior = metric_map.key(X), key_log_prior(weight)
     prepared = PreparedKeys(points, metric_map.kind)
     # [values, 1]^T: one product gives each row's weighted values and its normaliser
     values_1t = torch.cat([values, values.new_ones((values.shape[0], 1))], 1).T.contiguous()
@@ -55,17 +80,6 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     block = max(1, min(block // workers, -(-queries.shape[0] // workers)))
     starts = range(0, queries.shape[0], block)
 
-    # Classes: one pseudo-error more, Laplace's rule of succession: the validation point
-    # likeliest to be wrong counted once as if it were (the loss of its likeliest wrong class,
-    # with the mean weight). Without it, a validation split that the map separates perfectly
-    # (small or easy sets) is fitted best by T -> 0, and the test set's rare errors then get
-    # probabilities near 0, a large log-loss (docs/performance.md, "Engine design notes").
-    pseudo_weight = float(total) / weight_val.shape[0] if loss == "log_loss" else 0.0
-
-    def objective(loss_sum, wrong):
-        pseudo = -math.log(max(wrong, _LOG_EPS)) if pseudo_weight else 0.0
-        return (loss_sum + pseudo_weight * pseudo) / (float(total) + pseudo_weight)
-
     def block_terms(start, log_ts):
         """The weighted loss of the rows of the block at ``start`` at every temperature of
         ``log_ts``, and (classes) the largest probability of a wrong class among them."""
@@ -75,14 +89,8 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
         sums = scores.new_empty((len(log_ts), stop - start, values_1t.shape[0]))
         for rows in cache_row_slices(*scores.shape, scores.device):
             _chunk_sums(scores[rows], log_ts, sums[:, rows])
-        target, row_weight = values_val[start:stop], weight_val[start:stop]
-        out = []
-        for j in range(len(log_ts)):
-            pred = sums[j, :, :-1] / sums[j, :, -1:]
-            wrong = pred.masked_fill(target > 0, 0.0).amax() if loss == "log_loss" else 0.0
-            out.append((float((row_weight * soft_neighbour_loss(pred, target, loss)).sum()),
-                        float(wrong)))
-        return out
+        return [terms(sums[j, :, :-1] / sums[j, :, -1:], slice(start, stop))
+                for j in range(len(log_ts))]
 
     def _chunk_sums(chunk, log_ts, out):
         """``out[j]``: the chunk's rows' [weighted values, normaliser] at ``log_ts[j]``."""
@@ -107,22 +115,29 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
 
     def val_losses(log_ts):
         sums, wrongs = [0.0] * len(log_ts), [0.0] * len(log_ts)
-        for terms in map_blocks(lambda start: block_terms(start, log_ts), starts, workers):
-            for j, (loss_sum, wrong) in enumerate(terms):
+        for block_sums in map_blocks(lambda start: block_terms(start, log_ts), starts,
+                                     workers):
+            for j, (loss_sum, wrong) in enumerate(block_sums):
                 sums[j] += loss_sum
                 wrongs[j] = max(wrongs[j], wrong)
         return [objective(*pair) for pair in zip(sums, wrongs, strict=True)]
 
+    return _search(val_losses, log_temperature)
+
+
+def _search(losses_at, log_temperature):
+    """Set ``log_temperature`` to the calibration grids' best point of ``losses_at(log_ts)``
+    (losses of several points in one pass); returns its loss."""
     best, best_loss = float(log_temperature), math.inf
     for half, step in _CALIBRATION_GRIDS:
         if best_loss == math.inf:
             # the first grid whole: over +-2.5 the loss may have a second minimum (towards a
             # broad T on small noisy sets)
             grid = [best + i * step for i in range(-round(half / step), round(half / step) + 1)]
-            losses = val_losses(grid)
+            losses = losses_at(grid)
             best, best_loss = min(zip(grid, losses), key=lambda pair: pair[1])
         else:
-            best, best_loss = _lattice_minimum(val_losses, best, best_loss, step,
+            best, best_loss = _lattice_minimum(losses_at, best, best_loss, step,
                                                round(half / step))
     best = clamp_log_temperature(best, log_temperature.dtype)
     log_temperature.fill_(best)

@@ -242,7 +242,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         summary = strategy.summarize(points, values, log_prior)
         self._keys = FittedKeys(X, values, log_prior, points, strategy.engine_metric, summary)
         if "prototypes" in self._parameter_constraints:
-            self.n_prototypes_ = None if summary is None else int(summary[0].shape[0])
+            self.n_prototypes_ = None if summary is None else summary.n_groups
             self.prototype_error_ = strategy.prototype_error
 
     def _fit_sharded(self, X, y, sample_weight):

@@ -67,18 +67,19 @@ NEIGHBORS = """n_neighbors : int, default=None
         neighbour estimators.
     prototypes : "auto", int or None, default="auto"
         Dense attention (no ``n_neighbors``, no ``radius``, ``0 < temperature < inf``) with a
-        learned metric over many training points: predict over prototypes of the keys instead
-        of every key. The prototypes stand for groups of nearby keys in the learned space (each
-        key joins the nearest of randomly drawn keys; a prototype is its group's mean), each
-        carrying the summed prior weight of its keys (as a log-prior) and their mean values, so
-        a prediction costs a pass over the prototypes, not over every training point (see
-        :doc:`/neighbors`, "Many training points"). ``"auto"``: from 16,384 training points,
-        the fewest of 2,048 or 8,192 prototypes whose outputs on held-out points differ from
-        exact attention over every key by at most 0.01 on average (the probability mass moved,
-        or standardised targets), else every key; ``temperature="auto"`` is then calibrated
-        over the prototypes. An int: that many prototypes (when fewer than the training
-        points). ``None``: every key, always. Selections (``kneighbors``, ``n_neighbors``,
-        ``radius``) always use every key. The measured difference is ``prototype_error_``."""
+        learned metric over many training points: the keys are grouped around prototypes, and
+        a query attends exactly to every key of its 16 nearest groups and to each other group
+        through its prototype, in one softmax. A group is the keys nearest to one of randomly
+        drawn keys; its prototype is their mean, carrying their summed prior weight (as a
+        log-prior) and their mean values. A prediction then costs a pass over the prototypes
+        and the near groups' keys, not over every training point (see :doc:`/neighbors`, "Many
+        training points"). ``"auto"``: from 16,384 training points, 1,024 prototypes if the
+        outputs on held-out points differ from exact attention over every key by at most 0.01
+        on average (the probability mass moved, or standardised targets; measured again at the
+        calibrated temperature), else every key; ``temperature="auto"`` is calibrated over the
+        grouped keys. An int: that many prototypes (when fewer than the training points).
+        ``None``: every key, always. Selections (``kneighbors``, ``n_neighbors``, ``radius``)
+        always use every key. The measured difference is ``prototype_error_``."""
 
 LEARNING = """n_components : int, default=None
         Dimension of the learned space. ``None``: 64 for ``"tabular"``; otherwise the number of

@@ -17,6 +17,7 @@ from .._engine import (
     averaging_dtype,
     budget_bytes,
     kneighbors,
+    near_far_attention,
     plan_rows,
     prepare_keys,
     rows_single_threaded,
@@ -43,9 +44,10 @@ class FittedKeys:
         when first needed.
     engine_metric : str
         The engine's pseudo-metric of the keys.
-    summary : tuple (points, values, log_prior) of arrays or None
-        Prototypes of the keys (``_summary.py``) that dense attention runs over instead of
-        every key; selections (``n_neighbors``, a radius, ``kneighbors``) use the keys.
+    summary : GroupedKeys or None
+        The keys grouped around prototypes (``_summary.py``, on the CPU) that dense attention
+        runs over (exact over each query's nearest groups) instead of every key; selections
+        (``n_neighbors``, a radius, ``kneighbors``) use the keys.
     """
 
     sharded = False
@@ -88,19 +90,10 @@ class FittedKeys:
         return self._on_device("keys", device, dtype, lambda: prepare_keys(
             self.points, metric=self.engine_metric, device=device, dtype=dtype))
 
-    def dense(self, device, dtype, temperature, summary=True):
-        """``(prepared keys, values, log_prior)`` of attention without a radius: the
-        prototypes' where the keys have a summary and ``summary`` asks for it, else
-        :meth:`prepared` and :meth:`per_key`."""
-        if self.summary is None or not summary:
-            keys = self.prepared(device, dtype)
-            return (keys, *self.per_key(keys, temperature))
-        points, values, log_prior = self.summary
-        keys = self._on_device("summary", device, dtype, lambda: prepare_keys(
-            points, metric=self.engine_metric, device=device, dtype=dtype))
-        return keys, *self._on_device("summary values", device, dtype, lambda: (
-            torch.tensor(values, device=device, dtype=dtype),
-            torch.tensor(log_prior, device=device, dtype=dtype)))
+    def dense(self, device, dtype, temperature):
+        """``(prepared keys, values, log_prior)`` of attention over every key."""
+        keys = self.prepared(device, dtype)
+        return (keys, *self.per_key(keys, temperature))
 
     def per_key(self, prepared, temperature):
         """``(values, log_prior)`` as tensors on the device and dtype of ``prepared``, made once;
@@ -127,11 +120,12 @@ class FittedKeys:
         attended to as tensors in one thread setting (each would set its own).
         """
         device, dtype = kwargs["device"], kwargs["dtype"]
-        radius = kwargs["radius"]
+        radius, temperature = kwargs["radius"], kwargs["temperature"]
+        if (self.summary is not None and radius is None and kwargs["n_neighbors"] is None
+                and 0 < temperature < math.inf):
+            return self._near_far(metric, block, device, dtype, temperature, few_rows), None
         if radius is None:
-            temperature = kwargs["temperature"]
-            summary = kwargs["n_neighbors"] is None and 0 < temperature < math.inf
-            keys, values, log_prior = self.dense(device, dtype, temperature, summary)
+            keys, values, log_prior = self.dense(device, dtype, temperature)
             kwargs = dict(kwargs, log_prior=log_prior)
             on_empty = "raise"
         else:
@@ -157,6 +151,19 @@ class FittedKeys:
         if radius is None:
             return out, None
         return out[:, :-1], out[:, -1] == 0
+
+    def _near_far(self, metric, block, device, dtype, temperature, few_rows):
+        """Attention of the encoded query rows ``block`` over the keys grouped around their
+        prototypes (exact over each query's nearest groups)."""
+        grouped = self._on_device("summary", device, dtype,
+                                  lambda: self.summary.to(device, dtype))
+        if few_rows:  # a few rows' kernels are too small to be split over threads
+            Z = metric.embed_tensor(torch.as_tensor(block, dtype=dtype, device=device), device,
+                                    dtype)
+        else:
+            Z = torch.as_tensor(metric.embed(block, "query", device, dtype), device=device,
+                                dtype=dtype)
+        return np.asarray(near_far_attention(Z, grouped, temperature).cpu(), dtype=np.float64)
 
     def select(self, Z, n_neighbors, exclude_self, kwargs):
         """``(f, indices)`` of the ``n_neighbors`` nearest keys of the mapped queries ``Z``

@@ -24,9 +24,16 @@ from .._engine import (
 from ..utils._callbacks import EpochTasks
 from ..utils._convergence import warn_if_max_iter_reached
 from ..utils._device import _cuda_nondeterministic
+from . import _summary
 from ._input import TabularInput
 from ._strategy import TORCH_DTYPES, MetricFit, MetricStrategy
-from ._summary import CHECK_QUERIES, choose_prototypes, prototype_counts, summarize
+from ._summary import (
+    CHECK_QUERIES,
+    choose_prototypes,
+    prototype_count,
+    summarize,
+    summary_error,
+)
 from ._temperature import MAX_QUERIES, neighbor_scale
 
 # n_components=None: keep the inputs' dimension up to this many components (PCA beyond it)
@@ -152,12 +159,15 @@ class LearnedMetric(MetricStrategy):
                                                            rng))
             history = self._train(estimator, metric_map, log_t, data, loss, validation,
                                   generator, warm, epoch_model)
-            summary = self._fit_prototypes(estimator, metric_map, log_t, data, validation, loss,
-                                           generator)
+            check = self._fit_prototypes(estimator, metric_map, log_t, data, validation, loss,
+                                         generator)
             if validation is not None and estimator.temperature == "auto":
-                calibrate_temperature(metric_map, log_t, data.X, data.values, data.weight,
-                                      _calibration_rows(validation, generator), loss,
-                                      keys=summary)
+                rows = _calibration_rows(validation, generator)
+                calibrate_temperature(metric_map, log_t, data.X, data.values, data.weight, rows,
+                                      loss, keys=check and check[0])
+                if check:
+                    self._check_prototypes(estimator, metric_map, log_t, data, rows, loss,
+                                           check)
         self.map = metric_map.to(device="cpu", dtype=torch.float32)
         self._ready = {}
         fit = self._outcome(estimator, history, log_t, validation is not None)
@@ -169,11 +179,11 @@ class LearnedMetric(MetricStrategy):
     def _fit_prototypes(self, estimator, metric_map, log_t, data, validation, loss, generator):
         """Choose the prototypes of the keys that dense attention predicts over
         (``_summary.choose_prototypes``; none unless the estimator predicts by dense attention):
-        sets ``prototypes`` (their centres) and ``prototype_error``; returns the prototypes of
-        the training keys ``(points, values, log_prior)``, or ``None`` (``fit`` has reset
+        sets ``prototypes`` (their centres) and ``prototype_error``; returns ``(grouped keys,
+        keys, check queries)`` for :meth:`_check_prototypes`, or ``None`` (``fit`` has reset
         both)."""
         setting = getattr(estimator, "prototypes", None)
-        if (not prototype_counts(setting, data.X.shape[0])
+        if (prototype_count(setting, data.X.shape[0]) is None
                 or getattr(estimator, "n_neighbors", None) is not None
                 or getattr(estimator, "radius", None) is not None
                 or estimator.temperature in (0, math.inf)):
@@ -186,22 +196,37 @@ class LearnedMetric(MetricStrategy):
         pool = validation[0] if validation is not None else data.X
         rows = torch.randperm(pool.shape[0], generator=generator)[:CHECK_QUERIES]
         queries = metric_map.query(pool[rows.to(pool.device)])
-        log_prior = torch.log(data.weight)
-        centres, error, summary = choose_prototypes(
-            setting, keys, queries, data.values, log_prior, metric_map.kind,
+        centres, error, grouped = choose_prototypes(
+            setting, keys, queries, data.values, torch.log(data.weight), metric_map.kind,
             float(torch.exp(log_t)), loss, generator)
-        if centres is not None:
-            self.prototypes, self.prototype_error = centres.to("cpu", torch.float32), error
-        return summary
+        if centres is None:
+            return None
+        self.prototypes, self.prototype_error = centres.to("cpu", torch.float32), error
+        return grouped, keys, queries
+
+    @torch.no_grad()
+    def _check_prototypes(self, estimator, metric_map, log_t, data, rows, loss, check):
+        """After the temperature was calibrated over the prototypes: their error at that
+        temperature, and with ``prototypes="auto"`` beyond the tolerance, none (the temperature
+        calibrated again over every key)."""
+        grouped, keys, queries = check
+        self.prototype_error = summary_error(
+            grouped, keys, queries, data.values, torch.log(data.weight), metric_map.kind,
+            float(torch.exp(log_t)), loss)
+        if estimator.prototypes == "auto" and self.prototype_error > _summary.TOLERANCE:
+            self.prototypes = self.prototype_error = None
+            calibrate_temperature(metric_map, log_t, data.X, data.values, data.weight, rows,
+                                  loss)
 
     def summarize(self, points, values, log_prior):
-        """The prototypes of the fitted keys (float32/float64 arrays as given), or ``None``."""
+        """The fitted keys (float32/float64 arrays as given) grouped around the prototypes'
+        centres (an engine ``GroupedKeys`` on the CPU), or ``None``."""
         if self.prototypes is None:
             return None
-        out = summarize(*(torch.as_tensor(a) for a in (points, values, log_prior)),
-                        self.prototypes.to(torch.float64 if points.dtype == np.float64
-                                           else torch.float32))
-        return tuple(a.numpy() for a in out)
+        points = torch.as_tensor(points)
+        return summarize(points, torch.as_tensor(values).to(points.dtype),
+                         torch.as_tensor(log_prior).to(points.dtype),
+                         self.prototypes.to(points.dtype), self.map.kind)
 
     def _train(self, estimator, metric_map, log_t, data, loss, validation, generator, warm,
                epoch_model):

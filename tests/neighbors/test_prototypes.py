@@ -21,9 +21,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceW
 
 @pytest.fixture
 def small_auto(monkeypatch):
-    """prototypes="auto" at the sizes of a test: from 100 keys, 20 or 80 prototypes."""
+    """prototypes="auto" at the sizes of a test: from 100 keys, 20 prototypes, each query exact
+    over its 4 nearest groups."""
     monkeypatch.setattr(_summary, "MIN_KEYS", 100)
-    monkeypatch.setattr(_summary, "AUTO_PROTOTYPES", (20, 80))
+    monkeypatch.setattr(_summary, "AUTO_PROTOTYPES", 20)
+    monkeypatch.setattr(_summary, "NEAR_GROUPS", 4)
     return monkeypatch
 
 
@@ -39,31 +41,55 @@ def test_few_points_use_every_key():
     np.testing.assert_array_equal(clf.predict_proba(X), exact.predict_proba(X))
 
 
-def test_prototypes_are_what_predict_attends_to():
+def _near_far_reference(Z, keys, onehot, labels, temperature, n_near):
+    """Attention of ``Z`` in float64: every key of a query's ``n_near`` nearest groups (by the
+    distance to the groups' prototypes, the means of their keys) and the other groups through
+    their prototypes (the mean labels, the log of the count)."""
+    groups = np.unique(labels)
+    points = np.stack([keys[labels == g].mean(0) for g in groups])
+    values = np.stack([onehot[labels == g].mean(0) for g in groups])
+    counts = np.array([np.sum(labels == g) for g in groups], dtype=np.float64)
+    group_of = np.searchsorted(groups, labels)
+    out = np.empty((len(Z), onehot.shape[1]))
+    for i, z in enumerate(Z):
+        to_groups = np.linalg.norm(points - z, axis=1)
+        near = np.argsort(to_groups, kind="stable")[:n_near]
+        far = np.setdiff1d(np.arange(len(groups)), near)
+        exact = np.isin(group_of, near)
+        logits = np.concatenate([-to_groups[far] / temperature + np.log(counts[far]),
+                                 -np.linalg.norm(keys[exact] - z, axis=1) / temperature])
+        w = np.exp(logits - logits.max())
+        out[i] = w @ np.vstack([values[far], onehot[exact]]) / w.sum()
+    return out
+
+
+@pytest.mark.parametrize("n_near", [0, 4, 100])
+def test_prototypes_are_what_predict_attends_to(monkeypatch, n_near):
+    monkeypatch.setattr(_summary, "NEAR_GROUPS", n_near)
     X, y = _data()
-    clf = MetricAttentionClassifier(prototypes=30, **FAST).fit(X, y)
-    exact = MetricAttentionClassifier(prototypes=None, **FAST).fit(X, y)
+    # float64: a query at a key's place is at distance ~1e-3 in float32 (the product form's
+    # rounding under the root), in float64 at ~1e-8, as in the reference
+    clf = MetricAttentionClassifier(prototypes=30, dtype="float64", **FAST).fit(X, y)
+    exact = MetricAttentionClassifier(prototypes=None, dtype="float64", **FAST).fit(X, y)
     # training is the same: the prototypes come after it
     for a, b in zip(clf.map_.parameters(), exact.map_.parameters(), strict=True):
         assert torch.equal(a, b)
     assert 1 <= clf.n_prototypes_ <= 30
     assert 0 <= clf.prototype_error_ < 1
-    # predict_proba is attention over the prototypes: their centres are the means of the keys
-    # nearest to each drawn centre, carrying the log of their count and their mean labels
+    # predict_proba: exact over the keys of a query's n_near nearest groups (groups: the keys
+    # nearest to each drawn centre), the other groups through their prototypes
     keys = clf._keys.points.astype(np.float64)
     centres = clf._strategy.prototypes.double()
     labels = torch.cdist(torch.as_tensor(keys), centres).argmin(1).numpy()
-    groups = np.unique(labels)
-    assert len(groups) == clf.n_prototypes_
+    assert len(np.unique(labels)) == clf.n_prototypes_
     onehot = (y[:, None] == clf.classes_[None, :]).astype(np.float64)
-    points = np.stack([keys[labels == g].mean(0) for g in groups])
-    values = np.stack([onehot[labels == g].mean(0) for g in groups])
-    log_prior = np.log([np.sum(labels == g) for g in groups])
     blocks = np.vstack(list(clf._strategy.input.blocks(X)))
-    Z = clf._strategy.embed(blocks, "query", torch.device("cpu"), torch.float32)
-    want = attention(np.asarray(Z, dtype=np.float64), points, values, metric="euclidean",
-                     temperature=clf.temperature_, log_prior=log_prior)
-    np.testing.assert_allclose(clf.predict_proba(X), want, atol=2e-5)
+    Z = clf._strategy.embed(blocks, "query", torch.device("cpu"), torch.float64)
+    want = _near_far_reference(Z, keys, onehot, labels, clf.temperature_, n_near)
+    np.testing.assert_allclose(clf.predict_proba(X), want, atol=1e-7)
+    if n_near >= 30:  # every group near: attention over every key
+        np.testing.assert_allclose(clf.predict_proba(X), exact.predict_proba(X), atol=1e-7)
+        assert clf.prototype_error_ < 1e-7
     # selections use every key: the same neighbours as the exact model's (the same map)
     np.testing.assert_array_equal(clf.kneighbors(X[:20], 5)[1], exact.kneighbors(X[:20], 5)[1])
 
@@ -73,7 +99,9 @@ def test_prototypes_pickle_and_predict_a_single_row_alike():
     clf = MetricAttentionClassifier(prototypes=30, **FAST).fit(X, y)
     again = pickle.loads(pickle.dumps(clf))
     np.testing.assert_array_equal(again.predict_proba(X), clf.predict_proba(X))
-    np.testing.assert_allclose(clf.predict_proba(X[3:4]), clf.predict_proba(X)[3:4], atol=1e-6)
+    # a query's output does not depend on its batch
+    np.testing.assert_array_equal(clf.predict_proba(X[3:4]), clf.predict_proba(X)[3:4])
+    np.testing.assert_array_equal(clf.predict_proba(X[:7]), clf.predict_proba(X)[:7])
 
 
 def test_auto_keeps_the_fewest_prototypes_within_the_tolerance(small_auto):

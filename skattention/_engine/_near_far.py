@@ -1,0 +1,176 @@
+"""Attention over keys grouped around prototypes: exact over each query's nearest groups, the
+other groups through their prototypes (torch only).
+
+A learned metric's attention is broad, so no key can be pruned exactly, and a pass over 10^5-10^6
+keys per query is the cost of a prediction. The keys are grouped by their nearest centre; a
+group's prototype is the prior-weighted mean of its keys, carries their prior-weighted mean
+values and the log of their summed prior weight (it stands for as many keys as it holds). A
+query attends exactly to every key of its ``n_near`` nearest groups and to the other groups
+through their prototypes, in one softmax: the near groups carry most of the weight of a sharp
+attention and are exact; the far ones carry little of it, or (broad attention) weights that
+vary slowly across a group, where a prototype stands for its keys closely. Exactly attention
+over every key when every group is near, and the prototypes alone when none is. How close it is
+to exact attention is measured by the caller (``neighbors/_summary.py``).
+"""
+
+import math
+
+import torch
+
+from ._attention import kneighbors
+from ._budget import ROW_MULTIPLE, budget_bytes
+from ._parallel import map_blocks
+from ._scores import PreparedKeys, padded_rows
+from ._softmax import flushed_exp
+
+# fewer queries than this take one block in the calling thread (the workers' start costs more)
+_MIN_WORKER_ROWS = 256
+
+
+class GroupedKeys:
+    """Keys, values and log-priors sorted by group (``bounds[g]:bounds[g + 1]`` are group
+    ``g``'s), and the groups' prototypes (``prototypes``, ``prototype_values``,
+    ``prototype_log_prior``), as tensors on one device; ``kind`` is the engine metric, and a
+    query attends exactly to the keys of its ``n_near`` nearest groups. Made by
+    :func:`group_keys`; :meth:`to` copies them to another device and dtype."""
+
+    def __init__(self, points, values, log_prior, bounds, prototypes, prototype_values,
+                 prototype_log_prior, kind, n_near):
+        self.points, self.values, self.log_prior = points, values, log_prior
+        self.bounds = bounds
+        self.prototypes = prototypes
+        self.prototype_values = prototype_values
+        self.prototype_log_prior = prototype_log_prior
+        self.kind, self.n_near = kind, n_near
+        self._prepared = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_prepared": None}
+
+    @property
+    def n_groups(self):
+        return self.prototypes.shape[0]
+
+    def to(self, device, dtype):
+        """A copy on ``device`` with the points, values and log-priors in ``dtype``."""
+        def move(a):
+            return a.to(device=device, dtype=dtype)
+        return GroupedKeys(move(self.points), move(self.values), move(self.log_prior),
+                           self.bounds.to(device), move(self.prototypes),
+                           move(self.prototype_values), move(self.prototype_log_prior),
+                           self.kind, self.n_near)
+
+    def prepared(self):
+        """``(keys, prototypes)`` as :class:`PreparedKeys`, made once."""
+        if self._prepared is None:
+            self._prepared = (PreparedKeys(self.points, self.kind),
+                              PreparedKeys(self.prototypes, self.kind))
+        return self._prepared
+
+
+@torch.no_grad()
+def group_keys(points, values, log_prior, centres, kind, n_near):
+    """:class:`GroupedKeys` of the keys ``points`` (tensors, one device and dtype), each in the
+    group of its nearest row of ``centres`` (squared Euclidean distance in the metric space;
+    ties to the lower centre). A group's prototype is the prior-weighted mean of its keys (one
+    step of Lloyd's algorithm from ``centres``) with their prior-weighted mean values and the
+    log of their summed prior weight; groups without a key, or whose keys all have a zero
+    prior, are dropped (with their keys: they carry no weight)."""
+    labels = kneighbors(points, centres, 1, metric="sqeuclidean", device=points.device,
+                        dtype=points.dtype)[1][:, 0].to(points.device)
+    wide = torch.float64
+    top = log_prior.max().to(wide)
+    weight = torch.exp(log_prior.to(wide) - top)
+    n_centres = centres.shape[0]
+    mass = torch.zeros(n_centres, dtype=wide, device=points.device).index_add_(0, labels, weight)
+    sums = torch.zeros((n_centres, points.shape[1]), dtype=wide, device=points.device)
+    sums.index_add_(0, labels, weight[:, None] * points.to(wide))
+    value_sums = torch.zeros((n_centres, values.shape[1]), dtype=wide, device=points.device)
+    value_sums.index_add_(0, labels, weight[:, None] * values.to(wide))
+    keep = mass > 0
+    new_label = torch.cumsum(keep, 0) - 1
+    in_kept = keep[labels]
+    labels = new_label[labels[in_kept]]
+    order = torch.argsort(labels, stable=True)
+    rows = torch.nonzero(in_kept)[:, 0][order]
+    mass = mass[keep]
+    bounds = torch.zeros(mass.shape[0] + 1, dtype=torch.long, device=points.device)
+    bounds[1:] = torch.cumsum(torch.bincount(labels, minlength=mass.shape[0]), 0)
+    return GroupedKeys(
+        points[rows], values[rows], log_prior[rows], bounds,
+        (sums[keep] / mass[:, None]).to(points.dtype),
+        (value_sums[keep] / mass[:, None]).to(values.dtype),
+        (torch.log(mass) + top).to(log_prior.dtype), kind, n_near)
+
+
+@torch.no_grad()
+def near_far_attention(queries, grouped, temperature, working_memory=None):
+    """Attention of ``queries`` (a tensor on ``grouped``'s device, in its dtype, already in the
+    metric space) over the keys of ``grouped`` at ``temperature`` (finite, > 0): every key of
+    each query's ``grouped.n_near`` nearest groups (by its score against the prototypes)
+    exactly, the other groups through their prototypes. Returns the ``(n_queries, n_values)``
+    outputs.
+
+    Memory-bounded (``working_memory`` MiB, the configured budget for ``None``); blocks of
+    queries go to the engine's workers on the CPU. A query's output does not depend on its
+    batch (query rows padded to the products' row multiple, as in :func:`attention`)."""
+    keys, prototypes = grouped.prepared()
+    n_q, n_groups = queries.shape[0], grouped.n_groups
+    n_near = min(grouped.n_near, n_groups)
+    scale = 1.0 / float(temperature)
+    item = queries.element_size()
+    workers = (max(1, torch.get_num_threads())
+               if queries.device.type == "cpu" and n_q >= _MIN_WORKER_ROWS else 1)
+    share = budget_bytes(working_memory) // workers
+    # one block per worker (each loops over the groups once: the loop, not the products, is
+    # the cost of small blocks), the prototypes' scores in chunks of the budget
+    rows = -(-n_q // workers)
+    far_rows = max(ROW_MULTIPLE, share // (3 * item * max(n_groups, 1)) // ROW_MULTIPLE
+                   * ROW_MULTIPLE)
+    bounds = grouped.bounds.tolist()
+    values = grouped.values
+
+    def far_part(q):
+        """``(near groups, running max, weight sums, weighted values)`` of the far groups."""
+        z = padded_rows(prototypes.prepare_queries(q))
+        far = prototypes.logits(z, 0, n_groups, scale)
+        near = far.topk(n_near, 1).indices
+        far.add_(grouped.prototype_log_prior).scatter_(1, near, -math.inf)
+        m = far.amax(1)
+        weights = flushed_exp(far - torch.where(m.isinf(), 0.0, m)[:, None])
+        n = q.shape[0]
+        return (near[:n], m[:n], weights.sum(1)[:n],
+                (weights @ grouped.prototype_values)[:n])
+
+    def block(start):
+        q = queries[start:min(n_q, start + rows)]
+        near, m, total, out = (torch.cat(parts) for parts in zip(
+            *(far_part(q[i:i + far_rows]) for i in range(0, q.shape[0], far_rows)),
+            strict=True))
+        # the near groups' keys: the queries of each group in one product with its keys
+        q_keys = keys.prepare_queries(q)
+        query_of = torch.arange(q.shape[0], device=q.device).repeat_interleave(n_near)
+        group_of = near.reshape(-1)
+        counts = torch.bincount(group_of, minlength=n_groups).tolist()
+        query_of = query_of[torch.argsort(group_of, stable=True)]
+        at = 0
+        for g, count in enumerate(counts):
+            if not count:
+                continue
+            idx = query_of[at:at + count]
+            at += count
+            z = padded_rows(q_keys[idx])
+            width = max(1, share // (3 * item * z.shape[0]))
+            for k0 in range(bounds[g], bounds[g + 1], width):
+                k1 = min(bounds[g + 1], k0 + width)
+                s = keys.logits(z, k0, k1, scale, grouped.log_prior)
+                m_new = torch.maximum(m[idx], s.amax(1)[:count])
+                shift = torch.where(m_new.isinf(), 0.0, m_new)
+                w = flushed_exp(s - padded_rows(shift[:, None]))
+                old = torch.exp(m[idx] - shift)
+                total[idx] = total[idx] * old + w.sum(1)[:count]
+                out[idx] = out[idx] * old[:, None] + (w @ values[k0:k1])[:count]
+                m[idx] = m_new
+        return out / total[:, None]
+
+    return torch.cat(list(map_blocks(block, range(0, n_q, rows), workers)))
