@@ -7,7 +7,7 @@ import torch
 from ._budget import budget_bytes, cache_row_slices
 from ._inputs import clamp_log_temperature
 from ._metric_training import _LOG_EPS, key_log_prior, soft_neighbour_loss
-from ._near_far import near_far_attention
+from ._near_far import near_far_bytes, near_far_scores
 from ._parallel import map_blocks
 from ._scores import PreparedKeys
 from ._softmax import flush_below, flushed_exp
@@ -55,10 +55,19 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
                 float(wrong))
 
     if keys is not None:
+        # blocks of queries whose scores fit the working memory, each scored once per grid
+        rows = max(1, budget_bytes(None) // max(1, near_far_bytes(keys, 1)))
+
         def grouped_losses(log_ts):
-            return [objective(*terms(near_far_attention(queries, keys, math.exp(log_t)),
-                                     slice(None)))
-                    for log_t in log_ts]
+            sums, wrongs = [0.0] * len(log_ts), [0.0] * len(log_ts)
+            for start in range(0, queries.shape[0], rows):
+                block = slice(start, min(queries.shape[0], start + rows))
+                scores = near_far_scores(queries[block], keys)
+                for j, log_t in enumerate(log_ts):
+                    loss_sum, wrong = terms(scores.outputs(math.exp(log_t)), block)
+                    sums[j] += loss_sum
+                    wrongs[j] = max(wrongs[j], wrong)
+            return [objective(*pair) for pair in zip(sums, wrongs, strict=True)]
         return _search(grouped_losses, log_temperature)
 
     points, log_prior = metric_map.key(X), key_log_prior(weight)

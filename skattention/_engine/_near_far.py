@@ -25,6 +25,9 @@ from ._softmax import flushed_exp
 
 # fewer queries than this take one block in the calling thread (the workers' start costs more)
 _MIN_WORKER_ROWS = 256
+# bytes per (query, near key) pair that NearFarScores keeps and computes with: the score, its
+# query and key, the logit, the weight and its weighted values
+_NEAR_PAIR_BYTES = 64
 
 
 class GroupedKeys:
@@ -114,9 +117,7 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
     Memory-bounded (``working_memory`` MiB, the configured budget for ``None``); blocks of
     queries go to the engine's workers on the CPU. A query's output does not depend on its
     batch (query rows padded to the products' row multiple, as in :func:`attention`)."""
-    keys, prototypes = grouped.prepared()
     n_q, n_groups = queries.shape[0], grouped.n_groups
-    n_near = min(grouped.n_near, n_groups)
     scale = 1.0 / float(temperature)
     item = queries.element_size()
     workers = (max(1, torch.get_num_threads())
@@ -127,50 +128,114 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
     rows = -(-n_q // workers)
     far_rows = max(ROW_MULTIPLE, share // (3 * item * max(n_groups, 1)) // ROW_MULTIPLE
                    * ROW_MULTIPLE)
-    bounds = grouped.bounds.tolist()
-    values = grouped.values
 
     def far_part(q):
         """``(near groups, running max, weight sums, weighted values)`` of the far groups."""
-        z = padded_rows(prototypes.prepare_queries(q))
-        far = prototypes.logits(z, 0, n_groups, scale)
-        near = far.topk(n_near, 1).indices
-        far.add_(grouped.prototype_log_prior).scatter_(1, near, -math.inf)
+        near, far = _far_logits(q, grouped, scale)
+        far.add_(grouped.prototype_log_prior)
         m = far.amax(1)
         weights = flushed_exp(far - torch.where(m.isinf(), 0.0, m)[:, None])
-        n = q.shape[0]
-        return (near[:n], m[:n], weights.sum(1)[:n],
-                (weights @ grouped.prototype_values)[:n])
+        return near, m, weights.sum(1), weights @ grouped.prototype_values
 
     def block(start):
         q = queries[start:min(n_q, start + rows)]
         near, m, total, out = (torch.cat(parts) for parts in zip(
             *(far_part(q[i:i + far_rows]) for i in range(0, q.shape[0], far_rows)),
             strict=True))
-        # the near groups' keys: the queries of each group in one product with its keys
-        q_keys = keys.prepare_queries(q)
-        query_of = torch.arange(q.shape[0], device=q.device).repeat_interleave(n_near)
-        group_of = near.reshape(-1)
-        counts = torch.bincount(group_of, minlength=n_groups).tolist()
-        query_of = query_of[torch.argsort(group_of, stable=True)]
-        at = 0
-        for g, count in enumerate(counts):
-            if not count:
-                continue
-            idx = query_of[at:at + count]
-            at += count
-            z = padded_rows(q_keys[idx])
-            width = max(1, share // (3 * item * z.shape[0]))
-            for k0 in range(bounds[g], bounds[g + 1], width):
-                k1 = min(bounds[g + 1], k0 + width)
-                s = keys.logits(z, k0, k1, scale, grouped.log_prior)
-                m_new = torch.maximum(m[idx], s.amax(1)[:count])
-                shift = torch.where(m_new.isinf(), 0.0, m_new)
-                w = flushed_exp(s - padded_rows(shift[:, None]))
-                old = torch.exp(m[idx] - shift)
-                total[idx] = total[idx] * old + w.sum(1)[:count]
-                out[idx] = out[idx] * old[:, None] + (w @ values[k0:k1])[:count]
-                m[idx] = m_new
+        for idx, k0, k1, s in _near_blocks(q, near, grouped, scale, share):
+            count = idx.shape[0]
+            m_new = torch.maximum(m[idx], s.amax(1)[:count])
+            shift = torch.where(m_new.isinf(), 0.0, m_new)
+            w = flushed_exp(s.add_(grouped.log_prior[k0:k1]).sub_(padded_rows(shift[:, None])))
+            old = torch.exp(m[idx] - shift)
+            total[idx] = total[idx] * old + w.sum(1)[:count]
+            out[idx] = out[idx] * old[:, None] + (w @ grouped.values[k0:k1])[:count]
+            m[idx] = m_new
         return out / total[:, None]
 
     return torch.cat(list(map_blocks(block, range(0, n_q, rows), workers)))
+
+
+def _far_logits(q, grouped, scale):
+    """``(near, far)`` of the query rows ``q``: the indices of each one's ``grouped.n_near``
+    nearest groups, and ``scale`` times its scores against every prototype, with its near
+    groups' ``-inf``."""
+    prototypes = grouped.prepared()[1]
+    far = prototypes.logits(padded_rows(prototypes.prepare_queries(q)), 0, grouped.n_groups,
+                            scale)[:q.shape[0]]
+    near = far.topk(min(grouped.n_near, grouped.n_groups), 1).indices
+    return near, far.scatter_(1, near, -math.inf)
+
+
+def _near_blocks(q, near, grouped, scale, budget):
+    """``(rows, k0, k1, scores)`` for every group with queries among ``q`` that have it near,
+    in chunks of its keys ``k0:k1`` within ``budget`` bytes: ``scores`` is ``scale`` times the
+    scores of those queries (the rows ``rows`` of ``q``, padded to the row multiple) against
+    the keys, without their log-priors."""
+    keys = grouped.prepared()[0]
+    q_keys = keys.prepare_queries(q)
+    query_of = torch.arange(q.shape[0], device=q.device).repeat_interleave(near.shape[1])
+    group_of = near.reshape(-1)
+    counts = torch.bincount(group_of, minlength=grouped.n_groups).tolist()
+    query_of = query_of[torch.argsort(group_of, stable=True)]
+    bounds = grouped.bounds.tolist()
+    at = 0
+    for g, count in enumerate(counts):
+        if not count:
+            continue
+        rows = query_of[at:at + count]
+        at += count
+        z = padded_rows(q_keys[rows])
+        width = max(1, budget // (3 * q.element_size() * z.shape[0]))
+        for k0 in range(bounds[g], bounds[g + 1], width):
+            k1 = min(bounds[g + 1], k0 + width)
+            yield rows, k0, k1, keys.logits(z, k0, k1, scale)
+
+
+class NearFarScores:
+    """The scores of a block of queries against grouped keys, kept to compute the attention at
+    many temperatures (:meth:`outputs`): the calibration of the temperature scores a handful
+    of them on the same queries. Made by :func:`near_far_scores`."""
+
+    def __init__(self, grouped, far, near, query_of, key_of):
+        self.grouped, self.far = grouped, far
+        self.near, self.query_of, self.key_of = near, query_of, key_of
+
+    def outputs(self, temperature):
+        """:func:`near_far_attention`'s outputs of the queries at ``temperature`` (rounded
+        otherwise: the logits are the scores scaled here, not in the products)."""
+        g, scale = self.grouped, 1.0 / float(temperature)
+        far = self.far * scale + g.prototype_log_prior
+        near = self.near * scale + g.log_prior[self.key_of]
+        m = far.amax(1).scatter_reduce(0, self.query_of, near, "amax")
+        shift = torch.where(m.isinf(), 0.0, m)
+        w_far = flushed_exp(far.sub_(shift[:, None]), inplace=True)
+        w_near = flushed_exp(near.sub_(shift[self.query_of]), inplace=True)
+        total = w_far.sum(1).index_add_(0, self.query_of, w_near)
+        out = (w_far @ g.prototype_values).index_add_(
+            0, self.query_of, w_near[:, None] * g.values[self.key_of])
+        return out / total[:, None]
+
+
+@torch.no_grad()
+def near_far_scores(queries, grouped, working_memory=None):
+    """:class:`NearFarScores` of ``queries`` (as for :func:`near_far_attention`)."""
+    near, far = _far_logits(queries, grouped, 1.0)
+    none = torch.empty(0, dtype=torch.long, device=queries.device)
+    parts, query_of, key_of = [far.new_empty(0)], [none], [none]
+    for rows, k0, k1, s in _near_blocks(queries, near, grouped, 1.0,
+                                        budget_bytes(working_memory)):
+        parts.append(s[:rows.shape[0]].reshape(-1))
+        query_of.append(rows.repeat_interleave(k1 - k0))
+        key_of.append(torch.arange(k0, k1, device=queries.device).repeat(rows.shape[0]))
+    return NearFarScores(grouped, far, torch.cat(parts), torch.cat(query_of), torch.cat(key_of))
+
+
+def near_far_bytes(grouped, n_queries):
+    """About the bytes :func:`near_far_scores` of ``n_queries`` queries keeps and computes with:
+    their scores against every prototype and against the keys of their near groups (of mean
+    size)."""
+    per_query = (grouped.n_groups * 3 * grouped.points.element_size()
+                 + min(grouped.n_near, grouped.n_groups) * grouped.points.shape[0]
+                 // max(grouped.n_groups, 1) * _NEAR_PAIR_BYTES)
+    return n_queries * per_query

@@ -1,0 +1,103 @@
+"""Attention over grouped keys (``_engine._near_far``): exact over the near groups, through the
+prototypes of the others."""
+
+import numpy as np
+import pytest
+import torch
+
+from skattention._engine import attention, group_keys, near_far_attention
+from skattention._engine._near_far import near_far_scores
+
+
+def _grouped(n=600, d=3, n_groups=12, n_near=3, dtype=torch.float64, seed=0, prior=True):
+    g = torch.Generator().manual_seed(seed)
+    keys = torch.randn(n, d, generator=g, dtype=dtype)
+    values = torch.randn(n, 2, generator=g, dtype=dtype)
+    log_prior = (torch.log(torch.rand(n, generator=g, dtype=dtype) + 0.1) if prior
+                 else torch.zeros(n, dtype=dtype))
+    centres = keys[torch.randperm(n, generator=g)[:n_groups]]
+    queries = torch.randn(50, d, generator=g, dtype=dtype)
+    return queries, keys, values, log_prior, group_keys(keys, values, log_prior, centres,
+                                                       "euclidean", n_near)
+
+
+def _reference(queries, grouped, temperature):
+    """Float64 loop: per query, its n_near nearest prototypes' keys exactly, the others' as
+    prototypes."""
+    out = []
+    P, b = grouped.prototypes, grouped.bounds.tolist()
+    for q in queries:
+        d = torch.linalg.norm(P - q, dim=1)
+        near = torch.argsort(d, stable=True)[:grouped.n_near].tolist()
+        far = [j for j in range(len(P)) if j not in near]
+        idx = torch.cat([torch.arange(b[j], b[j + 1]) for j in near]) if near else \
+            torch.empty(0, dtype=torch.long)
+        logits = torch.cat([-d[far] / temperature + grouped.prototype_log_prior[far],
+                            -torch.linalg.norm(grouped.points[idx] - q, dim=1) / temperature
+                            + grouped.log_prior[idx]])
+        w = torch.softmax(logits, 0)
+        out.append(w @ torch.cat([grouped.prototype_values[far], grouped.values[idx]]))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("n_near", [0, 1, 3, 12])
+@pytest.mark.parametrize("temperature", [0.05, 1.0, 20.0])
+def test_near_far_attention_is_the_grouped_softmax(n_near, temperature):
+    queries, keys, values, log_prior, grouped = _grouped(n_near=n_near)
+    got = near_far_attention(queries, grouped, temperature)
+    torch.testing.assert_close(got, _reference(queries, grouped, temperature), rtol=1e-9,
+                               atol=1e-9)
+    # the kept scores give the same attention at any temperature
+    torch.testing.assert_close(near_far_scores(queries, grouped).outputs(temperature), got,
+                               rtol=1e-9, atol=1e-9)
+    if n_near == 12:  # every group near: attention over every key
+        exact = attention(queries, keys, values, log_prior=log_prior, metric="euclidean",
+                          temperature=temperature)
+        torch.testing.assert_close(got, exact, rtol=1e-9, atol=1e-9)
+
+
+def test_groups_hold_every_key_once_with_their_prototype():
+    queries, keys, values, log_prior, grouped = _grouped(prior=False)
+    b = grouped.bounds
+    assert b[0] == 0 and b[-1] == keys.shape[0]
+    # the sorted keys are a permutation of the keys
+    assert torch.equal(torch.sort(grouped.points[:, 0]).values, torch.sort(keys[:, 0]).values)
+    for j in range(grouped.n_groups):
+        members = grouped.points[b[j]:b[j + 1]]
+        torch.testing.assert_close(grouped.prototypes[j], members.mean(0))
+        assert float(grouped.prototype_log_prior[j]) == pytest.approx(np.log(len(members)))
+
+
+def test_zero_prior_groups_are_dropped_with_their_keys():
+    queries, keys, values, _, _ = _grouped()
+    log_prior = torch.zeros(keys.shape[0], dtype=keys.dtype)
+    centres = torch.stack([keys[0], keys[1] + 100.0])  # the far centre gets no key
+    log_prior[keys[:, 0] > 1.0] = -torch.inf
+    grouped = group_keys(keys, values, log_prior, centres, "euclidean", 1)
+    assert grouped.n_groups == 1 and grouped.points.shape[0] == keys.shape[0]
+    out = near_far_attention(queries, grouped, 1.0)
+    exact = attention(queries, keys, values, log_prior=log_prior, metric="euclidean",
+                      temperature=1.0)
+    torch.testing.assert_close(out, exact, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_query_does_not_depend_on_its_batch_or_the_threads(dtype):
+    queries, _, _, _, grouped = _grouped(n=3000, n_groups=40, dtype=dtype)
+    queries = torch.cat([queries] * 8)  # 400 rows: the workers take blocks
+    whole = near_far_attention(queries, grouped, 0.7)
+    for rows in (slice(0, 1), slice(3, 10), slice(100, 399)):
+        assert torch.equal(near_far_attention(queries[rows], grouped, 0.7), whole[rows])
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert torch.equal(near_far_attention(queries, grouped, 0.7), whole)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_small_budgets_chunk_the_keys_of_a_group():
+    queries, _, _, _, grouped = _grouped(n=3000, n_groups=4, n_near=2)
+    whole = near_far_attention(queries, grouped, 0.5)
+    chunked = near_far_attention(queries, grouped, 0.5, working_memory=0.01)
+    torch.testing.assert_close(chunked, whole, rtol=1e-12, atol=1e-12)
