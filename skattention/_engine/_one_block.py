@@ -16,7 +16,12 @@ from ._budget import budget_bytes, cache_row_slices, dense_plan, pair_bytes
 from ._inputs import check_prepared, checked_log_prior, checked_values, values_for_products
 from ._masks import mask_self
 from ._parallel import _mkl_threads, rows_single_threaded
-from ._scores import ROW_MULTIPLE, distance_logits, distance_logits_grads
+from ._scores import (
+    ROW_MULTIPLE,
+    distance_logits,
+    distance_logits_grads,
+    distances_from_partial,
+)
 from ._softmax import flushed_exp, flushed_softmax, rows_times
 
 
@@ -37,8 +42,18 @@ def single_block_attention(prepared, q, v, scale, log_prior, mask=None):
     if prepared.squared:
         z = prepared.logits(q, 0, prepared.n_keys, scale=scale, log_prior=log_prior)
         return _SingleBlockSoftmax.apply(z, None, None, None, v, mask)
+    if q.shape[0] * prepared.n_keys >= RECOMPUTED_MIN_PAIRS:
+        return _RecomputedEuclideanSoftmax.apply(
+            q, prepared.keys, prepared.key_offset, prepared.query_offset(q), scale, log_prior,
+            v, mask)
     partial = prepared.block(q, 0, prepared.n_keys)
     return _SingleBlockSoftmax.apply(partial, prepared.query_offset(q), scale, log_prior, v, mask)
+
+
+# From this many (query, key) pairs a training step's block of the "euclidean" kind is never
+# stored whole (_RecomputedEuclideanSoftmax): the smaller steps of small tables keep the
+# products of the whole block (their rounding, their results).
+RECOMPUTED_MIN_PAIRS = 1 << 21
 
 
 def self_mask(own, n_keys):
@@ -123,6 +138,109 @@ class _SingleBlockSoftmax(torch.autograd.Function):
         if d_scale is not None:
             d_scale = d_scale.reshape(scale.shape)
         return (g if need_partial else None), d_offset, d_scale, d_prior, d_v, None
+
+
+class _RecomputedEuclideanSoftmax(torch.autograd.Function):
+    """``softmax(-scale * ||q - k|| + prior) @ v`` of centred queries ``q`` and keys ``k`` (with
+    ``key_offset = -||k||^2`` and ``offset = ||q||^2``, the tensors the gradients flow to):
+    :class:`_SingleBlockSoftmax` of the ``"euclidean"`` kind without the block in memory. Each
+    cache-sized chunk of rows computes its partial scores ``2 q.k - ||k||^2`` itself, and the
+    backward computes a chunk's scores and weights again from the products and the rows' kept
+    largest logit and sum (flash attention's recomputation): a large step's passes over its
+    block stay in the cache instead of going through memory, at the cost of one more product
+    per chunk."""
+
+    @staticmethod
+    def forward(ctx, q, keys, key_offset, offset, scale, prior, v, mask):
+        ctx.scale, ctx.mask = float(scale), mask
+        q2 = q.detach() * 2.0
+        keys_t = keys.detach().T
+        key_offset = key_offset.detach()
+        offset = offset.detach()
+        v_t = v.detach().T.contiguous()
+        chunks = cache_row_slices(q.shape[0], keys.shape[0], q.device)
+        buffer = q.new_empty((chunks[0].stop - chunks[0].start, keys.shape[0]))
+        out = q.new_empty((q.shape[0], v.shape[1]))
+        row_max, row_sum = q.new_empty((q.shape[0], 1)), q.new_empty((q.shape[0], 1))
+        for rows in chunks:
+            z = buffer[:rows.stop - rows.start]
+            _RecomputedEuclideanSoftmax._weights(z, q2[rows], keys_t, key_offset, offset[rows],
+                                                 ctx.scale, prior, mask, rows,
+                                                 row_max[rows], row_sum[rows])
+            torch.nn.functional.linear(z, v_t, out=out[rows])
+        ctx.save_for_backward(q2, keys.detach(), key_offset, offset, prior, v_t, out,
+                              row_max, row_sum,
+                              scale if isinstance(scale, torch.Tensor) else None)
+        return out
+
+    @staticmethod
+    def _weights(z, q2, keys_t, key_offset, offset, scale, prior, mask, rows, row_max,
+                 row_sum, recompute=False, d_out=None):
+        """The softmax weights of a chunk's rows into ``z``; sets their largest logit and sum
+        (forward) or uses them (``recompute``), the distances into ``d_out`` if given."""
+        torch.addmm(key_offset, q2, keys_t, out=z)
+        d = distances_from_partial(z, offset, out=z if d_out is None else d_out)
+        torch.mul(d, -scale, out=z)
+        if prior is not None:
+            z.add_(prior)
+        if mask is not None:
+            mask(z, rows)
+        if not recompute:
+            torch.amax(z, 1, keepdim=True, out=row_max)
+        z.sub_(row_max)
+        flushed_exp(z, inplace=True)
+        if not recompute:
+            torch.sum(z, 1, keepdim=True, out=row_sum)
+        return z.div_(row_sum)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        q2, keys, key_offset, offset, prior, v_t, out, row_max, row_sum, scale = (
+            ctx.saved_tensors)
+        need_q, need_keys, need_key_offset, need_offset, need_scale, need_prior, need_v, _ = (
+            ctx.needs_input_grad)
+        keys_t = keys.T
+        row_term = (d_out * out).sum(1, keepdim=True)
+        chunks = cache_row_slices(q2.shape[0], keys.shape[0], q2.device)
+        width = chunks[0].stop - chunks[0].start
+        p_buf, d_buf, g_buf = (q2.new_empty((width, keys.shape[0])) for _ in range(3))
+        d_q = q2.new_empty(q2.shape) if need_q else None
+        d_keys = keys.new_zeros(keys.shape) if need_keys else None
+        d_key_offset = key_offset.new_zeros(key_offset.shape) if need_key_offset else None
+        d_offset = offset.new_empty(offset.shape) if need_offset else None
+        d_scale = q2.new_zeros(()) if need_scale else None
+        d_prior = prior.new_zeros(prior.shape) if need_prior else None
+        d_v = v_t.new_zeros(v_t.shape[::-1]) if need_v else None
+        for rows in chunks:
+            n = rows.stop - rows.start
+            p, d = p_buf[:n], d_buf[:n]
+            _RecomputedEuclideanSoftmax._weights(p, q2[rows], keys_t, key_offset, offset[rows],
+                                                 ctx.scale, prior, ctx.mask, rows,
+                                                 row_max[rows], row_sum[rows], recompute=True,
+                                                 d_out=d)
+            if need_v:
+                d_v.addmm_(p.T, d_out[rows])
+            dz = _outer_rows(d_out[rows], v_t, g_buf[:n]).sub_(row_term[rows]).mul_(p)
+            # dz becomes the partial scores' gradient in place
+            g, offset_rows, scale_part, prior_part = distance_logits_grads(
+                dz, d, ctx.scale, (True, need_offset, need_scale, need_prior))
+            if need_scale:
+                d_scale += scale_part
+            if need_prior:
+                d_prior += prior_part
+            if need_offset:
+                d_offset[rows] = offset_rows
+            # partial = 2 q . k + key_offset
+            if need_q:
+                torch.mm(g, keys, out=d_q[rows]).mul_(2.0)
+            if need_keys:
+                d_keys.addmm_(g.T, q2[rows])
+            if need_key_offset:
+                d_key_offset += g.sum(0)
+        if d_scale is not None:
+            d_scale = d_scale.reshape(scale.shape)
+        return d_q, d_keys, d_key_offset, d_offset, d_scale, d_prior, d_v, None
 
 
 def few_rows_over_prepared_keys(queries, prepared, values, metric, temperature, log_prior,

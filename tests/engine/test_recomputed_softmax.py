@@ -1,0 +1,44 @@
+"""The training step's softmax over a block never stored whole (``_one_block``): the same
+values and gradients as the block computed whole."""
+
+import pytest
+import torch
+
+from skattention._engine import _one_block
+from skattention._engine._one_block import self_mask, single_block_attention
+from skattention._engine._scores import PreparedKeys
+
+
+def _step(monkeypatch, recomputed, learned_scale, prior, masked, n=300, dtype=torch.float64):
+    monkeypatch.setattr(_one_block, "RECOMPUTED_MIN_PAIRS", 0 if recomputed else 1 << 60)
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(n, 5, generator=g, dtype=dtype)
+    X[7] = X[3]  # a duplicate: distance 0, gradient 0 there
+    W = torch.randn(5, 4, generator=g, dtype=dtype, requires_grad=True)
+    v = torch.randn(n, 2, generator=g, dtype=dtype, requires_grad=True)
+    log_t = torch.tensor(0.3, dtype=dtype, requires_grad=learned_scale)
+    log_prior = (torch.randn(n, generator=g, dtype=dtype).requires_grad_() if prior
+                 else None)
+    keys = X @ W
+    queries = keys[:120] * 1.0
+    prepared = PreparedKeys(keys, "euclidean", check_finite=False)
+    scale = torch.exp(-log_t) if learned_scale else 0.8
+    own = torch.arange(120) if masked else None
+    out = single_block_attention(prepared, prepared.centre(queries), v, scale, log_prior,
+                                 self_mask(own, n) if masked else None)
+    loss = (out * torch.linspace(-1, 1, out.numel(), dtype=dtype).reshape(out.shape)).sum()
+    leaves = [W, v] + ([log_t] if learned_scale else []) + ([log_prior] if prior else [])
+    return out.detach(), torch.autograd.grad(loss, leaves)
+
+
+@pytest.mark.parametrize("learned_scale", [False, True])
+@pytest.mark.parametrize("prior", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("n", [300, 5000])  # one chunk of rows, several
+def test_recomputed_block_has_the_values_and_gradients_of_the_whole_block(
+        monkeypatch, learned_scale, prior, masked, n):
+    want_out, want_grads = _step(monkeypatch, False, learned_scale, prior, masked, n)
+    out, grads = _step(monkeypatch, True, learned_scale, prior, masked, n)
+    torch.testing.assert_close(out, want_out, rtol=1e-10, atol=1e-12)
+    for got, want in zip(grads, want_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10)
