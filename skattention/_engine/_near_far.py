@@ -25,9 +25,6 @@ from ._softmax import flushed_exp
 
 # fewer queries than this take one block in the calling thread (the workers' start costs more)
 _MIN_WORKER_ROWS = 256
-# bytes per (query, near key) pair that NearFarScores keeps and computes with: the score, its
-# query and key, the logit, the weight and its weighted values
-_NEAR_PAIR_BYTES = 64
 
 
 class GroupedKeys:
@@ -62,6 +59,12 @@ class GroupedKeys:
                            self.bounds.to(device), move(self.prototypes),
                            move(self.prototype_values), move(self.prototype_log_prior),
                            self.kind, self.n_near)
+
+    def scores_per_query(self):
+        """The scores a query's attention computes at most: every prototype's and the keys of
+        the ``n_near`` largest groups."""
+        sizes = (self.bounds[1:] - self.bounds[:-1]).sort(descending=True).values
+        return self.n_groups + int(sizes[:min(self.n_near, self.n_groups)].sum())
 
     def prepared(self):
         """``(keys, prototypes)`` as :class:`PreparedKeys`, made once."""
@@ -195,25 +198,28 @@ def _near_blocks(q, near, grouped, scale, budget):
 class NearFarScores:
     """The scores of a block of queries against grouped keys, kept to compute the attention at
     many temperatures (:meth:`outputs`): the calibration of the temperature scores a handful
-    of them on the same queries. Made by :func:`near_far_scores`."""
+    of them on the same queries. Made by :func:`near_far_scores`: ``far``, the scores against
+    every prototype (``-inf`` for a query's near groups); ``near``, ``near_prior`` and
+    ``near_values``, each query's near keys' scores, log-priors and values side by side in one
+    row (padded with ``-inf`` scores)."""
 
-    def __init__(self, grouped, far, near, query_of, key_of):
+    def __init__(self, grouped, far, near, near_prior, near_values):
         self.grouped, self.far = grouped, far
-        self.near, self.query_of, self.key_of = near, query_of, key_of
+        self.near, self.near_prior, self.near_values = near, near_prior, near_values
 
     def outputs(self, temperature):
         """:func:`near_far_attention`'s outputs of the queries at ``temperature`` (rounded
         otherwise: the logits are the scores scaled here, not in the products)."""
         g, scale = self.grouped, 1.0 / float(temperature)
         far = self.far * scale + g.prototype_log_prior
-        near = self.near * scale + g.log_prior[self.key_of]
-        m = far.amax(1).scatter_reduce(0, self.query_of, near, "amax")
-        shift = torch.where(m.isinf(), 0.0, m)
-        w_far = flushed_exp(far.sub_(shift[:, None]), inplace=True)
-        w_near = flushed_exp(near.sub_(shift[self.query_of]), inplace=True)
-        total = w_far.sum(1).index_add_(0, self.query_of, w_near)
-        out = (w_far @ g.prototype_values).index_add_(
-            0, self.query_of, w_near[:, None] * g.values[self.key_of])
+        near = torch.add(self.near_prior, self.near, alpha=scale)
+        m = torch.maximum(far.amax(1), near.amax(1))
+        shift = torch.where(m.isinf(), 0.0, m)[:, None]
+        w_far = flushed_exp(far.sub_(shift), inplace=True)
+        w_near = flushed_exp(near.sub_(shift), inplace=True)
+        total = w_far.sum(1) + w_near.sum(1)
+        out = w_far @ g.prototype_values + torch.bmm(w_near[:, None, :],
+                                                     self.near_values)[:, 0]
         return out / total[:, None]
 
 
@@ -221,21 +227,27 @@ class NearFarScores:
 def near_far_scores(queries, grouped, working_memory=None):
     """:class:`NearFarScores` of ``queries`` (as for :func:`near_far_attention`)."""
     near, far = _far_logits(queries, grouped, 1.0)
-    none = torch.empty(0, dtype=torch.long, device=queries.device)
-    parts, query_of, key_of = [far.new_empty(0)], [none], [none]
+    sizes = grouped.bounds[1:] - grouped.bounds[:-1]
+    width = max(1, int(sizes[near].sum(1).max()) if near.numel() else 0)  # a -inf column
+    n_q, n_values = queries.shape[0], grouped.values.shape[1]
+    scores = far.new_full((n_q, width), -math.inf)
+    prior = far.new_zeros((n_q, width))
+    values = far.new_zeros((n_q, width, n_values))
+    filled = torch.zeros(n_q, dtype=torch.long, device=queries.device)
     for rows, k0, k1, s in _near_blocks(queries, near, grouped, 1.0,
                                         budget_bytes(working_memory)):
-        parts.append(s[:rows.shape[0]].reshape(-1))
-        query_of.append(rows.repeat_interleave(k1 - k0))
-        key_of.append(torch.arange(k0, k1, device=queries.device).repeat(rows.shape[0]))
-    return NearFarScores(grouped, far, torch.cat(parts), torch.cat(query_of), torch.cat(key_of))
+        cols = filled[rows][:, None] + torch.arange(k1 - k0, device=queries.device)
+        scores[rows[:, None], cols] = s[:rows.shape[0]]
+        prior[rows[:, None], cols] = grouped.log_prior[k0:k1]
+        values[rows[:, None], cols] = grouped.values[k0:k1]
+        filled[rows] += k1 - k0
+    return NearFarScores(grouped, far, scores, prior, values)
 
 
 def near_far_bytes(grouped, n_queries):
     """About the bytes :func:`near_far_scores` of ``n_queries`` queries keeps and computes with:
-    their scores against every prototype and against the keys of their near groups (of mean
-    size)."""
-    per_query = (grouped.n_groups * 3 * grouped.points.element_size()
-                 + min(grouped.n_near, grouped.n_groups) * grouped.points.shape[0]
-                 // max(grouped.n_groups, 1) * _NEAR_PAIR_BYTES)
-    return n_queries * per_query
+    their scores against every prototype and, side by side, against the keys of their near
+    groups (at most the largest groups' keys)."""
+    width = grouped.scores_per_query() - grouped.n_groups
+    item = grouped.points.element_size()
+    return n_queries * item * (3 * grouped.n_groups + (4 + grouped.values.shape[1]) * width)

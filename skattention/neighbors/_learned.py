@@ -164,7 +164,7 @@ class LearnedMetric(MetricStrategy):
             if validation is not None and estimator.temperature == "auto":
                 rows = _calibration_rows(validation, generator)
                 calibrate_temperature(metric_map, log_t, data.X, data.values, data.weight, rows,
-                                      loss, keys=check and check[0])
+                                      loss, keys=_calibration_keys(check))
                 if check:
                     self._check_prototypes(estimator, metric_map, log_t, data, rows, loss,
                                            check)
@@ -458,6 +458,17 @@ class _TrainingData:
         if not bool((self.weight > 0).any()):
             raise ValueError("All training sample weights are zero after the validation split.")
         return validation
+
+
+def _calibration_keys(check):
+    """The grouped keys (``check[0]``) that the temperature is calibrated over, or ``None`` for
+    every key: the grouped keys where a query's scores against them (the prototypes and the
+    largest near groups, side by side) are at most a quarter of every key's (per score they
+    cost about twice as many passes, and few large groups leave little to save)."""
+    if not check:
+        return None
+    grouped = check[0]
+    return grouped if 4 * grouped.scores_per_query() <= grouped.points.shape[0] else None
 
 
 def _calibration_rows(validation, generator):
