@@ -16,8 +16,11 @@ import torch
 
 from .._engine import attention, group_keys, near_far_attention
 
-# prototypes="auto": this many prototypes, from this many keys
+# prototypes="auto": a prototype for every KEYS_PER_PROTOTYPE keys, at most AUTO_PROTOTYPES
+# (each query's pass visits every group that is near to some query of its block: fewer, larger
+# groups for fewer keys), from MIN_KEYS keys
 AUTO_PROTOTYPES = 1024
+KEYS_PER_PROTOTYPE = 128
 MIN_KEYS = 16384
 # a query attends exactly to the keys of its nearest this many groups
 NEAR_GROUPS = 16
@@ -57,7 +60,10 @@ def prototype_count(setting, n_keys):
     attention over every key."""
     if setting is None or (setting == "auto" and n_keys < MIN_KEYS):
         return None
-    count = AUTO_PROTOTYPES if setting == "auto" else int(setting)
+    if setting == "auto":
+        count = min(AUTO_PROTOTYPES, max(n_keys // KEYS_PER_PROTOTYPE, MIN_KEYS // 64))
+    else:
+        count = int(setting)
     return count if count < n_keys else None
 
 
@@ -78,7 +84,8 @@ def choose_prototypes(setting, keys, queries, values, log_prior, metric, tempera
     ``setting``: the estimator's ``prototypes`` (``"auto"``, a number or ``None``); ``keys``,
     ``values``, ``log_prior``: the training points' keys (tensors, one device); ``queries``:
     held-out queries, already mapped; ``metric``: the engine metric (its kind groups the keys).
-    ``"auto"`` keeps :data:`AUTO_PROTOTYPES` prototypes if their error is within
+    ``"auto"`` keeps one prototype per :data:`KEYS_PER_PROTOTYPE` keys (at least 256, at most
+    :data:`AUTO_PROTOTYPES`) if their error is within
     :data:`TOLERANCE` of exact attention on the held-out queries (none for fewer than
     :data:`MIN_KEYS` keys); a number is used as given (if fewer than the keys), its error
     measured all the same.

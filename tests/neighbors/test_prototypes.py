@@ -10,7 +10,7 @@ import torch
 from sklearn import config_context
 from sklearn.datasets import make_classification, make_regression
 
-from skattention import MetricAttentionClassifier, MetricAttentionRegressor, attention
+from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 from skattention._engine import build_map, calibrate_temperature
 from skattention._engine._metric_training import _EpochBatches
 from skattention.neighbors import _learned, _summary
@@ -25,6 +25,7 @@ def small_auto(monkeypatch):
     over its 4 nearest groups."""
     monkeypatch.setattr(_summary, "MIN_KEYS", 100)
     monkeypatch.setattr(_summary, "AUTO_PROTOTYPES", 20)
+    monkeypatch.setattr(_summary, "KEYS_PER_PROTOTYPE", 16)
     monkeypatch.setattr(_summary, "NEAR_GROUPS", 4)
     return monkeypatch
 
