@@ -54,6 +54,7 @@ def train_metric(
     callbacks=(),
     average=None,
     epoch_rows=None,
+    row_groups=None,
 ):
     """Train ``metric_map`` (and ``log_temperature`` if it requires grad) in place.
 
@@ -102,6 +103,12 @@ def train_metric(
         epoch (a new order once each point has had its turn). Validation, early stopping and
         progress then come every ``epoch_rows`` points, so that their spacing and a fit's
         steps do not grow with ``n``.
+    row_groups : LongTensor (n,) or None
+        The group of each training point's inputs (equal inputs, equal group; e.g. the inverse
+        of the distinct rows): a step's candidates other than the minibatch that share a group
+        are one key, with their summed weight (a log-prior) and weighted mean values. The
+        same attention (equal inputs have equal keys), the same loss and gradients, up to
+        rounding, over fewer keys: tables of a few categorical columns repeat their rows.
 
     Returns
     -------
@@ -115,7 +122,7 @@ def train_metric(
     optimizer = _optimizer(metric_map, log_temperature, learning_rate, weight_decay,
                            optimizer_state)
     step = _MinibatchStep(metric_map, log_temperature, X, values, loss, weight, log_prior,
-                          n_candidates, generator, optimizer)
+                          n_candidates, generator, optimizer, row_groups)
     parameters = _Parameters(metric_map, log_temperature)
     validate = None
     if validation is not None:
@@ -181,7 +188,7 @@ class _MinibatchStep:
     weight."""
 
     def __init__(self, metric_map, log_temperature, X, values, loss, weight, log_prior,
-                 n_candidates, generator, optimizer):
+                 n_candidates, generator, optimizer, row_groups=None):
         self.metric_map, self.log_temperature, self.X, self.values = (
             metric_map, log_temperature, X, values)
         self.loss, self.weight, self.log_prior = loss, weight, log_prior
@@ -189,6 +196,7 @@ class _MinibatchStep:
         self.in_batch = torch.zeros(X.shape[0], dtype=torch.bool)
         # a symmetric map embeds every point of the step once: its queries are its keys
         self.symmetric = metric_map.kind != "dot"
+        self.row_groups = None if row_groups is None else row_groups.to(X.device)
 
     def candidates(self, batch):
         """``(candidates, own)``: the batch itself plus a random sample of the other points,
@@ -216,15 +224,15 @@ class _MinibatchStep:
         w = self.weight[batch_d]
         if not bool((w > 0).any()):
             return None  # a batch of zero-weight points carries no loss
+        cand_d, cand_values, prior = self._merged(cand_d, batch.numel())
         keys = self.metric_map.key(self.X[cand_d])
         queries = keys[own_d] if self.symmetric else self.metric_map.query(self.X[batch_d])
         temperature = exp_in_range(self.log_temperature)
         if not self.log_temperature.requires_grad:
             temperature = float(temperature)  # a fixed temperature: a float, as attention() has it
-        prior = None if self.log_prior is None else self.log_prior[cand_d]
         prepared = PreparedKeys(keys, self.metric_map.kind, check_finite=False)
         self.optimizer.zero_grad(set_to_none=True)
-        batch_loss = self._backward(queries, prepared, self.values[cand_d], temperature, prior,
+        batch_loss = self._backward(queries, prepared, cand_values, temperature, prior,
                                     own_d, self.values[batch_d], w)
         if not math.isfinite(batch_loss):
             raise ValueError(
@@ -232,6 +240,32 @@ class _MinibatchStep:
                 "the compute dtype); lower learning_rate, rescale the data or use float64."
             )
         return batch_loss, float(w.sum())
+
+    def _merged(self, cand, n_batch):
+        """``(rows, values, log_prior)`` of the step's keys: the candidates ``cand`` (the
+        minibatch's ``n_batch`` first), or, with ``row_groups``, the minibatch and one row per
+        group of the other candidates, carrying the group's summed weight and weighted mean
+        values (the minibatch's points stay apart: each is excluded from its own keys, its
+        duplicates are not)."""
+        prior = None if self.log_prior is None else self.log_prior[cand]
+        if self.row_groups is None or cand.numel() <= n_batch:
+            return cand, self.values[cand], prior
+        others = cand[n_batch:]
+        groups, inverse = torch.unique(self.row_groups[others], return_inverse=True)
+        if groups.numel() == others.numel():
+            return cand, self.values[cand], prior
+        first = torch.full((groups.numel(),), others.numel(), device=cand.device).scatter_reduce_(
+            0, inverse, torch.arange(others.numel(), device=cand.device), "amin")
+        weight = (torch.ones(others.numel(), dtype=self.values.dtype, device=cand.device)
+                  if prior is None else torch.exp(prior[n_batch:]))
+        mass = weight.new_zeros(groups.numel()).index_add_(0, inverse, weight)
+        sums = weight.new_zeros((groups.numel(), self.values.shape[1])).index_add_(
+            0, inverse, weight[:, None] * self.values[others])
+        batch = cand[:n_batch]
+        batch_prior = (weight.new_zeros(n_batch) if prior is None else prior[:n_batch])
+        return (torch.cat([batch, others[first]]),
+                torch.cat([self.values[batch], sums / mass[:, None]]),
+                torch.cat([batch_prior, torch.log(mass)]))
 
     def _backward(self, queries, prepared, cand_values, temperature, prior, own, targets, w):
         """The gradients of the minibatch's weighted mean loss; returns the loss. Under

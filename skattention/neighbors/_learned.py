@@ -76,6 +76,9 @@ _SCALE_VALIDATION_KEYS = 8192
 # this many times share the "unseen" code: with many candidates a query meets the few rows of
 # its own rare level (a tail number, an id), whose embedding then memorises their labels.
 _SCALE_MIN_LEVEL_COUNT = 20
+# ... and where at most this share of the training rows are distinct, a step's candidates with
+# equal rows are one key (train_metric's row_groups)
+_DISTINCT_SHARE = 0.9
 # the temperature is calibrated on at most this many of the validation rows (a scalar needs
 # fewer than the stopping rule; each costs a pass over every key per candidate temperature)
 _CALIBRATION_ROWS = 2048
@@ -255,6 +258,7 @@ class LearnedMetric(MetricStrategy):
                 tol=estimator.tol, generator=generator,
                 max_validation_keys=self._validation_keys(data.X.shape[0]),
                 history=previous, average=_AVERAGE_DECAY, epoch_rows=_EPOCH_ROWS,
+                row_groups=self._row_groups(data.X),
                 optimizer_state=self.optimizer_state if warm else None,
                 callbacks=[report, EpochTasks(estimator, attributes)],
             )
@@ -302,6 +306,16 @@ class LearnedMetric(MetricStrategy):
         """Whether a fit of ``n_train`` training points takes the settings for many rows
         (``_SCALE_*``): ``metric="tabular"`` with more points than an epoch holds."""
         return self.metric == "tabular" and n_train > _EPOCH_ROWS
+
+    def _row_groups(self, X):
+        """The distinct rows of the encoded training inputs ``X`` as ``train_metric``'s
+        ``row_groups`` (a step's candidates with equal rows become one key), for fits with
+        the settings for many rows whose rows repeat (at most ``_DISTINCT_SHARE`` of them
+        distinct: tables of a few categorical columns); else ``None``."""
+        if not self._at_scale(X.shape[0]):
+            return None
+        distinct, inverse = torch.unique(X, dim=0, return_inverse=True)
+        return inverse if distinct.shape[0] <= _DISTINCT_SHARE * X.shape[0] else None
 
     def _validation_keys(self, n_train):
         """The training points the validation pass of each epoch attends to, at most."""

@@ -154,3 +154,47 @@ def test_early_stopping_on_the_training_loss_without_an_earlier_history():
     assert stops == [False, False, False, False, True]
     assert rule.best_loss == 0.72
     rule.on_train_end(history)  # no snapshot to restore
+
+
+@pytest.mark.parametrize("kind", ["tabular", "linear"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_candidates_with_equal_rows_as_one_key_give_the_step_s_loss_and_gradients(
+        kind, weighted):
+    """``row_groups``: a step's other candidates with equal rows become one key carrying their
+    summed weight and mean values: the step's loss and gradients are the same (float64, up to
+    rounding: the keys are centred on the mean of other candidates, and a distance of 0 comes
+    out of the product form as the root of a rounding error), over fewer keys."""
+    g = torch.Generator().manual_seed(0)
+    distinct = torch.randn(30, 3, generator=g, dtype=torch.float64)
+    groups = torch.randint(30, (400,), generator=g)
+    X = distinct[groups]
+    labels = (X[:, 0] + 0.5 * torch.randn(400, generator=g, dtype=torch.float64) > 0).long()
+    values = torch.nn.functional.one_hot(labels, 2).double()
+    weight = (torch.rand(400, generator=g, dtype=torch.float64) + 0.5 if weighted
+              else torch.ones(400, dtype=torch.float64))
+    torch.manual_seed(0)
+    if kind == "tabular":
+        metric_map = build_map("tabular", n_components=3, n_numeric=3, cardinalities=[])
+    else:
+        metric_map = build_map(kind, np.eye(3))
+    metric_map = metric_map.double()
+    log_t = torch.tensor(-0.5, dtype=torch.float64, requires_grad=True)
+    params = [*metric_map.parameters(), log_t]
+    optimizer = Adam([{"params": params}], lr=0.1)
+    batch = torch.arange(40)
+
+    def step(row_groups):
+        run = _metric_training._MinibatchStep(
+            metric_map, log_t, X, values, "log_loss", weight,
+            _metric_training.key_log_prior(weight), 300, torch.Generator().manual_seed(0),
+            optimizer, row_groups)
+        if row_groups is not None:  # the 360 other candidates as at most 30 keys
+            assert run._merged(torch.arange(400), 40)[0].numel() <= 40 + 30
+        loss, _ = run(batch)
+        return loss, [p.grad.clone() for p in params]
+
+    merged_loss, merged_grads = step(groups)
+    loss, grads = step(None)
+    assert merged_loss == pytest.approx(loss, rel=1e-9)
+    for a, b in zip(merged_grads, grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-9)
