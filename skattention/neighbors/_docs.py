@@ -73,13 +73,13 @@ NEIGHBORS = """n_neighbors : int, default=None
         drawn keys; its prototype is their mean, carrying their summed prior weight (as a
         log-prior) and their mean values. A prediction then costs a pass over the prototypes
         and the near groups' keys, not over every training point (see :doc:`/neighbors`, "Many
-        training points"). ``"auto"``: from 16,384 training points, a prototype per 128 of
-        them (256 to 1,024) if the outputs on held-out points differ from exact attention over
-        every key by at most 0.01 on average (the probability mass moved, or standardised
-        targets; measured again at the calibrated temperature), else every key. An int: that
-        many prototypes (when fewer than the training points). ``None``: every key, always.
-        Selections (``kneighbors``, ``n_neighbors``, ``radius``) always use every key. The
-        measured difference is ``prototype_error_``."""
+        training points"). ``"auto"``: from 16,384 training points, twice the square root of
+        their number of prototypes (256 to 4,096) if the outputs on held-out points differ
+        from exact attention over every key by at most 0.01 on average (the probability mass
+        moved, or standardised targets; measured again at the calibrated temperature), else
+        every key. An int: that many prototypes (when fewer than the training points).
+        ``None``: every key, always. Selections (``kneighbors``, ``n_neighbors``, ``radius``)
+        always use every key. The measured difference is ``prototype_error_``."""
 
 LEARNING = """n_components : int, default=None
         Dimension of the learned space. ``None``: 64 for ``"tabular"``; otherwise the number of

@@ -12,15 +12,18 @@ they are used only within a tolerance (docs/theory.md, "Computing it exactly";
 docs/neighbors.md, "Many training points").
 """
 
+import math
+
 import torch
 
 from .._engine import attention, group_keys, near_far_attention
 
-# prototypes="auto": a prototype for every KEYS_PER_PROTOTYPE keys, at most AUTO_PROTOTYPES
-# (each query's pass visits every group that is near to some query of its block: fewer, larger
-# groups for fewer keys), from MIN_KEYS keys
-AUTO_PROTOTYPES = 1024
-KEYS_PER_PROTOTYPE = 128
+# prototypes="auto": PROTOTYPES_PER_ROOT * sqrt(n_keys) prototypes (a query's scores, the
+# prototypes' and the near groups' keys, grow as sqrt(n_keys); a block's pass visits every
+# group near to one of its queries, so not many more), at least MIN_KEYS // 64 and at most
+# AUTO_PROTOTYPES, from MIN_KEYS keys
+AUTO_PROTOTYPES = 4096
+PROTOTYPES_PER_ROOT = 2.0
 MIN_KEYS = 16384
 # a query attends exactly to the keys of its nearest this many groups
 NEAR_GROUPS = 16
@@ -61,7 +64,8 @@ def prototype_count(setting, n_keys):
     if setting is None or (setting == "auto" and n_keys < MIN_KEYS):
         return None
     if setting == "auto":
-        count = min(AUTO_PROTOTYPES, max(n_keys // KEYS_PER_PROTOTYPE, MIN_KEYS // 64))
+        count = min(AUTO_PROTOTYPES,
+                    max(round(PROTOTYPES_PER_ROOT * math.sqrt(n_keys)), MIN_KEYS // 64))
     else:
         count = int(setting)
     return count if count < n_keys else None
@@ -84,7 +88,7 @@ def choose_prototypes(setting, keys, queries, values, log_prior, metric, tempera
     ``setting``: the estimator's ``prototypes`` (``"auto"``, a number or ``None``); ``keys``,
     ``values``, ``log_prior``: the training points' keys (tensors, one device); ``queries``:
     held-out queries, already mapped; ``metric``: the engine metric (its kind groups the keys).
-    ``"auto"`` keeps one prototype per :data:`KEYS_PER_PROTOTYPE` keys (at least 256, at most
+    ``"auto"`` keeps ``2 sqrt(n_keys)`` prototypes (at least 256, at most
     :data:`AUTO_PROTOTYPES`) if their error is within
     :data:`TOLERANCE` of exact attention on the held-out queries (none for fewer than
     :data:`MIN_KEYS` keys); a number is used as given (if fewer than the keys), its error

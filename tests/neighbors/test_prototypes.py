@@ -25,7 +25,7 @@ def small_auto(monkeypatch):
     over its 4 nearest groups."""
     monkeypatch.setattr(_summary, "MIN_KEYS", 100)
     monkeypatch.setattr(_summary, "AUTO_PROTOTYPES", 20)
-    monkeypatch.setattr(_summary, "KEYS_PER_PROTOTYPE", 16)
+    monkeypatch.setattr(_summary, "PROTOTYPES_PER_ROOT", 2.0)
     monkeypatch.setattr(_summary, "NEAR_GROUPS", 4)
     return monkeypatch
 
