@@ -119,7 +119,9 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
 
     Memory-bounded (``working_memory`` MiB, the configured budget for ``None``); blocks of
     queries go to the engine's workers on the CPU. A query's output does not depend on its
-    batch (query rows padded to the products' row multiple, as in :func:`attention`)."""
+    batch (query rows padded to the products' row multiple, as in :func:`attention`), except
+    that a block of at most 4 rows (a web service's single row) scores each query's near keys
+    at once: the same softmax, rounded otherwise (``_few_queries``)."""
     n_q, n_groups = queries.shape[0], grouped.n_groups
     scale = 1.0 / float(temperature)
     item = queries.element_size()
@@ -145,6 +147,8 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
         near, m, total, out = (torch.cat(parts) for parts in zip(
             *(far_part(q[i:i + far_rows]) for i in range(0, q.shape[0], far_rows)),
             strict=True))
+        if q.shape[0] <= ROW_MULTIPLE:
+            return _few_queries(q, near, m, total, out, grouped, scale)
         for idx, k0, k1, s in _near_blocks(q, near, grouped, scale, share):
             count = idx.shape[0]
             m_new = torch.maximum(m[idx], s.amax(1)[:count])
@@ -157,6 +161,29 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
         return out / total[:, None]
 
     return torch.cat(list(map_blocks(block, range(0, n_q, rows), workers)))
+
+
+def _few_queries(q, near, m, total, out, grouped, scale):
+    """The outputs of a few queries (a web service's single row) from their far part (running
+    max ``m``, ``total``, ``out``): each query's near groups' keys gathered and scored at once,
+    not group by group (the loop's kernels are most of a single row's time). The same softmax,
+    rounded otherwise than in a larger batch."""
+    sizes = grouped.bounds[1:] - grouped.bounds[:-1]
+    result = []
+    for i in range(q.shape[0]):
+        n = sizes[near[i]]
+        starts = torch.repeat_interleave(grouped.bounds[near[i]] - (torch.cumsum(n, 0) - n), n)
+        idx = starts + torch.arange(int(n.sum()), device=q.device)
+        keys = PreparedKeys(grouped.points[idx], grouped.kind, check_finite=False)
+        z = keys.logits(padded_rows(keys.prepare_queries(q[i:i + 1])), 0, keys.n_keys, scale,
+                        grouped.log_prior[idx])[:1]
+        top = torch.maximum(m[i:i + 1], z.amax(1))
+        shift = torch.where(top.isinf(), 0.0, top)
+        w = flushed_exp(z - shift[:, None])
+        old = torch.exp(m[i:i + 1] - shift)
+        result.append((out[i:i + 1] * old[:, None] + w @ grouped.values[idx])
+                      / (total[i:i + 1] * old + w.sum(1))[:, None])
+    return torch.cat(result)
 
 
 def _far_logits(q, grouped, scale):

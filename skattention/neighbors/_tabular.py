@@ -255,19 +255,22 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             if not (isinstance(dtypes[j], np.dtype) and dtypes[j].kind in "iuf"
                     and self._numeric_kind[j] == "number"):
                 return None
+        # the rows as one object array: one conversion, not one per column
+        cells = frame.to_numpy(dtype=object)
         columns = []
         for k, j in enumerate(self.categorical_columns_):
             text = dtypes[j] == np.dtype(object) or isinstance(dtypes[j], pd.StringDtype)
             if not text or (self._level_is_numeric[k] and self.categories_[k].size):
                 return None
-            values = frame.iloc[:, j].to_numpy(dtype=object, na_value=None)
-            if not all(isinstance(v, str) for v in values[~isna(values)]):
+            values = cells[:, j].copy()
+            missing = isna(values)
+            if not all(isinstance(v, str) for v in values[~missing]):
                 return None
+            values[missing] = None
             columns.append(values)
         numbers = np.full((len(frame), self.n_features_in_), np.nan)
         if self.numeric_columns_.size:
-            numbers[:, self.numeric_columns_] = frame.iloc[:, self.numeric_columns_].to_numpy(
-                np.float64)
+            numbers[:, self.numeric_columns_] = cells[:, self.numeric_columns_].astype(np.float64)
             reject_infinity(numbers[:, self.numeric_columns_])  # as the estimators' check does
         numeric = np.zeros((len(frame), self.n_numeric_out_), dtype=self.dtype)
         self._encode_numeric_array(numbers, numeric)
