@@ -108,7 +108,8 @@ def train_metric(
         of the distinct rows): a step's candidates other than the minibatch that share a group
         are one key, with their summed weight (a log-prior) and weighted mean values. The
         same attention (equal inputs have equal keys), the same loss and gradients, up to
-        rounding, over fewer keys: tables of a few categorical columns repeat their rows.
+        rounding, over fewer keys: tables of a few categorical columns repeat their rows. (For
+        maps without dropout: copies of a row would each draw their own dropout mask.)
 
     Returns
     -------
@@ -224,7 +225,8 @@ class _MinibatchStep:
         w = self.weight[batch_d]
         if not bool((w > 0).any()):
             return None  # a batch of zero-weight points carries no loss
-        cand_d, cand_values, prior = self._merged(cand_d, batch.numel())
+        cand_d, cand_values, prior = self._merged(cand_d, batch.numel(),
+                                                  self.n_candidates < self.X.shape[0])
         keys = self.metric_map.key(self.X[cand_d])
         queries = keys[own_d] if self.symmetric else self.metric_map.query(self.X[batch_d])
         temperature = exp_in_range(self.log_temperature)
@@ -241,14 +243,14 @@ class _MinibatchStep:
             )
         return batch_loss, float(w.sum())
 
-    def _merged(self, cand, n_batch):
-        """``(rows, values, log_prior)`` of the step's keys: the candidates ``cand`` (the
-        minibatch's ``n_batch`` first), or, with ``row_groups``, the minibatch and one row per
-        group of the other candidates, carrying the group's summed weight and weighted mean
-        values (the minibatch's points stay apart: each is excluded from its own keys, its
-        duplicates are not)."""
+    def _merged(self, cand, n_batch, batch_first=True):
+        """``(rows, values, log_prior)`` of the step's keys: the candidates ``cand``, or, with
+        ``row_groups`` and the minibatch's ``n_batch`` points first (``batch_first``), the
+        minibatch and one row per group of the other candidates, carrying the group's summed
+        weight and weighted mean values (the minibatch's points stay apart: each is excluded
+        from its own keys, its duplicates are not); groups of zero weight are left out."""
         prior = None if self.log_prior is None else self.log_prior[cand]
-        if self.row_groups is None or cand.numel() <= n_batch:
+        if self.row_groups is None or not batch_first or cand.numel() <= n_batch:
             return cand, self.values[cand], prior
         others = cand[n_batch:]
         groups, inverse = torch.unique(self.row_groups[others], return_inverse=True)
@@ -261,11 +263,12 @@ class _MinibatchStep:
         mass = weight.new_zeros(groups.numel()).index_add_(0, inverse, weight)
         sums = weight.new_zeros((groups.numel(), self.values.shape[1])).index_add_(
             0, inverse, weight[:, None] * self.values[others])
+        keep = mass > 0
         batch = cand[:n_batch]
         batch_prior = (weight.new_zeros(n_batch) if prior is None else prior[:n_batch])
-        return (torch.cat([batch, others[first]]),
-                torch.cat([self.values[batch], sums / mass[:, None]]),
-                torch.cat([batch_prior, torch.log(mass)]))
+        return (torch.cat([batch, others[first[keep]]]),
+                torch.cat([self.values[batch], sums[keep] / mass[keep, None]]),
+                torch.cat([batch_prior, torch.log(mass[keep])]))
 
     def _backward(self, queries, prepared, cand_values, temperature, prior, own, targets, w):
         """The gradients of the minibatch's weighted mean loss; returns the loss. Under

@@ -118,11 +118,16 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
     outputs.
 
     Memory-bounded (``working_memory`` MiB, the configured budget for ``None``); blocks of
-    queries go to the engine's workers on the CPU. A query's output does not depend on its
-    batch (query rows padded to the products' row multiple, as in :func:`attention`), except
-    that a block of at most 4 rows (a web service's single row) scores each query's near keys
-    at once: the same softmax, rounded otherwise (``_few_queries``)."""
+    queries go to the engine's workers on the CPU. A query's output does not depend on the
+    other queries of its call (query rows padded to the products' row multiple, as in
+    :func:`attention`) as long as its near groups' keys fit the budget in one chunk (a group
+    near to many queries of a large call is scored in chunks of its keys, rounded otherwise),
+    and except that a call of at most 4 rows (a web service's single row) scores each query's
+    near keys at once: the same softmax, rounded otherwise (``_few_queries``)."""
     n_q, n_groups = queries.shape[0], grouped.n_groups
+    if n_q == 0:
+        return queries.new_zeros((0, grouped.values.shape[1]))
+    grouped.prepared()  # made once here, not by each worker
     scale = 1.0 / float(temperature)
     item = queries.element_size()
     workers = (max(1, torch.get_num_threads())
@@ -147,18 +152,19 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
         near, m, total, out = (torch.cat(parts) for parts in zip(
             *(far_part(q[i:i + far_rows]) for i in range(0, q.shape[0], far_rows)),
             strict=True))
-        if q.shape[0] <= ROW_MULTIPLE:
+        if n_q <= ROW_MULTIPLE:
             return _few_queries(q, near, m, total, out, grouped, scale)
         for idx, k0, k1, s in _near_blocks(q, near, grouped, scale, share):
             count = idx.shape[0]
+            s.add_(grouped.log_prior[k0:k1])
             m_new = torch.maximum(m[idx], s.amax(1)[:count])
             shift = torch.where(m_new.isinf(), 0.0, m_new)
-            w = flushed_exp(s.add_(grouped.log_prior[k0:k1]).sub_(padded_rows(shift[:, None])))
+            w = flushed_exp(s.sub_(padded_rows(shift[:, None])))
             old = torch.exp(m[idx] - shift)
             total[idx] = total[idx] * old + w.sum(1)[:count]
             out[idx] = out[idx] * old[:, None] + (w @ grouped.values[k0:k1])[:count]
             m[idx] = m_new
-        return out / total[:, None]
+        return _divided(out, total)
 
     return torch.cat(list(map_blocks(block, range(0, n_q, rows), workers)))
 
@@ -168,6 +174,8 @@ def _few_queries(q, near, m, total, out, grouped, scale):
     max ``m``, ``total``, ``out``): each query's near groups' keys gathered and scored at once,
     not group by group (the loop's kernels are most of a single row's time). The same softmax,
     rounded otherwise than in a larger batch."""
+    if not near.shape[1]:  # no near group: the prototypes alone
+        return _divided(out, total)
     sizes = grouped.bounds[1:] - grouped.bounds[:-1]
     result = []
     for i in range(q.shape[0]):
@@ -181,9 +189,14 @@ def _few_queries(q, near, m, total, out, grouped, scale):
         shift = torch.where(top.isinf(), 0.0, top)
         w = flushed_exp(z - shift[:, None])
         old = torch.exp(m[i:i + 1] - shift)
-        result.append((out[i:i + 1] * old[:, None] + w @ grouped.values[idx])
-                      / (total[i:i + 1] * old + w.sum(1))[:, None])
+        result.append(_divided(out[i:i + 1] * old[:, None] + w @ grouped.values[idx],
+                               total[i:i + 1] * old + w.sum(1)))
     return torch.cat(result)
+
+
+def _divided(out, total):
+    """The weighted values over their weights' sum; 0 for a query whose keys all weigh 0."""
+    return out / torch.where(total > 0, total, 1.0)[:, None]
 
 
 def _far_logits(q, grouped, scale):
@@ -247,7 +260,7 @@ class NearFarScores:
         total = w_far.sum(1) + w_near.sum(1)
         out = w_far @ g.prototype_values + torch.bmm(w_near[:, None, :],
                                                      self.near_values)[:, 0]
-        return out / total[:, None]
+        return _divided(out, total)
 
 
 @torch.no_grad()

@@ -16,12 +16,7 @@ from ._budget import budget_bytes, cache_row_slices, dense_plan, pair_bytes
 from ._inputs import check_prepared, checked_log_prior, checked_values, values_for_products
 from ._masks import mask_self
 from ._parallel import _mkl_threads, rows_single_threaded
-from ._scores import (
-    ROW_MULTIPLE,
-    distance_logits,
-    distance_logits_grads,
-    distances_from_partial,
-)
+from ._scores import ROW_MULTIPLE, distance_logits, distance_logits_grads
 from ._softmax import flushed_exp, flushed_softmax, rows_times
 
 
@@ -179,10 +174,7 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
         """The softmax weights of a chunk's rows into ``z``; sets their largest logit and sum
         (forward) or uses them (``recompute``), the distances into ``d_out`` if given."""
         torch.addmm(key_offset, q2, keys_t, out=z)
-        d = distances_from_partial(z, offset, out=z if d_out is None else d_out)
-        torch.mul(d, -scale, out=z)
-        if prior is not None:
-            z.add_(prior)
+        distance_logits(z, offset, scale, prior, d_out=z if d_out is None else d_out, z_out=z)
         if mask is not None:
             mask(z, rows)
         if not recompute:

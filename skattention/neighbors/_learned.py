@@ -15,7 +15,6 @@ from .._engine import (
     batch_rows,
     budget_bytes,
     build_map,
-    calibrate_temperature,
     plan_rows,
     progress_bar,
     seeded_torch_rng,
@@ -24,16 +23,9 @@ from .._engine import (
 from ..utils._callbacks import EpochTasks
 from ..utils._convergence import warn_if_max_iter_reached
 from ..utils._device import _cuda_nondeterministic
-from . import _summary
 from ._input import TabularInput
 from ._strategy import TORCH_DTYPES, MetricFit, MetricStrategy
-from ._summary import (
-    CHECK_QUERIES,
-    choose_prototypes,
-    prototype_count,
-    summarize,
-    summary_error,
-)
+from ._summary import FitPrototypes, summarize
 from ._temperature import MAX_QUERIES, neighbor_scale
 
 # n_components=None: keep the inputs' dimension up to this many components (PCA beyond it)
@@ -106,6 +98,7 @@ class LearnedMetric(MetricStrategy):
         self.map = None
         self.prototypes = None
         self.prototype_error = None
+        self.prototype_near = None  # the prototypes' near groups (None: _summary's default)
         self.history = None
         self.optimizer_state = None
         self._ready = {}
@@ -130,7 +123,8 @@ class LearnedMetric(MetricStrategy):
         """
         warm = self.map is not None
         before = estimator.n_iter_ if warm else 0
-        self.prototypes = self.prototype_error = None  # chosen again by every fit
+        # chosen again by every fit
+        self.prototypes = self.prototype_error = self.prototype_near = None
         if warm and self.map.n_features != X.shape[1]:
             raise ValueError(
                 f"warm_start: X has {X.shape[1]} features but the map was trained on "
@@ -160,17 +154,19 @@ class LearnedMetric(MetricStrategy):
                                                   warm, dtype, device)
             validation = data.split(self._validation_split(estimator, X.shape[0], stratify,
                                                            rng))
+            row_groups = self._row_groups(data.X)
             history = self._train(estimator, metric_map, log_t, data, loss, validation,
-                                  generator, warm, epoch_model)
-            check = self._fit_prototypes(estimator, metric_map, log_t, data, validation, loss,
-                                         generator)
+                                  generator, warm, epoch_model, row_groups)
+            prototypes = FitPrototypes(self._prototype_setting(estimator), metric_map, data.X,
+                                       data.values, data.weight, loss)
+            # check queries: held-out rows, or training rows without a validation split
+            prototypes.choose(log_t, data.X if validation is None else validation[0],
+                              generator, _EMBED_CHUNK, row_groups)
             if validation is not None and estimator.temperature == "auto":
-                rows = _calibration_rows(validation, generator)
-                calibrate_temperature(metric_map, log_t, data.X, data.values, data.weight, rows,
-                                      loss, keys=_calibration_keys(check))
-                if check:
-                    self._check_prototypes(estimator, metric_map, log_t, data, rows, loss,
-                                           check)
+                prototypes.calibrate(log_t, _calibration_rows(validation, generator))
+            if prototypes.centres is not None:
+                self.prototypes = prototypes.centres.to("cpu", torch.float32)
+                self.prototype_error, self.prototype_near = prototypes.error, prototypes.n_near
         self.map = metric_map.to(device="cpu", dtype=torch.float32)
         self._ready = {}
         fit = self._outcome(estimator, history, log_t, validation is not None)
@@ -178,48 +174,15 @@ class LearnedMetric(MetricStrategy):
         _warn_if_not_converged(estimator, fit.n_iter - before)
         return fit
 
-    @torch.no_grad()
-    def _fit_prototypes(self, estimator, metric_map, log_t, data, validation, loss, generator):
-        """Choose the prototypes of the keys that dense attention predicts over
-        (``_summary.choose_prototypes``; none unless the estimator predicts by dense attention):
-        sets ``prototypes`` (their centres) and ``prototype_error``; returns ``(grouped keys,
-        keys, check queries)`` for :meth:`_check_prototypes`, or ``None`` (``fit`` has reset
-        both)."""
-        setting = getattr(estimator, "prototypes", None)
-        if (prototype_count(setting, data.X.shape[0]) is None
-                or getattr(estimator, "n_neighbors", None) is not None
+    @staticmethod
+    def _prototype_setting(estimator):
+        """The estimator's ``prototypes``, or ``None`` unless it predicts by dense attention
+        (no ``n_neighbors``, no ``radius``, a temperature other than 0 and inf)."""
+        if (getattr(estimator, "n_neighbors", None) is not None
                 or getattr(estimator, "radius", None) is not None
                 or estimator.temperature in (0, math.inf)):
             return None
-        metric_map.eval()
-        keys = torch.cat([metric_map.key(data.X[s:s + _EMBED_CHUNK])
-                          for s in range(0, data.X.shape[0], _EMBED_CHUNK)])
-        # held-out rows drawn at random (the split keeps the table's order, which may be sorted
-        # by time or group), or training rows without a validation split
-        pool = validation[0] if validation is not None else data.X
-        rows = torch.randperm(pool.shape[0], generator=generator)[:CHECK_QUERIES]
-        queries = metric_map.query(pool[rows.to(pool.device)])
-        centres, error, grouped = choose_prototypes(
-            setting, keys, queries, data.values, torch.log(data.weight), metric_map.kind,
-            float(torch.exp(log_t)), loss, generator)
-        if centres is None:
-            return None
-        self.prototypes, self.prototype_error = centres.to("cpu", torch.float32), error
-        return grouped, keys, queries
-
-    @torch.no_grad()
-    def _check_prototypes(self, estimator, metric_map, log_t, data, rows, loss, check):
-        """After the temperature was calibrated over the prototypes: their error at that
-        temperature, and with ``prototypes="auto"`` beyond the tolerance, none (the temperature
-        calibrated again over every key)."""
-        grouped, keys, queries = check
-        self.prototype_error = summary_error(
-            grouped, keys, queries, data.values, torch.log(data.weight), metric_map.kind,
-            float(torch.exp(log_t)), loss)
-        if estimator.prototypes == "auto" and self.prototype_error > _summary.TOLERANCE:
-            self.prototypes = self.prototype_error = None
-            calibrate_temperature(metric_map, log_t, data.X, data.values, data.weight, rows,
-                                  loss)
+        return getattr(estimator, "prototypes", None)
 
     def summarize(self, points, values, log_prior):
         """The fitted keys (float32/float64 arrays as given) grouped around the prototypes'
@@ -229,10 +192,11 @@ class LearnedMetric(MetricStrategy):
         points = torch.as_tensor(points)
         return summarize(points, torch.as_tensor(values).to(points.dtype),
                          torch.as_tensor(log_prior).to(points.dtype),
-                         self.prototypes.to(points.dtype), self.map.kind)
+                         self.prototypes.to(points.dtype), self.map.kind,
+                         getattr(self, "prototype_near", None))
 
     def _train(self, estimator, metric_map, log_t, data, loss, validation, generator, warm,
-               epoch_model):
+               epoch_model, row_groups):
         """The training loop with the estimator's progress bar and callbacks; keeps the state
         a warm start continues."""
         batch_size, n_candidates = self._batch_and_candidates(
@@ -258,7 +222,7 @@ class LearnedMetric(MetricStrategy):
                 tol=estimator.tol, generator=generator,
                 max_validation_keys=self._validation_keys(data.X.shape[0]),
                 history=previous, average=_AVERAGE_DECAY, epoch_rows=_EPOCH_ROWS,
-                row_groups=self._row_groups(data.X),
+                row_groups=row_groups,
                 optimizer_state=self.optimizer_state if warm else None,
                 callbacks=[report, EpochTasks(estimator, attributes)],
             )
@@ -472,17 +436,6 @@ class _TrainingData:
         if not bool((self.weight > 0).any()):
             raise ValueError("All training sample weights are zero after the validation split.")
         return validation
-
-
-def _calibration_keys(check):
-    """The grouped keys (``check[0]``) that the temperature is calibrated over, or ``None`` for
-    every key: the grouped keys where a query's scores against them (the prototypes and the
-    largest near groups, side by side) are at most a quarter of every key's (per score they
-    cost about twice as many passes, and few large groups leave little to save)."""
-    if not check:
-        return None
-    grouped = check[0]
-    return grouped if 4 * grouped.scores_per_query() <= grouped.points.shape[0] else None
 
 
 def _calibration_rows(validation, generator):

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from .._engine import attention, group_keys, near_far_attention
+from .._engine import attention, calibrate_temperature, group_keys, near_far_attention
 
 # prototypes="auto": PROTOTYPES_PER_ROOT * sqrt(n_keys) prototypes (a query's scores, the
 # prototypes' and the near groups' keys, grow as sqrt(n_keys); a block's pass visits every
@@ -44,11 +44,13 @@ def prototype_centres(points, n_prototypes, generator):
     return points[order.to(points.device)].clone()
 
 
-def summarize(points, values, log_prior, centres, kind):
+def summarize(points, values, log_prior, centres, kind, n_near=None):
     """The keys ``points`` (with their ``values`` and ``log_prior``, tensors on one device)
-    grouped around ``centres`` for the engine's ``near_far_attention`` (a ``GroupedKeys``):
-    every key joins its nearest centre; centres without a key are dropped."""
-    return group_keys(points, values, log_prior, centres, kind, NEAR_GROUPS)
+    grouped around ``centres`` for the engine's ``near_far_attention`` (a ``GroupedKeys``,
+    exact over each query's ``n_near`` nearest groups, :data:`NEAR_GROUPS` for ``None``): every
+    key joins its nearest centre; centres without a key are dropped."""
+    return group_keys(points, values, log_prior, centres, kind,
+                      NEAR_GROUPS if n_near is None else n_near)
 
 
 def output_error(approx, exact, loss):
@@ -81,7 +83,7 @@ def summary_error(grouped, keys, queries, values, log_prior, metric, temperature
 
 
 def choose_prototypes(setting, keys, queries, values, log_prior, metric, temperature, loss,
-                      generator):
+                      generator, distinct=None):
     """``(centres, error, grouped)``, or ``(None, None, None)`` for exact attention over every
     key; ``grouped``: :func:`summarize` of the keys at ``centres``.
 
@@ -92,14 +94,82 @@ def choose_prototypes(setting, keys, queries, values, log_prior, metric, tempera
     :data:`AUTO_PROTOTYPES`) if their error is within
     :data:`TOLERANCE` of exact attention on the held-out queries (none for fewer than
     :data:`MIN_KEYS` keys); a number is used as given (if fewer than the keys), its error
-    measured all the same.
+    measured all the same. ``distinct``: the index of one key per distinct input row (or
+    ``None``); where ``"auto"`` would keep at least as many prototypes, the distinct rows'
+    keys are the prototypes, each a group of equal keys: attention over them alone is exact
+    (no near group).
     """
     count = prototype_count(setting, keys.shape[0])
     if count is None:
         return None, None, None
-    centres = prototype_centres(keys, count, generator)
-    grouped = summarize(keys, values, log_prior, centres, metric)
+    if setting == "auto" and distinct is not None and distinct.numel() <= count:
+        centres = keys[distinct.to(keys.device)]
+        grouped = summarize(keys, values, log_prior, centres, metric, n_near=0)
+    else:
+        centres = prototype_centres(keys, count, generator)
+        grouped = summarize(keys, values, log_prior, centres, metric)
     error = summary_error(grouped, keys, queries, values, log_prior, metric, temperature, loss)
     if setting != "auto" or error <= TOLERANCE:
         return centres, error, grouped
     return None, None, None
+
+
+class FitPrototypes:
+    """The prototypes of a learned metric's fit, chosen with its temperature: :meth:`choose`
+    after training (at the trained temperature), then :meth:`calibrate` (the temperature over
+    the grouped keys where a query's scores against them are at most a quarter of every key's,
+    else over every key; the error measured again at the calibrated temperature and, beyond
+    :data:`TOLERANCE` with ``"auto"``, no prototypes and the temperature calibrated over every
+    key). ``centres`` and ``error`` are what the fit keeps (``None``: every key)."""
+
+    def __init__(self, setting, metric_map, X, values, weight, loss):
+        self.setting, self.metric_map, self.loss = setting, metric_map, loss
+        self.X, self.values, self.weight = X, values, weight
+        self.centres = self.error = self._check = self.n_near = None
+
+    @torch.no_grad()
+    def choose(self, log_t, pool, generator, chunk, row_groups=None):
+        """Choose them with the held-out rows ``pool`` (inputs) as check queries, at most
+        :data:`CHECK_QUERIES` drawn at random (the split keeps the table's order, which may be
+        sorted by time or group); the keys mapped ``chunk`` rows at a time. ``row_groups``:
+        the distinct row of each training row (``choose_prototypes``' ``distinct``)."""
+        if prototype_count(self.setting, self.X.shape[0]) is None:
+            return
+        self.metric_map.eval()
+        keys = torch.cat([self.metric_map.key(self.X[s:s + chunk])
+                          for s in range(0, self.X.shape[0], chunk)])
+        rows = torch.randperm(pool.shape[0], generator=generator)[:CHECK_QUERIES]
+        queries = self.metric_map.query(pool[rows.to(pool.device)])
+        distinct = None
+        if row_groups is not None:  # the first row of each distinct row
+            n = row_groups.numel()
+            distinct = torch.full((int(row_groups.max()) + 1,), n, device=row_groups.device)
+            distinct.scatter_reduce_(0, row_groups, torch.arange(n, device=row_groups.device),
+                                     "amin")
+        self.centres, self.error, grouped = choose_prototypes(
+            self.setting, keys, queries, self.values, torch.log(self.weight),
+            self.metric_map.kind, float(torch.exp(log_t)), self.loss, generator, distinct)
+        if self.centres is not None:
+            self._check = grouped, keys, queries
+            self.n_near = grouped.n_near
+
+    def calibrate(self, log_t, validation):
+        """Calibrate the temperature ``log_t`` on ``validation`` (with the prototypes'
+        check, above)."""
+        over = self._check[0] if self._check else None
+        if over is not None and 4 * over.scores_per_query() > over.points.shape[0]:
+            over = None  # few large groups: little to save, and twice the passes per score
+        calibrate_temperature(self.metric_map, log_t, self.X, self.values, self.weight,
+                              validation, self.loss, keys=over)
+        if not self._check:
+            return
+        grouped, keys, queries = self._check
+        with torch.no_grad():
+            self.error = summary_error(grouped, keys, queries, self.values,
+                                       torch.log(self.weight), self.metric_map.kind,
+                                       float(torch.exp(log_t)), self.loss)
+        if self.setting == "auto" and self.error > TOLERANCE:
+            self.centres = self.error = self._check = None
+            if over is not None:
+                calibrate_temperature(self.metric_map, log_t, self.X, self.values, self.weight,
+                                      validation, self.loss)

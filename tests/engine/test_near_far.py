@@ -104,3 +104,11 @@ def test_small_budgets_chunk_the_keys_of_a_group():
     whole = near_far_attention(queries, grouped, 0.5)
     chunked = near_far_attention(queries, grouped, 0.5, working_memory=0.01)
     torch.testing.assert_close(chunked, whole, rtol=1e-12, atol=1e-12)
+
+
+def test_no_queries_and_no_near_groups():
+    queries, keys, values, log_prior, grouped = _grouped(n_near=0)
+    assert near_far_attention(queries[:0], grouped, 1.0).shape == (0, 2)
+    one = near_far_attention(queries[:1], grouped, 1.0)  # the few-rows path, no near group
+    torch.testing.assert_close(one, _reference(queries[:1], grouped, 1.0), rtol=1e-9,
+                               atol=1e-9)

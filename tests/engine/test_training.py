@@ -198,3 +198,29 @@ def test_candidates_with_equal_rows_as_one_key_give_the_step_s_loss_and_gradient
     assert merged_loss == pytest.approx(loss, rel=1e-9)
     for a, b in zip(merged_grads, grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-9)
+
+
+def test_equal_rows_are_not_merged_when_every_point_is_a_candidate():
+    """With every point a candidate the minibatch is not the candidates' head: nothing is
+    merged (each point must stay apart to be excluded from its own keys), and a group whose
+    drawn rows all weigh 0 is left out rather than divided by 0."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(10, 2, generator=g, dtype=torch.float64)[torch.randint(10, (200,),
+                                                                           generator=g)]
+    groups = torch.unique(X, dim=0, return_inverse=True)[1]
+    values = torch.nn.functional.one_hot((X[:, 0] > 0).long(), 2).double()
+    weight = torch.ones(200, dtype=torch.float64)
+    weight[groups == groups[150]] = 0.0  # every copy of one row weighs 0
+    metric_map = build_map("linear", np.eye(2)).double()
+    log_t = torch.tensor(0.0, dtype=torch.float64, requires_grad=True)
+    optimizer = Adam([{"params": [*metric_map.parameters(), log_t]}], lr=0.1)
+    log_prior = _metric_training.key_log_prior(weight)
+    for n_candidates in (200, 120):
+        run = _metric_training._MinibatchStep(
+            metric_map, log_t, X, values, "log_loss", weight, log_prior, n_candidates,
+            torch.Generator().manual_seed(0), optimizer, groups)
+        loss, _ = run(torch.arange(20))
+        assert np.isfinite(loss)
+    rows, merged_values, prior = run._merged(torch.arange(200), 20)
+    assert bool(torch.isfinite(merged_values).all()) and not bool(torch.isnan(prior).any())
+    assert rows.numel() < 200 and not bool((groups[rows[20:]] == groups[150]).any())

@@ -208,3 +208,20 @@ def test_every_fit_chooses_its_prototypes_again():
     clf.set_params(prototypes=None).fit(X, y)  # a warm start continues the map, not the keys
     assert clf.n_prototypes_ is None and clf._strategy.prototypes is None
     assert clf._keys.summary is None
+
+
+def test_few_distinct_rows_are_the_prototypes_and_attention_over_them_is_exact(small_auto):
+    """Rows that repeat (tables of a few categorical columns): with at most as many distinct
+    training rows as "auto" would keep prototypes, the distinct rows' keys are the prototypes,
+    each a group of equal keys, and attention over them is attention over every key."""
+    small_auto.setattr(_learned, "_EPOCH_ROWS", 200)  # the settings for many rows from 200
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(12, 4))
+    X = base[rng.integers(12, size=600)]
+    y = (X[:, 0] + rng.normal(scale=0.5, size=600) > 0).astype(int)
+    clf = MetricAttentionClassifier(**FAST).fit(X, y)
+    exact = MetricAttentionClassifier(prototypes=None, **FAST).fit(X, y)
+    assert clf.n_prototypes_ == 12
+    assert clf.prototype_error_ < 1e-6
+    assert clf._keys.summary.n_near == 0
+    np.testing.assert_allclose(clf.predict_proba(X), exact.predict_proba(X), atol=1e-6)

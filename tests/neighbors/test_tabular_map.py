@@ -9,7 +9,7 @@ import torch
 
 from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 from skattention._engine import build_map, calibrate_temperature
-from skattention.neighbors import _learned
+from skattention.neighbors import _learned, _summary
 
 pd = pytest.importorskip("pandas")
 
@@ -146,7 +146,7 @@ def test_temperature_is_calibrated_on_a_bounded_sample(monkeypatch):
     def spy(metric_map, log_t, X, values, weight, validation, loss, keys=None):
         seen.append(validation[0].shape[0])
 
-    monkeypatch.setattr(_learned, "calibrate_temperature", spy)
+    monkeypatch.setattr(_summary, "calibrate_temperature", spy)
     monkeypatch.setattr(_learned, "_CALIBRATION_ROWS", 50)
     X, y = _frame(1000)
     MetricAttentionClassifier(max_iter=1, random_state=0).fit(X, y)
