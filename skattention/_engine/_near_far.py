@@ -183,8 +183,8 @@ def _few_queries(q, near, m, total, out, grouped, scale):
         starts = torch.repeat_interleave(grouped.bounds[near[i]] - (torch.cumsum(n, 0) - n), n)
         idx = starts + torch.arange(int(n.sum()), device=q.device)
         keys = PreparedKeys(grouped.points[idx], grouped.kind, check_finite=False)
-        z = keys.logits(padded_rows(keys.prepare_queries(q[i:i + 1])), 0, keys.n_keys, scale,
-                        grouped.log_prior[idx])[:1]
+        z = _logits(keys, padded_rows(keys.prepare_queries(q[i:i + 1])), 0, keys.n_keys,
+                    scale)[:1].add_(grouped.log_prior[idx])
         top = torch.maximum(m[i:i + 1], z.amax(1))
         shift = torch.where(top.isinf(), 0.0, top)
         w = flushed_exp(z - shift[:, None])
@@ -192,6 +192,17 @@ def _few_queries(q, near, m, total, out, grouped, scale):
         result.append(_divided(out[i:i + 1] * old[:, None] + w @ grouped.values[idx],
                                total[i:i + 1] * old + w.sum(1)))
     return torch.cat(result)
+
+
+def _logits(prepared, z, start, stop, scale):
+    """``scale`` times the scores of the prepared query rows ``z`` against the keys
+    ``start:stop`` of ``prepared``: for the squared kinds the partial scores less each query's
+    offset (the partial scores of two sets of prepared keys, centred on their own means, differ
+    by a per-query constant; the prototypes' and the keys' logits meet in one softmax)."""
+    s = prepared.logits(z, start, stop, scale)
+    if prepared.squared:
+        s.sub_(prepared.query_offset(z)[:, None] * scale)
+    return s
 
 
 def _divided(out, total):
@@ -204,8 +215,8 @@ def _far_logits(q, grouped, scale):
     nearest groups, and ``scale`` times its scores against every prototype, with its near
     groups' ``-inf``."""
     prototypes = grouped.prepared()[1]
-    far = prototypes.logits(padded_rows(prototypes.prepare_queries(q)), 0, grouped.n_groups,
-                            scale)[:q.shape[0]]
+    far = _logits(prototypes, padded_rows(prototypes.prepare_queries(q)), 0, grouped.n_groups,
+                  scale)[:q.shape[0]]
     near = far.topk(min(grouped.n_near, grouped.n_groups), 1).indices
     return near, far.scatter_(1, near, -math.inf)
 
@@ -232,7 +243,7 @@ def _near_blocks(q, near, grouped, scale, budget):
         width = max(1, budget // (3 * q.element_size() * z.shape[0]))
         for k0 in range(bounds[g], bounds[g + 1], width):
             k1 = min(bounds[g + 1], k0 + width)
-            yield rows, k0, k1, keys.logits(z, k0, k1, scale)
+            yield rows, k0, k1, _logits(keys, z, k0, k1, scale)
 
 
 class NearFarScores:

@@ -9,7 +9,8 @@ from skattention._engine import attention, group_keys, near_far_attention
 from skattention._engine._near_far import near_far_scores
 
 
-def _grouped(n=600, d=3, n_groups=12, n_near=3, dtype=torch.float64, seed=0, prior=True):
+def _grouped(n=600, d=3, n_groups=12, n_near=3, dtype=torch.float64, seed=0, prior=True,
+             kind="euclidean"):
     g = torch.Generator().manual_seed(seed)
     keys = torch.randn(n, d, generator=g, dtype=dtype)
     values = torch.randn(n, 2, generator=g, dtype=dtype)
@@ -18,7 +19,15 @@ def _grouped(n=600, d=3, n_groups=12, n_near=3, dtype=torch.float64, seed=0, pri
     centres = keys[torch.randperm(n, generator=g)[:n_groups]]
     queries = torch.randn(50, d, generator=g, dtype=dtype)
     return queries, keys, values, log_prior, group_keys(keys, values, log_prior, centres,
-                                                       "euclidean", n_near)
+                                                       kind, n_near)
+
+
+def _scores(q, points, kind):
+    """The score of ``q`` against each row of ``points`` for the engine metric ``kind``."""
+    if kind == "dot":
+        return points @ q
+    d = torch.linalg.norm(points - q, dim=1)
+    return -d if kind == "euclidean" else -d * d
 
 
 def _reference(queries, grouped, temperature):
@@ -27,13 +36,13 @@ def _reference(queries, grouped, temperature):
     out = []
     P, b = grouped.prototypes, grouped.bounds.tolist()
     for q in queries:
-        d = torch.linalg.norm(P - q, dim=1)
-        near = torch.argsort(d, stable=True)[:grouped.n_near].tolist()
+        score = _scores(q, P, grouped.kind)
+        near = torch.argsort(-score, stable=True)[:grouped.n_near].tolist()
         far = [j for j in range(len(P)) if j not in near]
         idx = torch.cat([torch.arange(b[j], b[j + 1]) for j in near]) if near else \
             torch.empty(0, dtype=torch.long)
-        logits = torch.cat([-d[far] / temperature + grouped.prototype_log_prior[far],
-                            -torch.linalg.norm(grouped.points[idx] - q, dim=1) / temperature
+        logits = torch.cat([score[far] / temperature + grouped.prototype_log_prior[far],
+                            _scores(q, grouped.points[idx], grouped.kind) / temperature
                             + grouped.log_prior[idx]])
         w = torch.softmax(logits, 0)
         out.append(w @ torch.cat([grouped.prototype_values[far], grouped.values[idx]]))
@@ -42,8 +51,9 @@ def _reference(queries, grouped, temperature):
 
 @pytest.mark.parametrize("n_near", [0, 1, 3, 12])
 @pytest.mark.parametrize("temperature", [0.05, 1.0, 20.0])
-def test_near_far_attention_is_the_grouped_softmax(n_near, temperature):
-    queries, keys, values, log_prior, grouped = _grouped(n_near=n_near)
+@pytest.mark.parametrize("kind", ["euclidean", "sqeuclidean", "dot"])
+def test_near_far_attention_is_the_grouped_softmax(n_near, temperature, kind):
+    queries, keys, values, log_prior, grouped = _grouped(n_near=n_near, kind=kind)
     got = near_far_attention(queries, grouped, temperature)
     torch.testing.assert_close(got, _reference(queries, grouped, temperature), rtol=1e-9,
                                atol=1e-9)
@@ -51,9 +61,12 @@ def test_near_far_attention_is_the_grouped_softmax(n_near, temperature):
     torch.testing.assert_close(near_far_scores(queries, grouped).outputs(temperature), got,
                                rtol=1e-9, atol=1e-9)
     if n_near == 12:  # every group near: attention over every key
-        exact = attention(queries, keys, values, log_prior=log_prior, metric="euclidean",
+        exact = attention(queries, keys, values, log_prior=log_prior, metric=kind,
                           temperature=temperature)
         torch.testing.assert_close(got, exact, rtol=1e-9, atol=1e-9)
+    # a single row (scored at once) is the same softmax
+    torch.testing.assert_close(near_far_attention(queries[:1], grouped, temperature), got[:1],
+                               rtol=1e-9, atol=1e-9)
 
 
 def test_groups_hold_every_key_once_with_their_prototype():
