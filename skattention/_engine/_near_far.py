@@ -75,13 +75,18 @@ class GroupedKeys:
 
 
 @torch.no_grad()
-def group_keys(points, values, log_prior, centres, kind, n_near):
+def group_keys(points, values, log_prior, centres, kind, n_near, row_groups=None):
     """:class:`GroupedKeys` of the keys ``points`` (tensors, one device and dtype), each in the
     group of its nearest row of ``centres`` (squared Euclidean distance in the metric space;
     ties to the lower centre). A group's prototype is the prior-weighted mean of its keys (one
     step of Lloyd's algorithm from ``centres``) with their prior-weighted mean values and the
     log of their summed prior weight; groups without a key, or whose keys all have a zero
-    prior, are dropped (with their keys: they carry no weight)."""
+    prior, are dropped (with their keys: they carry no weight). ``row_groups``: the distinct
+    input row of each key (equal rows, equal keys): the keys of a distinct row are kept as one
+    key with their summed prior weight and weighted mean values (:func:`distinct_keys`), the
+    same attention over fewer keys."""
+    if row_groups is not None:
+        points, values, log_prior = distinct_keys(points, values, log_prior, row_groups)
     labels = kneighbors(points, centres, 1, metric="sqeuclidean", device=points.device,
                         dtype=points.dtype)[1][:, 0].to(points.device)
     wide = torch.float64
@@ -107,6 +112,27 @@ def group_keys(points, values, log_prior, centres, kind, n_near):
         (sums[keep] / mass[:, None]).to(points.dtype),
         (value_sums[keep] / mass[:, None]).to(values.dtype),
         (torch.log(mass) + top).to(log_prior.dtype), kind, n_near)
+
+
+def distinct_keys(points, values, log_prior, row_groups):
+    """``(points, values, log_prior)`` with one key per distinct ``row_groups`` value (its first
+    key), carrying the group's summed prior weight (as a log-prior) and prior-weighted mean
+    values; attention over them is attention over every key where a group's keys are equal."""
+    row_groups = row_groups.to(points.device)
+    n_groups = int(row_groups.max()) + 1
+    first = torch.full((n_groups,), points.shape[0], device=points.device).scatter_reduce_(
+        0, row_groups, torch.arange(points.shape[0], device=points.device), "amin")
+    wide = torch.float64
+    top = log_prior.max().to(wide)
+    weight = torch.exp(log_prior.to(wide) - top)
+    mass = weight.new_zeros(n_groups).index_add_(0, row_groups, weight)
+    sums = weight.new_zeros((n_groups, values.shape[1])).index_add_(
+        0, row_groups, weight[:, None] * values.to(wide))
+    present = first < points.shape[0]
+    first, mass, sums = first[present], mass[present], sums[present]
+    return (points[first],
+            (sums / torch.where(mass > 0, mass, 1.0)[:, None]).to(values.dtype),
+            (torch.log(mass) + top).to(log_prior.dtype))
 
 
 @torch.no_grad()

@@ -239,7 +239,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         self.best_validation_score_ = fit.best_validation_score
         self.temperature_ = fit.temperature
         points = strategy.keys(X, device, dtype)
-        summary = strategy.summarize(points, values, log_prior)
+        summary = strategy.summarize(points, values, log_prior, X)
         self._keys = FittedKeys(X, values, log_prior, points, strategy.engine_metric, summary)
         if "prototypes" in self._parameter_constraints:
             self.n_prototypes_ = None if summary is None else summary.n_groups

@@ -68,11 +68,9 @@ _SCALE_VALIDATION_KEYS = 8192
 # this many times share the "unseen" code: with many candidates a query meets the few rows of
 # its own rare level (a tail number, an id), whose embedding then memorises their labels.
 _SCALE_MIN_LEVEL_COUNT = 20
-# ... and where at most this share of the training rows are distinct, a step's candidates with
-# equal rows are one key (train_metric's row_groups)
+# ... and where at most this share of the rows are distinct, equal rows are one key
 _DISTINCT_SHARE = 0.9
-# the temperature is calibrated on at most this many of the validation rows (a scalar needs
-# fewer than the stopping rule; each costs a pass over every key per candidate temperature)
+# the temperature is calibrated on at most this many validation rows (a scalar needs fewer)
 _CALIBRATION_ROWS = 2048
 # Validation and the kept model use an exponential moving average of the parameters (this
 # decay per step, less where an epoch has fewer than 10 steps: the average spans at most an
@@ -184,16 +182,19 @@ class LearnedMetric(MetricStrategy):
             return None
         return getattr(estimator, "prototypes", None)
 
-    def summarize(self, points, values, log_prior):
+    def summarize(self, points, values, log_prior, inputs):
         """The fitted keys (float32/float64 arrays as given) grouped around the prototypes'
-        centres (an engine ``GroupedKeys`` on the CPU), or ``None``."""
+        centres (an engine ``GroupedKeys`` on the CPU), or ``None``; the keys of equal
+        ``inputs`` rows kept as one where rows repeat (as in :meth:`_row_groups`)."""
         if self.prototypes is None:
             return None
         points = torch.as_tensor(points)
         return summarize(points, torch.as_tensor(values).to(points.dtype),
                          torch.as_tensor(log_prior).to(points.dtype),
                          self.prototypes.to(points.dtype), self.map.kind,
-                         getattr(self, "prototype_near", None))
+                         getattr(self, "prototype_near", None),
+                         _distinct_rows(torch.as_tensor(inputs))
+                         if isinstance(inputs, np.ndarray) else None)
 
     def _train(self, estimator, metric_map, log_t, data, loss, validation, generator, warm,
                epoch_model, row_groups):
@@ -272,14 +273,10 @@ class LearnedMetric(MetricStrategy):
         return self.metric == "tabular" and n_train > _EPOCH_ROWS
 
     def _row_groups(self, X):
-        """The distinct rows of the encoded training inputs ``X`` as ``train_metric``'s
-        ``row_groups`` (a step's candidates with equal rows become one key), for fits with
-        the settings for many rows whose rows repeat (at most ``_DISTINCT_SHARE`` of them
-        distinct: tables of a few categorical columns); else ``None``."""
-        if not self._at_scale(X.shape[0]):
-            return None
-        distinct, inverse = torch.unique(X, dim=0, return_inverse=True)
-        return inverse if distinct.shape[0] <= _DISTINCT_SHARE * X.shape[0] else None
+        """The distinct rows of the encoded training inputs ``X`` (``train_metric``'s
+        ``row_groups``) with the settings for many rows, where rows repeat (tables of a few
+        categorical columns: :func:`_distinct_rows`); else ``None``."""
+        return _distinct_rows(X) if self._at_scale(X.shape[0]) else None
 
     def _validation_keys(self, n_train):
         """The training points the validation pass of each epoch attends to, at most."""
@@ -436,6 +433,13 @@ class _TrainingData:
         if not bool((self.weight > 0).any()):
             raise ValueError("All training sample weights are zero after the validation split.")
         return validation
+
+
+def _distinct_rows(X):
+    """The distinct row of each row of ``X`` (``torch.unique``'s inverse) where at most
+    ``_DISTINCT_SHARE`` of the rows are distinct, else ``None``."""
+    distinct, inverse = torch.unique(X, dim=0, return_inverse=True)
+    return inverse if distinct.shape[0] <= _DISTINCT_SHARE * X.shape[0] else None
 
 
 def _calibration_rows(validation, generator):

@@ -64,9 +64,9 @@ class MetricStrategy:
         self.metric = metric
         self.input = TabularInput(scaled=False, codes=False)
 
-    def summarize(self, points, values, log_prior):
-        """The prototypes ``(points, values, log_prior)`` of the fitted keys, or ``None``:
-        attention over every key."""
+    def summarize(self, points, values, log_prior, inputs):
+        """The fitted keys grouped around prototypes (an engine ``GroupedKeys``), or ``None``:
+        attention over every key. ``inputs``: the encoded training inputs of the keys."""
         return None
 
     # ------------------------------------------------------------------ fit

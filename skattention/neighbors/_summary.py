@@ -44,13 +44,14 @@ def prototype_centres(points, n_prototypes, generator):
     return points[order.to(points.device)].clone()
 
 
-def summarize(points, values, log_prior, centres, kind, n_near=None):
+def summarize(points, values, log_prior, centres, kind, n_near=None, row_groups=None):
     """The keys ``points`` (with their ``values`` and ``log_prior``, tensors on one device)
     grouped around ``centres`` for the engine's ``near_far_attention`` (a ``GroupedKeys``,
     exact over each query's ``n_near`` nearest groups, :data:`NEAR_GROUPS` for ``None``): every
-    key joins its nearest centre; centres without a key are dropped."""
+    key joins its nearest centre; centres without a key are dropped. ``row_groups``: the
+    distinct input row of each key (or ``None``), whose equal keys are kept as one."""
     return group_keys(points, values, log_prior, centres, kind,
-                      NEAR_GROUPS if n_near is None else n_near)
+                      NEAR_GROUPS if n_near is None else n_near, row_groups)
 
 
 def output_error(approx, exact, loss):
@@ -83,7 +84,7 @@ def summary_error(grouped, keys, queries, values, log_prior, metric, temperature
 
 
 def choose_prototypes(setting, keys, queries, values, log_prior, metric, temperature, loss,
-                      generator, distinct=None):
+                      generator, distinct=None, row_groups=None):
     """``(centres, error, grouped)``, or ``(None, None, None)`` for exact attention over every
     key; ``grouped``: :func:`summarize` of the keys at ``centres``.
 
@@ -97,17 +98,19 @@ def choose_prototypes(setting, keys, queries, values, log_prior, metric, tempera
     measured all the same. ``distinct``: the index of one key per distinct input row (or
     ``None``); where ``"auto"`` would keep at least as many prototypes, the distinct rows'
     keys are the prototypes, each a group of equal keys: attention over them alone is exact
-    (no near group).
+    (no near group). ``row_groups``: the distinct input row of each key (or ``None``): equal
+    keys kept as one (:func:`summarize`).
     """
     count = prototype_count(setting, keys.shape[0])
     if count is None:
         return None, None, None
     if setting == "auto" and distinct is not None and distinct.numel() <= count:
         centres = keys[distinct.to(keys.device)]
-        grouped = summarize(keys, values, log_prior, centres, metric, n_near=0)
+        grouped = summarize(keys, values, log_prior, centres, metric, n_near=0,
+                            row_groups=row_groups)
     else:
         centres = prototype_centres(keys, count, generator)
-        grouped = summarize(keys, values, log_prior, centres, metric)
+        grouped = summarize(keys, values, log_prior, centres, metric, row_groups=row_groups)
     error = summary_error(grouped, keys, queries, values, log_prior, metric, temperature, loss)
     if setting != "auto" or error <= TOLERANCE:
         return centres, error, grouped
@@ -148,7 +151,8 @@ class FitPrototypes:
                                      "amin")
         self.centres, self.error, grouped = choose_prototypes(
             self.setting, keys, queries, self.values, torch.log(self.weight),
-            self.metric_map.kind, float(torch.exp(log_t)), self.loss, generator, distinct)
+            self.metric_map.kind, float(torch.exp(log_t)), self.loss, generator, distinct,
+            row_groups)
         if self.centres is not None:
             self._check = grouped, keys, queries
             self.n_near = grouped.n_near
@@ -157,7 +161,7 @@ class FitPrototypes:
         """Calibrate the temperature ``log_t`` on ``validation`` (with the prototypes'
         check, above)."""
         over = self._check[0] if self._check else None
-        if over is not None and 4 * over.scores_per_query() > over.points.shape[0]:
+        if over is not None and 4 * over.scores_per_query() > self.X.shape[0]:
             over = None  # few large groups: little to save, and twice the passes per score
         calibrate_temperature(self.metric_map, log_t, self.X, self.values, self.weight,
                               validation, self.loss, keys=over)

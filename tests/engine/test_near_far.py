@@ -125,3 +125,28 @@ def test_no_queries_and_no_near_groups():
     one = near_far_attention(queries[:1], grouped, 1.0)  # the few-rows path, no near group
     torch.testing.assert_close(one, _reference(queries[:1], grouped, 1.0), rtol=1e-9,
                                atol=1e-9)
+
+
+@pytest.mark.parametrize("n_near", [0, 2, 8])
+def test_equal_keys_kept_as_one_give_the_same_attention(n_near):
+    """``row_groups``: the keys of equal rows as one key with their summed weight and mean
+    values: fewer keys, the same attention (and zero-weight rows' groups carry no weight)."""
+    g = torch.Generator().manual_seed(0)
+    distinct = torch.randn(40, 3, generator=g, dtype=torch.float64)
+    rows = torch.randint(40, (900,), generator=g)
+    keys = distinct[rows]
+    values = torch.randn(900, 2, generator=g, dtype=torch.float64)
+    log_prior = torch.log(torch.rand(900, generator=g, dtype=torch.float64) + 0.1)
+    log_prior[rows == 7] = -torch.inf
+    centres = distinct[:8]
+    queries = torch.randn(30, 3, generator=g, dtype=torch.float64)
+    merged = group_keys(keys, values, log_prior, centres, "euclidean", n_near, rows)
+    assert merged.points.shape[0] <= 40
+    exact = attention(queries, keys, values, log_prior=log_prior, metric="euclidean",
+                      temperature=0.3)
+    if n_near == 8:  # every group near: exact
+        torch.testing.assert_close(near_far_attention(queries, merged, 0.3), exact,
+                                   rtol=1e-9, atol=1e-9)
+    whole = group_keys(keys, values, log_prior, centres, "euclidean", n_near)
+    torch.testing.assert_close(near_far_attention(queries, merged, 0.3),
+                               near_far_attention(queries, whole, 0.3), rtol=1e-9, atol=1e-9)
