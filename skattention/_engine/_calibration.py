@@ -42,9 +42,19 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     # probabilities near 0, a large log-loss (docs/performance.md, "Engine design notes").
     pseudo_weight = float(total) / weight_val.shape[0] if loss == "log_loss" else 0.0
 
-    def objective(loss_sum, wrong):
-        pseudo = -math.log(max(wrong, _LOG_EPS)) if pseudo_weight else 0.0
-        return (loss_sum + pseudo_weight * pseudo) / (float(total) + pseudo_weight)
+    def objectives(block_terms):
+        """The objective at each temperature from every block's ``[(loss_sum, wrong), ...]``
+        (one pair per temperature), the blocks' loss sums added in order."""
+        sums, wrongs = None, None
+        for terms_at in block_terms:
+            if sums is None:
+                sums, wrongs = [0.0] * len(terms_at), [0.0] * len(terms_at)
+            for j, (loss_sum, wrong) in enumerate(terms_at):
+                sums[j] += loss_sum
+                wrongs[j] = max(wrongs[j], wrong)
+        return [(loss_sum + pseudo_weight * -math.log(max(wrong, _LOG_EPS))
+                 if pseudo_weight else loss_sum) / (float(total) + pseudo_weight)
+                for loss_sum, wrong in zip(sums, wrongs, strict=True)]
 
     def terms(pred, rows):
         """The weighted loss of the validation rows ``rows`` predicted ``pred`` and (classes)
@@ -58,17 +68,12 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
         # blocks of queries whose scores fit the working memory, each scored once per grid
         rows = max(1, budget_bytes(None) // max(1, near_far_bytes(keys, 1)))
 
-        def grouped_losses(log_ts):
-            sums, wrongs = [0.0] * len(log_ts), [0.0] * len(log_ts)
+        def grouped_terms(log_ts):
             for start in range(0, queries.shape[0], rows):
                 block = slice(start, min(queries.shape[0], start + rows))
                 scores = near_far_scores(queries[block], keys)
-                for j, log_t in enumerate(log_ts):
-                    loss_sum, wrong = terms(scores.outputs(math.exp(log_t)), block)
-                    sums[j] += loss_sum
-                    wrongs[j] = max(wrongs[j], wrong)
-            return [objective(*pair) for pair in zip(sums, wrongs, strict=True)]
-        return _search(grouped_losses, log_temperature)
+                yield [terms(scores.outputs(math.exp(log_t)), block) for log_t in log_ts]
+        return _search(lambda log_ts: objectives(grouped_terms(log_ts)), log_temperature)
 
     points, log_prior = metric_map.key(X), key_log_prior(weight)
     prepared = PreparedKeys(points, metric_map.kind)
@@ -122,16 +127,8 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
             # values^T @ p^T, the fast form for a few values (docs/performance.md, "Fit")
             out[j] = (values_1t @ p.T).T
 
-    def val_losses(log_ts):
-        sums, wrongs = [0.0] * len(log_ts), [0.0] * len(log_ts)
-        for block_sums in map_blocks(lambda start: block_terms(start, log_ts), starts,
-                                     workers):
-            for j, (loss_sum, wrong) in enumerate(block_sums):
-                sums[j] += loss_sum
-                wrongs[j] = max(wrongs[j], wrong)
-        return [objective(*pair) for pair in zip(sums, wrongs, strict=True)]
-
-    return _search(val_losses, log_temperature)
+    return _search(lambda log_ts: objectives(map_blocks(
+        lambda start: block_terms(start, log_ts), starts, workers)), log_temperature)
 
 
 def _search(losses_at, log_temperature):

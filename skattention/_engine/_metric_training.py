@@ -19,6 +19,7 @@ import torch
 from ._attention import attention
 from ._budget import CPU_WHOLE_ROW_KEYS, budget_bytes, plan_rows
 from ._inputs import clamp_log_temperature
+from ._near_far import distinct_rows
 from ._one_block import self_mask, single_block_attention
 from ._optimizers import Adam, AveragingOptimizer
 from ._parallel import SMALL_STEP_WORK, small_work_single_threaded
@@ -256,19 +257,12 @@ class _MinibatchStep:
         groups, inverse = torch.unique(self.row_groups[others], return_inverse=True)
         if groups.numel() == others.numel():
             return cand, self.values[cand], prior
-        first = torch.full((groups.numel(),), others.numel(), device=cand.device).scatter_reduce_(
-            0, inverse, torch.arange(others.numel(), device=cand.device), "amin")
-        weight = (torch.ones(others.numel(), dtype=self.values.dtype, device=cand.device)
-                  if prior is None else torch.exp(prior[n_batch:]))
-        mass = weight.new_zeros(groups.numel()).index_add_(0, inverse, weight)
-        sums = weight.new_zeros((groups.numel(), self.values.shape[1])).index_add_(
-            0, inverse, weight[:, None] * self.values[others])
-        keep = mass > 0
+        if prior is None:  # unit weights: log-priors of 0
+            prior = self.values.new_zeros(cand.numel())
+        first, values, log_mass = distinct_rows(self.values[others], prior[n_batch:], inverse)
         batch = cand[:n_batch]
-        batch_prior = (weight.new_zeros(n_batch) if prior is None else prior[:n_batch])
-        return (torch.cat([batch, others[first[keep]]]),
-                torch.cat([self.values[batch], sums[keep] / mass[keep, None]]),
-                torch.cat([batch_prior, torch.log(mass[keep])]))
+        return (torch.cat([batch, others[first]]), torch.cat([self.values[batch], values]),
+                torch.cat([prior[:n_batch], log_mass]))
 
     def _backward(self, queries, prepared, cand_values, temperature, prior, own, targets, w):
         """The gradients of the minibatch's weighted mean loss; returns the loss. Under

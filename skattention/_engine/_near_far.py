@@ -21,7 +21,7 @@ from ._attention import kneighbors
 from ._budget import ROW_MULTIPLE, budget_bytes
 from ._parallel import map_blocks
 from ._scores import PreparedKeys, padded_rows
-from ._softmax import flushed_exp
+from ._softmax import OnlineSoftmax, flushed_exp, product_values
 
 # fewer queries than this take one block in the calling thread (the workers' start costs more)
 _MIN_WORKER_ROWS = 256
@@ -42,10 +42,10 @@ class GroupedKeys:
         self.prototype_values = prototype_values
         self.prototype_log_prior = prototype_log_prior
         self.kind, self.n_near = kind, n_near
-        self._prepared = None
+        self._prepared = self._products = None
 
     def __getstate__(self):
-        return {**self.__dict__, "_prepared": None}
+        return {**self.__dict__, "_prepared": None, "_products": None}
 
     @property
     def n_groups(self):
@@ -73,6 +73,14 @@ class GroupedKeys:
                               PreparedKeys(self.prototypes, self.kind))
         return self._prepared
 
+    def products(self):
+        """The keys' and the prototypes' values as :class:`OnlineSoftmax` multiplies them
+        (:func:`product_values`), made once."""
+        if getattr(self, "_products", None) is None:  # (pickles made before it existed)
+            self._products = (product_values(self.values),
+                              product_values(self.prototype_values))
+        return self._products
+
 
 @torch.no_grad()
 def group_keys(points, values, log_prior, centres, kind, n_near, row_groups=None):
@@ -89,50 +97,56 @@ def group_keys(points, values, log_prior, centres, kind, n_near, row_groups=None
         points, values, log_prior = distinct_keys(points, values, log_prior, row_groups)
     labels = kneighbors(points, centres, 1, metric="sqeuclidean", device=points.device,
                         dtype=points.dtype)[1][:, 0].to(points.device)
-    wide = torch.float64
-    top = log_prior.max().to(wide)
-    weight = torch.exp(log_prior.to(wide) - top)
-    n_centres = centres.shape[0]
-    mass = torch.zeros(n_centres, dtype=wide, device=points.device).index_add_(0, labels, weight)
-    sums = torch.zeros((n_centres, points.shape[1]), dtype=wide, device=points.device)
-    sums.index_add_(0, labels, weight[:, None] * points.to(wide))
-    value_sums = torch.zeros((n_centres, values.shape[1]), dtype=wide, device=points.device)
-    value_sums.index_add_(0, labels, weight[:, None] * values.to(wide))
+    mass, log_mass, (centre_points, centre_values) = pooled(labels, centres.shape[0],
+                                                            log_prior, points, values)
     keep = mass > 0
     new_label = torch.cumsum(keep, 0) - 1
     in_kept = keep[labels]
     labels = new_label[labels[in_kept]]
     order = torch.argsort(labels, stable=True)
     rows = torch.nonzero(in_kept)[:, 0][order]
-    mass = mass[keep]
-    bounds = torch.zeros(mass.shape[0] + 1, dtype=torch.long, device=points.device)
-    bounds[1:] = torch.cumsum(torch.bincount(labels, minlength=mass.shape[0]), 0)
+    bounds = torch.zeros(int(keep.sum()) + 1, dtype=torch.long, device=points.device)
+    bounds[1:] = torch.cumsum(torch.bincount(labels, minlength=bounds.shape[0] - 1), 0)
     return GroupedKeys(
         points[rows], values[rows], log_prior[rows], bounds,
-        (sums[keep] / mass[:, None]).to(points.dtype),
-        (value_sums[keep] / mass[:, None]).to(values.dtype),
-        (torch.log(mass) + top).to(log_prior.dtype), kind, n_near)
+        centre_points[keep].to(points.dtype), centre_values[keep].to(values.dtype),
+        log_mass[keep].to(log_prior.dtype), kind, n_near)
 
 
-def distinct_keys(points, values, log_prior, row_groups):
-    """``(points, values, log_prior)`` with one key per distinct ``row_groups`` value (its first
-    key), carrying the group's summed prior weight (as a log-prior) and prior-weighted mean
-    values; attention over them is attention over every key where a group's keys are equal."""
-    row_groups = row_groups.to(points.device)
-    n_groups = int(row_groups.max()) + 1
-    first = torch.full((n_groups,), points.shape[0], device=points.device).scatter_reduce_(
-        0, row_groups, torch.arange(points.shape[0], device=points.device), "amin")
+def pooled(labels, n_labels, log_prior, *columns):
+    """``(mass, log_mass, means)`` of rows pooled by ``labels`` (in ``range(n_labels)``): each
+    label's summed prior weight (relative to the largest prior), the log of its summed prior
+    weight, and for each of ``columns`` its rows' prior-weighted mean (float64 sums; 0 for a
+    label without weight)."""
     wide = torch.float64
     top = log_prior.max().to(wide)
     weight = torch.exp(log_prior.to(wide) - top)
-    mass = weight.new_zeros(n_groups).index_add_(0, row_groups, weight)
-    sums = weight.new_zeros((n_groups, values.shape[1])).index_add_(
-        0, row_groups, weight[:, None] * values.to(wide))
-    present = first < points.shape[0]
-    first, mass, sums = first[present], mass[present], sums[present]
-    return (points[first],
-            (sums / torch.where(mass > 0, mass, 1.0)[:, None]).to(values.dtype),
-            (torch.log(mass) + top).to(log_prior.dtype))
+    mass = weight.new_zeros(n_labels).index_add_(0, labels, weight)
+    divisor = torch.where(mass > 0, mass, 1.0)[:, None]
+    means = [weight.new_zeros((n_labels, c.shape[1])).index_add_(
+        0, labels, weight[:, None] * c.to(wide)) / divisor for c in columns]
+    return mass, torch.log(mass) + top, means
+
+
+def distinct_keys(points, values, log_prior, row_groups):
+    """``(points, values, log_prior)`` with one key per ``row_groups`` value that has weight (its
+    first key; :func:`distinct_rows`): attention over them is attention over every key where a
+    group's keys are equal."""
+    first, values, log_prior = distinct_rows(values, log_prior, row_groups.to(points.device))
+    return points[first], values, log_prior
+
+
+def distinct_rows(values, log_prior, row_groups):
+    """``(first, values, log_prior)`` of the rows pooled by ``row_groups`` (group ids): the
+    first row of each group with weight, the group's prior-weighted mean values and the log of
+    its summed prior weight."""
+    n = row_groups.shape[0]
+    n_groups = int(row_groups.max()) + 1 if n else 0
+    first = torch.full((n_groups,), n, device=row_groups.device).scatter_reduce_(
+        0, row_groups, torch.arange(n, device=row_groups.device), "amin")
+    mass, log_mass, (means,) = pooled(row_groups, n_groups, log_prior, values)
+    keep = mass > 0
+    return first[keep], means[keep].to(values.dtype), log_mass[keep].to(log_prior.dtype)
 
 
 @torch.no_grad()
@@ -151,9 +165,11 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
     and except that a call of at most 4 rows (a web service's single row) scores each query's
     near keys at once: the same softmax, rounded otherwise (``_few_queries``)."""
     n_q, n_groups = queries.shape[0], grouped.n_groups
+    n_values = grouped.values.shape[1]
     if n_q == 0:
-        return queries.new_zeros((0, grouped.values.shape[1]))
+        return queries.new_zeros((0, n_values))
     grouped.prepared()  # made once here, not by each worker
+    values_mm, prototypes_mm = grouped.products()
     scale = 1.0 / float(temperature)
     item = queries.element_size()
     workers = (max(1, torch.get_num_threads())
@@ -165,59 +181,41 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
     far_rows = max(ROW_MULTIPLE, share // (3 * item * max(n_groups, 1)) // ROW_MULTIPLE
                    * ROW_MULTIPLE)
 
-    def far_part(q):
-        """``(near groups, running max, weight sums, weighted values)`` of the far groups."""
-        near, far = _far_logits(q, grouped, scale)
-        far.add_(grouped.prototype_log_prior)
-        m = far.amax(1)
-        weights = flushed_exp(far - torch.where(m.isinf(), 0.0, m)[:, None])
-        return near, m, weights.sum(1), weights @ grouped.prototype_values
-
     def block(start):
         q = queries[start:min(n_q, start + rows)]
-        near, m, total, out = (torch.cat(parts) for parts in zip(
-            *(far_part(q[i:i + far_rows]) for i in range(0, q.shape[0], far_rows)),
-            strict=True))
+        state = OnlineSoftmax(q.shape[0], n_values, prototypes_mm, q)
+        nears = []
+        for i in range(0, q.shape[0], far_rows):
+            near, far = _far_logits(q[i:i + far_rows], grouped, scale)
+            state.update_rows(slice(i, i + near.shape[0]),
+                              far.add_(grouped.prototype_log_prior), prototypes_mm)
+            nears.append(near)
+        near = torch.cat(nears)
         if n_q <= ROW_MULTIPLE:
-            return _few_queries(q, near, m, total, out, grouped, scale)
-        for idx, k0, k1, s in _near_blocks(q, near, grouped, scale, share):
-            count = idx.shape[0]
-            s.add_(grouped.log_prior[k0:k1])
-            m_new = torch.maximum(m[idx], s.amax(1)[:count])
-            shift = torch.where(m_new.isinf(), 0.0, m_new)
-            w = flushed_exp(s.sub_(padded_rows(shift[:, None])))
-            old = torch.exp(m[idx] - shift)
-            total[idx] = total[idx] * old + w.sum(1)[:count]
-            out[idx] = out[idx] * old[:, None] + (w @ grouped.values[k0:k1])[:count]
-            m[idx] = m_new
-        return _divided(out, total)
+            _few_queries(q, near, state, grouped, scale, values_mm)
+        else:
+            for idx, k0, k1, s in _near_blocks(q, near, grouped, scale, share):
+                state.update_rows(idx, s[:idx.shape[0]].add_(grouped.log_prior[k0:k1]),
+                                  values_mm[k0:k1])
+        return state.result()[:, :n_values]
 
     return torch.cat(list(map_blocks(block, range(0, n_q, rows), workers)))
 
 
-def _few_queries(q, near, m, total, out, grouped, scale):
-    """The outputs of a few queries (a web service's single row) from their far part (running
-    max ``m``, ``total``, ``out``): each query's near groups' keys gathered and scored at once,
-    not group by group (the loop's kernels are most of a single row's time). The same softmax,
-    rounded otherwise than in a larger batch."""
-    if not near.shape[1]:  # no near group: the prototypes alone
-        return _divided(out, total)
+def _few_queries(q, near, state, grouped, scale, values_mm):
+    """Add a few queries' (a web service's single row) near groups to their online softmax
+    ``state``: each query's near groups' keys gathered and scored at once, not group by group
+    (the loop's kernels are most of a single row's time). The same softmax, rounded otherwise
+    than in a larger batch."""
     sizes = grouped.bounds[1:] - grouped.bounds[:-1]
-    result = []
-    for i in range(q.shape[0]):
+    for i in range(q.shape[0] if near.shape[1] else 0):
         n = sizes[near[i]]
         starts = torch.repeat_interleave(grouped.bounds[near[i]] - (torch.cumsum(n, 0) - n), n)
         idx = starts + torch.arange(int(n.sum()), device=q.device)
         keys = PreparedKeys(grouped.points[idx], grouped.kind, check_finite=False)
         z = _logits(keys, padded_rows(keys.prepare_queries(q[i:i + 1])), 0, keys.n_keys,
                     scale)[:1].add_(grouped.log_prior[idx])
-        top = torch.maximum(m[i:i + 1], z.amax(1))
-        shift = torch.where(top.isinf(), 0.0, top)
-        w = flushed_exp(z - shift[:, None])
-        old = torch.exp(m[i:i + 1] - shift)
-        result.append(_divided(out[i:i + 1] * old[:, None] + w @ grouped.values[idx],
-                               total[i:i + 1] * old + w.sum(1)))
-    return torch.cat(result)
+        state.update_rows(slice(i, i + 1), z, values_mm[idx])
 
 
 def _logits(prepared, z, start, stop, scale):
@@ -229,11 +227,6 @@ def _logits(prepared, z, start, stop, scale):
     if prepared.squared:
         s.sub_(prepared.query_offset(z)[:, None] * scale)
     return s
-
-
-def _divided(out, total):
-    """The weighted values over their weights' sum; 0 for a query whose keys all weigh 0."""
-    return out / torch.where(total > 0, total, 1.0)[:, None]
 
 
 def _far_logits(q, grouped, scale):
@@ -297,7 +290,7 @@ class NearFarScores:
         total = w_far.sum(1) + w_near.sum(1)
         out = w_far @ g.prototype_values + torch.bmm(w_near[:, None, :],
                                                      self.near_values)[:, 0]
-        return _divided(out, total)
+        return out / torch.where(total > 0, total, 1.0)[:, None]  # 0 where every key weighs 0
 
 
 @torch.no_grad()

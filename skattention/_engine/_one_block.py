@@ -120,19 +120,29 @@ class _SingleBlockSoftmax(torch.autograd.Function):
             if d is None:
                 continue
             # dz becomes the partial scores' gradient in place (g's rows)
-            _, offset_rows, scale_part, prior_part = distance_logits_grads(
-                dz, d[rows], ctx.scale, (True, need_offset, need_scale, need_prior))
-            if need_scale:
-                d_scale += scale_part
-            if need_prior:
-                d_prior += prior_part
-            if need_offset:
-                d_offset[rows] = offset_rows
+            _chunk_distance_grads(dz, d[rows], ctx.scale, rows, (d_offset, d_scale, d_prior))
         if d is None:
             return g, None, None, None, d_v, None
         if d_scale is not None:
             d_scale = d_scale.reshape(scale.shape)
         return (g if need_partial else None), d_offset, d_scale, d_prior, d_v, None
+
+
+def _chunk_distance_grads(dz, d, scale, rows, grads):
+    """The partial scores' gradient of a chunk of rows ``rows`` of a ``"euclidean"`` block
+    (``dz``, the logits' gradient, overwritten; ``d`` the distances): the rows' offset
+    gradients written into ``grads[0]``, the scale's and prior's parts added to ``grads[1]``
+    and ``grads[2]`` (each ``None`` where not needed; :func:`distance_logits_grads`)."""
+    d_offset, d_scale, d_prior = grads
+    g, offset_rows, scale_part, prior_part = distance_logits_grads(
+        dz, d, scale, (True, d_offset is not None, d_scale is not None, d_prior is not None))
+    if d_scale is not None:
+        d_scale += scale_part
+    if d_prior is not None:
+        d_prior += prior_part
+    if d_offset is not None:
+        d_offset[rows] = offset_rows
+    return g
 
 
 class _RecomputedEuclideanSoftmax(torch.autograd.Function):
@@ -215,14 +225,7 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
                 d_v.addmm_(p.T, d_out[rows])
             dz = _outer_rows(d_out[rows], v_t, g_buf[:n]).sub_(row_term[rows]).mul_(p)
             # dz becomes the partial scores' gradient in place
-            g, offset_rows, scale_part, prior_part = distance_logits_grads(
-                dz, d, ctx.scale, (True, need_offset, need_scale, need_prior))
-            if need_scale:
-                d_scale += scale_part
-            if need_prior:
-                d_prior += prior_part
-            if need_offset:
-                d_offset[rows] = offset_rows
+            g = _chunk_distance_grads(dz, d, ctx.scale, rows, (d_offset, d_scale, d_prior))
             # partial = 2 q . k + key_offset
             if need_q:
                 torch.mm(g, keys, out=d_q[rows]).mul_(2.0)

@@ -47,6 +47,14 @@ class OnlineSoftmax:
         self.o = self.o * alpha[:, None] + block
         self.m = new_m
 
+    def update_rows(self, rows, z, v):
+        """:meth:`update` of the state's rows ``rows`` (indices or a slice) alone, with their
+        block of logits ``z`` (overwritten)."""
+        part = OnlineSoftmax.__new__(OnlineSoftmax)
+        part.sums, part.m, part.l, part.o = self.sums, self.m[rows], self.l[rows], self.o[rows]
+        part.update(z, v, inplace=True)
+        self.m[rows], self.l[rows], self.o[rows] = part.m, part.l, part.o
+
     def add_shifted(self, z, v, redo):
         """Add a block of logits given less the running shift ``m`` (``z - m``, one product:
         :func:`shifted_logit_keys`), overwritten by its exponential: no max pass, no
