@@ -20,7 +20,7 @@ import torch
 from ._attention import kneighbors
 from ._budget import ROW_MULTIPLE, budget_bytes
 from ._parallel import map_blocks
-from ._scores import PreparedKeys, padded_rows
+from ._scores import PreparedKeys, distance_logits, padded_rows
 from ._softmax import OnlineSoftmax, flushed_exp, product_values
 
 # fewer queries than this take one block in the calling thread (the workers' start costs more)
@@ -204,18 +204,34 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
 
 def _few_queries(q, near, state, grouped, scale, values_mm):
     """Add a few queries' (a web service's single row) near groups to their online softmax
-    ``state``: each query's near groups' keys gathered and scored at once, not group by group
-    (the loop's kernels are most of a single row's time). The same softmax, rounded otherwise
-    than in a larger batch."""
+    ``state``: each query's near groups' keys scored at once, not group by group (the loop's
+    kernels are most of a single row's time), from the prepared keys themselves (their groups
+    are contiguous spans; a copy of the gathered keys prepared again would cost more than the
+    products). The same softmax, rounded otherwise than in a larger batch."""
+    keys = grouped.prepared()[0]
+    z = keys.prepare_queries(q)
     sizes = grouped.bounds[1:] - grouped.bounds[:-1]
     for i in range(q.shape[0] if near.shape[1] else 0):
         n = sizes[near[i]]
         starts = torch.repeat_interleave(grouped.bounds[near[i]] - (torch.cumsum(n, 0) - n), n)
         idx = starts + torch.arange(int(n.sum()), device=q.device)
-        keys = PreparedKeys(grouped.points[idx], grouped.kind, check_finite=False)
-        z = _logits(keys, padded_rows(keys.prepare_queries(q[i:i + 1])), 0, keys.n_keys,
-                    scale)[:1].add_(grouped.log_prior[idx])
-        state.update_rows(slice(i, i + 1), z, values_mm[idx])
+        spans = [(k0, k0 + m) for k0, m in zip(grouped.bounds[near[i]].tolist(), n.tolist(),
+                                               strict=True)]
+        s = _span_logits(keys, padded_rows(z[i:i + 1]), spans, scale)
+        state.update_rows(slice(i, i + 1), s.add_(grouped.log_prior[idx]), values_mm[idx])
+
+
+def _span_logits(prepared, row, spans, scale):
+    """:func:`_logits` of one prepared query (``row``, padded) against the keys of each span
+    ``(start, stop)`` of ``prepared``, side by side: for the ``"euclidean"`` kind one product
+    per span and the logits of them all at once."""
+    if prepared.squared or prepared.keys_aug_t is None:
+        return torch.cat([_logits(prepared, row, k0, k1, scale)[:1] for k0, k1 in spans], 1)
+    augmented = prepared.augmented(row)
+    partial = torch.cat([prepared.block(row, k0, k1, augmented=augmented)[:1]
+                         for k0, k1 in spans], 1)
+    return distance_logits(partial, prepared.query_offset(row[:1]), scale, None,
+                           d_out=partial, z_out=partial)[1]
 
 
 def _logits(prepared, z, start, stop, scale):
