@@ -210,15 +210,13 @@ def _few_queries(q, near, state, grouped, scale, values_mm):
     products). The same softmax, rounded otherwise than in a larger batch."""
     keys = grouped.prepared()[0]
     z = keys.prepare_queries(q)
-    sizes = grouped.bounds[1:] - grouped.bounds[:-1]
     for i in range(q.shape[0] if near.shape[1] else 0):
-        n = sizes[near[i]]
-        starts = torch.repeat_interleave(grouped.bounds[near[i]] - (torch.cumsum(n, 0) - n), n)
-        idx = starts + torch.arange(int(n.sum()), device=q.device)
-        spans = [(k0, k0 + m) for k0, m in zip(grouped.bounds[near[i]].tolist(), n.tolist(),
-                                               strict=True)]
+        spans = list(zip(grouped.bounds[near[i]].tolist(),
+                         grouped.bounds[near[i] + 1].tolist(), strict=True))
         s = _span_logits(keys, padded_rows(z[i:i + 1]), spans, scale)
-        state.update_rows(slice(i, i + 1), s.add_(grouped.log_prior[idx]), values_mm[idx])
+        s.add_(torch.cat([grouped.log_prior[k0:k1] for k0, k1 in spans])[None])
+        state.update_rows(slice(i, i + 1), s,
+                          torch.cat([values_mm[k0:k1] for k0, k1 in spans]))
 
 
 def _span_logits(prepared, row, spans, scale):
