@@ -30,7 +30,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "diffusion_scale.json"
-STEPS = ("knn_graph", "auto_epsilon", "diffusion_operator", "top_eigenpairs")
+STEPS = ("knn_graph_and_reference", "auto_epsilon", "diffusion_operator", "top_eigenpairs")
 
 
 def swiss_roll(n):
