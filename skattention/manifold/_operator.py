@@ -53,19 +53,28 @@ def per_point_bandwidth(neighbor_d2, target_degree, quantile=_COVERED_QUANTILE):
     lo0, hi0 = math.log(positive.min()) - 2.0, math.log(positive.max()) + 4.0
     del positive
     n, k = neighbor_d2.shape
-    hi = np.empty(n)
+    lo, hi = np.full(n, lo0), np.full(n, hi0)
+    # np.quantile reads the order statistics at these ranks (linear interpolation).
+    below = math.floor(quantile * (n - 1))
+    ranks = [below, min(below + 1, n - 1)]
     # Rows are independent: blocks of rows keep the (rows, k) temporaries within working_memory.
     rows = plan_rows(n, row_bytes=3 * 8 * k, budget=budget_bytes())
-    for start in range(0, n, rows):
-        neg_d2 = -neighbor_d2[start : start + rows]
-        kernel = np.empty_like(neg_d2)  # one buffer for the 40 halvings' kernels
-        lo_b, hi_b = np.full(len(neg_d2), lo0), np.full(len(neg_d2), hi0)
-        for _ in range(40):
+    active = np.arange(n)
+    for _ in range(40):
+        for start in range(0, len(active), rows):
+            at = active[start : start + rows]
+            lo_b, hi_b = lo[at], hi[at]
             mid = (lo_b + hi_b) / 2
-            np.exp(np.divide(neg_d2, np.exp(mid)[:, None], out=kernel), out=kernel)
+            kernel = np.divide(neighbor_d2[at], np.exp(mid)[:, None])
+            np.exp(np.negative(kernel, out=kernel), out=kernel)
             enough = kernel.sum(1) >= target
-            hi_b, lo_b = np.where(enough, mid, hi_b), np.where(enough, lo_b, mid)
-        hi[start : start + rows] = hi_b
+            hi[at], lo[at] = np.where(enough, mid, hi_b), np.where(enough, lo_b, mid)
+        # Every row has taken the same halvings of one range, so two rows' intervals are equal
+        # or disjoint, and a row's final bound stays within its interval: only the rows in the
+        # intervals of the order statistics read can still change the quantile; the others
+        # keep their current bound, which ranks them as their final one would.
+        wanted = np.partition(hi, ranks)[ranks]
+        active = active[np.isin(hi[active], wanted)]
     return float(np.exp(np.quantile(hi, quantile)))
 
 
