@@ -4,7 +4,8 @@ Each fit runs in a child process of its own, so that its exit status (a crash is
 signal number) and its peak resident memory (``ru_maxrss``) are its own.
 
 1. ``--sizes``: the swiss roll (3-D, noise 0.05) with default settings: fit time, the time of
-   each step (k-NN graph, bandwidth, operator, eigenpairs), peak memory, the operator chosen,
+   each step (k-NN graph, with the bandwidth rule's search of its sampled points since the two
+   share it; bandwidth; operator; eigenpairs), peak memory, the operator chosen,
    and the quality: the largest |correlation| of a component with the roll's parameter ``t``
    and the trustworthiness (10 neighbours) on 2,000 sampled points; the same for
    ``SpectralEmbedding(affinity="nearest_neighbors")`` with the same number of neighbours up to
@@ -30,7 +31,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "diffusion_scale.json"
-STEPS = ("knn_graph", "auto_epsilon", "diffusion_operator", "top_eigenpairs")
+STEPS = ("knn_graph_and_reference", "auto_epsilon", "diffusion_operator", "top_eigenpairs")
 
 
 def swiss_roll(n):

@@ -21,11 +21,13 @@ from ._eigen import resolve_eigen_solver, top_eigenpairs
 from ._nystrom import knn_nystrom
 from ._operator import (
     auto_epsilon,
+    bandwidth_sample,
     check_dense_memory,
     diffusion_coordinates,
     diffusion_operator,
-    knn_graph,
+    knn_graph_and_reference,
     laplacian_eigenvalues,
+    reference_size,
     resolve_n_neighbors,
     signed_power,
 )
@@ -304,14 +306,18 @@ class AttentionDiffusionEmbedding(
         ``intrinsic_dimension_``) and the diffusion operator."""
         # the keys prepared once for the graph and the bandwidth rule's neighbours
         keys = prepare_keys(Z, device=device, dtype="float64")
-        knn = None
+        auto = self.epsilon == "auto"
+        sample = bandwidth_sample(Z.shape[0], rng) if auto else None
+        knn = reference = None
         if n_neighbors is not None:
-            knn = self._step(bar, "k-NN graph", lambda _: knn_graph(
-                Z, n_neighbors, device, keys=keys, progress=self.verbose))
-        if self.epsilon == "auto":
+            knn, reference = self._step(bar, "k-NN graph", lambda _: knn_graph_and_reference(
+                Z, n_neighbors, sample, reference_size(Z.shape[0], n_neighbors), device,
+                keys=keys, progress=self.verbose))
+        if auto:
             self.epsilon_, self.intrinsic_dimension_ = self._step(
                 bar, "bandwidth",
-                lambda _: auto_epsilon(Z, None if knn is None else knn[0], rng, device, keys),
+                lambda _: auto_epsilon(Z, None if knn is None else knn[0], rng, device, keys,
+                                       sample=sample, reference=reference),
             )
         else:
             self.epsilon_, self.intrinsic_dimension_ = float(self.epsilon), None

@@ -53,17 +53,28 @@ def per_point_bandwidth(neighbor_d2, target_degree, quantile=_COVERED_QUANTILE):
     lo0, hi0 = math.log(positive.min()) - 2.0, math.log(positive.max()) + 4.0
     del positive
     n, k = neighbor_d2.shape
-    hi = np.empty(n)
+    lo, hi = np.full(n, lo0), np.full(n, hi0)
+    # np.quantile reads the order statistics at these ranks (linear interpolation).
+    below = math.floor(quantile * (n - 1))
+    ranks = [below, min(below + 1, n - 1)]
     # Rows are independent: blocks of rows keep the (rows, k) temporaries within working_memory.
     rows = plan_rows(n, row_bytes=3 * 8 * k, budget=budget_bytes())
-    for start in range(0, n, rows):
-        d2 = neighbor_d2[start : start + rows]
-        lo_b, hi_b = np.full(len(d2), lo0), np.full(len(d2), hi0)
-        for _ in range(40):
+    active = np.arange(n)
+    for _ in range(40):
+        for start in range(0, len(active), rows):
+            at = active[start : start + rows]
+            lo_b, hi_b = lo[at], hi[at]
             mid = (lo_b + hi_b) / 2
-            enough = np.exp(-d2 / np.exp(mid)[:, None]).sum(1) >= target
-            hi_b, lo_b = np.where(enough, mid, hi_b), np.where(enough, lo_b, mid)
-        hi[start : start + rows] = hi_b
+            kernel = np.divide(neighbor_d2[at], np.exp(mid)[:, None])
+            np.exp(np.negative(kernel, out=kernel), out=kernel)
+            enough = kernel.sum(1) >= target
+            hi[at], lo[at] = np.where(enough, mid, hi_b), np.where(enough, lo_b, mid)
+        # Every row has taken the same halvings of one range, so two rows' intervals are equal
+        # or disjoint, and a row's final bound stays within its interval: only the rows in the
+        # intervals of the order statistics read can still change the quantile; the others
+        # keep their current bound, which ranks them as their final one would.
+        wanted = np.partition(hi, ranks)[ranks]
+        active = active[np.isin(hi[active], wanted)]
     return float(np.exp(np.quantile(hi, quantile)))
 
 
@@ -93,7 +104,32 @@ def bgh_bandwidth(neighbor_d2):
     return float(np.exp(log_eps[best])), float(2.0 * slope[best])
 
 
-def auto_epsilon(Z, knn_d2, random_state, device, keys=None):
+def bandwidth_sample(n, random_state):
+    """The points whose neighbourhoods the bandwidth rule looks at: ``_BANDWIDTH_QUERIES`` of
+    the ``n`` drawn from ``random_state`` (sorted), or all of them when there are no more."""
+    if n > _BANDWIDTH_QUERIES:
+        return np.sort(random_state.choice(n, _BANDWIDTH_QUERIES, replace=False))
+    return np.arange(n)
+
+
+def reference_size(n, n_neighbors):
+    """How many nearest points (each point itself included) the bandwidth rule looks at for
+    ``n`` points: ``ceil(3 sqrt(n)) + 1``, at most 256, and with the k-NN operator of
+    ``n_neighbors`` (``None``: the dense one) at most ``max(64, 4 n_neighbors)``."""
+    k = min(n, math.ceil(_REFERENCE_NEIGHBORS * math.sqrt(n)) + 1, _MAX_REFERENCE_NEIGHBORS)
+    if n_neighbors is not None:
+        k = min(k, max(_KNN_MIN_REFERENCE, _KNN_REFERENCE_FACTOR * n_neighbors))
+    return k
+
+
+def reference_neighbors(Z, sample, k, device, keys=None):
+    """``(squared distances, indices)`` of the ``k`` nearest points of ``Z[sample]`` among
+    ``Z`` (``keys``: ``Z`` prepared by the engine, or ``None``), in the engine's exact
+    (distance, index) order."""
+    return kneighbors(Z[sample], Z if keys is None else keys, k, device=device, dtype="float64")
+
+
+def auto_epsilon(Z, knn_d2, random_state, device, keys=None, *, sample=None, reference=None):
     """``(epsilon, dimension)`` for ``epsilon="auto"``.
 
     On up to 2,000 sampled points and their ``ceil(3 sqrt(n)) + 1`` nearest points (themselves
@@ -113,18 +149,20 @@ def auto_epsilon(Z, knn_d2, random_state, device, keys=None):
     unweighted k-NN graph, which stays connected across the random gaps of a small-k graph (a
     Gaussian inside the ball would leave too few effective neighbours; the eigenvalue estimate
     corrects for the truncation, see :func:`laplacian_eigenvalues`).
+
+    ``sample``: the points drawn already (:func:`bandwidth_sample`; else drawn from
+    ``random_state``), ``reference``: their neighbours found already
+    (:func:`reference_neighbors` of :func:`reference_size` of them; else searched).
     """
     n = Z.shape[0]
-    keys = Z if keys is None else keys
-    sample = (
-        np.sort(random_state.choice(n, _BANDWIDTH_QUERIES, replace=False))
-        if n > _BANDWIDTH_QUERIES
-        else np.arange(n)
-    )
-    k = min(n, math.ceil(_REFERENCE_NEIGHBORS * math.sqrt(n)) + 1, _MAX_REFERENCE_NEIGHBORS)
-    if knn_d2 is not None:
-        k = min(k, max(_KNN_MIN_REFERENCE, _KNN_REFERENCE_FACTOR * knn_d2.shape[1]))
-    _, idx = kneighbors(Z[sample], keys, k, device=device, dtype="float64")
+    if sample is None:
+        sample = bandwidth_sample(n, random_state)
+    k = reference_size(n, None if knn_d2 is None else knn_d2.shape[1])
+    if reference is None:
+        reference = reference_neighbors(Z, sample, k, device, keys)
+    idx = reference[1]
+    if idx.shape != (len(sample), k):
+        raise ValueError(f"reference neighbours of shape {idx.shape}, not {(len(sample), k)}.")
     # The slope is read on a log scale: rounding residues of the blockwise distances (about
     # 1e-16 of the squared norms) in place of exact zeros (each point itself, duplicates) would
     # stretch it; the distances of the chosen neighbours are recomputed exactly.
@@ -133,8 +171,7 @@ def auto_epsilon(Z, knn_d2, random_state, device, keys=None):
     target = float(np.median(np.exp(-d2 / scale).sum(1)))
     epsilon = per_point_bandwidth(d2, target)
     if knn_d2 is not None:
-        rows = sample if n > _BANDWIDTH_QUERIES else slice(None)
-        flat = per_point_bandwidth(knn_d2[rows], _KNN_DEGREE_FRACTION * knn_d2.shape[1])
+        flat = per_point_bandwidth(knn_d2[sample], _KNN_DEGREE_FRACTION * knn_d2.shape[1])
         epsilon = min(epsilon, flat)
     return epsilon, dimension
 
@@ -272,8 +309,13 @@ def diffusion_operator(Z, epsilon, alpha, knn, device, include_self=True):
     else:
         d2, idx = knn
         radius = np.sqrt(d2[:, -1])
-        rows = np.repeat(np.arange(n), idx.shape[1])
-        K = sp.csr_matrix((np.exp(-d2.ravel() / epsilon), (rows, idx.ravel())), shape=(n, n))
+        # Each row's columns sorted once: both matrices are then built in canonical CSR form
+        # directly (no COO conversion and duplicate sums).
+        order = np.argsort(idx, axis=1, kind="stable")
+        cols = np.take_along_axis(idx, order, axis=1).ravel()
+        d2_sorted = np.take_along_axis(d2, order, axis=1).ravel()
+        indptr = np.arange(0, n * idx.shape[1] + 1, idx.shape[1])
+        K = sp.csr_matrix((np.exp(-d2_sorted / epsilon), cols, indptr), shape=(n, n))
         K = K.maximum(K.T).tocsr()  # the union graph; the kernel is symmetric
         K.setdiag(self_affinity)
         K.eliminate_zeros()
@@ -281,17 +323,26 @@ def diffusion_operator(Z, epsilon, alpha, knn, device, include_self=True):
         _check_degrees(q, epsilon)
         connected = connected_components(K, directed=False, return_labels=False) == 1
         if alpha:
-            scale = sp.diags(q**-alpha)
-            K = scale @ K @ scale
+            _scale_entries(K, q**-alpha)
         d = np.asarray(K.sum(1)).ravel()
-        sq_dist = sp.csr_matrix((d2.ravel(), (rows, idx.ravel())), shape=(n, n))
+        sq_dist = sp.csr_matrix((d2_sorted, cols, indptr), shape=(n, n))
         mean_sq_jump = float(K.multiply(sq_dist.maximum(sq_dist.T)).sum() / d.sum())
-        inv_sqrt = sp.diags(1.0 / np.sqrt(d))
-        A = (inv_sqrt @ K @ inv_sqrt).tocsr()
+        _scale_entries(K, 1.0 / np.sqrt(d))
+        A = K
     return DiffusionOperator(
         A=A, degree=d, connected=connected, log_prior=-alpha * np.log(q), radius=radius,
         mean_sq_jump=mean_sq_jump,
     )
+
+
+def _scale_entries(K, scale):
+    """``diag(scale) @ K @ diag(scale)`` in the memory of the CSR matrix ``K``, rounded as the
+    two sparse products round it (the row's factor first); entries that underflow to 0 are
+    dropped, as the products drop them."""
+    K.data *= np.repeat(scale, np.diff(K.indptr))
+    K.data *= scale[K.indices]
+    if not K.data.all():
+        K.eliminate_zeros()
 
 
 def _dense_graph_connected(K):
@@ -317,15 +368,49 @@ def _check_degrees(q, epsilon):
         )
 
 
-def knn_graph(Z, n_neighbors, device, keys=None, progress=False):
+def knn_graph(Z, n_neighbors, device, keys=None, progress=False, known=None):
     """Squared distances and indices of each point's ``n_neighbors`` nearest points, itself first,
     by the engine's exact blockwise selection (``keys``: ``Z`` prepared by the engine once for
-    this and the bandwidth rule, or ``None``)."""
-    d2, idx = kneighbors(Z, Z if keys is None else keys, n_neighbors, device=device,
-                         dtype="float64", progress=progress)
+    this and the bandwidth rule, or ``None``).
+
+    ``known``: ``(rows, d2, idx)``, at least ``n_neighbors`` nearest points of some rows found
+    by the same selection (the bandwidth rule's :func:`reference_neighbors`): in its exact
+    (distance, index) order their first ``n_neighbors`` are these rows' graph, so only the
+    other rows are searched.
+    """
+    keys = Z if keys is None else keys
+    if known is None:
+        d2, idx = kneighbors(Z, keys, n_neighbors, device=device, dtype="float64",
+                             progress=progress)
+    else:
+        rows, known_d2, known_idx = known
+        if known_idx.shape[1] < n_neighbors:
+            raise ValueError(f"{known_idx.shape[1]} known neighbours, fewer than {n_neighbors}.")
+        d2 = np.empty((len(Z), n_neighbors), dtype=np.float64)
+        idx = np.empty((len(Z), n_neighbors), dtype=known_idx.dtype)
+        d2[rows], idx[rows] = known_d2[:, :n_neighbors], known_idx[:, :n_neighbors]
+        rest = np.ones(len(Z), dtype=bool)
+        rest[rows] = False
+        if rest.any():
+            d2[rest], idx[rest] = kneighbors(Z[rest], keys, n_neighbors, device=device,
+                                             dtype="float64", progress=progress)
     # Each point is its own nearest neighbour at distance exactly 0 (duplicates aside).
     d2[:, 0] = np.where(idx[:, 0] == np.arange(len(Z)), 0.0, d2[:, 0])
     return d2, idx
+
+
+def knn_graph_and_reference(Z, n_neighbors, sample, n_reference, device, keys=None,
+                             progress=False):
+    """``(knn_graph(...), reference)``: the k-NN graph and, for ``epsilon="auto"``
+    (``sample`` not ``None``), the bandwidth rule's :func:`reference_neighbors` of ``sample``,
+    searched once for both where ``n_reference >= n_neighbors`` (the sampled points' graph rows
+    are the first ``n_neighbors`` of theirs, in the same exact order); else ``None`` for
+    :func:`auto_epsilon` to search."""
+    known = reference = None
+    if sample is not None and n_reference >= n_neighbors:
+        reference = reference_neighbors(Z, sample, n_reference, device, keys)
+        known = (sample, *reference)
+    return knn_graph(Z, n_neighbors, device, keys=keys, progress=progress, known=known), reference
 
 
 def diffusion_coordinates(op, eigenvectors):

@@ -17,7 +17,13 @@ from sklearn.utils.validation import check_array
 from .._engine import attention, gaussian_kernel_log_sums, resolve_device
 from ..utils._param_validation import Count, Hidden, Interval, StrOptions, validate_params
 from ._eigen import top_eigenpairs
-from ._operator import auto_epsilon, diffusion_operator, knn_graph
+from ._operator import (
+    auto_epsilon,
+    bandwidth_sample,
+    diffusion_operator,
+    knn_graph_and_reference,
+    reference_size,
+)
 
 
 @validate_params(
@@ -182,11 +188,16 @@ def spectral_cluster_count(
     rng = check_random_state(random_state)
     if n_neighbors is not None and n_neighbors > n:
         raise ValueError(f"n_neighbors={n_neighbors} must be at most n_samples={n}.")
-    knn = None if n_neighbors is None else knn_graph(X, n_neighbors, dev)
+    sample = bandwidth_sample(n, rng) if epsilon == "auto" else None
+    knn = reference = None
+    if n_neighbors is not None:
+        knn, reference = knn_graph_and_reference(
+            X, n_neighbors, sample, reference_size(n, n_neighbors), dev)
     eps = (
         epsilon
         if epsilon != "auto"
-        else auto_epsilon(X, None if knn is None else knn[0], rng, dev)[0]
+        else auto_epsilon(X, None if knn is None else knn[0], rng, dev, sample=sample,
+                          reference=reference)[0]
     )
     op = diffusion_operator(X, float(eps), alpha, knn, dev)
     mu, _ = top_eigenpairs(op.A, min(max_clusters, n), "auto", dev, rng,
