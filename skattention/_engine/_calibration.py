@@ -64,16 +64,30 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
         return (float((weight_val[rows] * soft_neighbour_loss(pred, target, loss)).sum()),
                 float(wrong))
 
+    workers = max(1, torch.get_num_threads()) if queries.device.type == "cpu" else 1
     if keys is not None:
-        # blocks of queries whose scores fit the working memory, each scored once per grid
-        rows = max(1, budget_bytes(None) // max(1, near_far_bytes(keys, 1)))
+        # blocks of queries whose scores fit a worker's share of the working memory, on the
+        # engine's workers (one thread each: a block's group-by-group kernels are too short for
+        # a parallel region to pay, and each would wait for a descheduled thread on a busy
+        # machine); every block's scores are kept for the next grids where they all fit
+        budget = budget_bytes(None)
+        rows = max(1, budget // workers // max(1, near_far_bytes(keys, 1)))
+        rows = max(1, min(rows, -(-queries.shape[0] // workers)))
+        kept = {} if near_far_bytes(keys, queries.shape[0]) <= budget else None
+        keys.prepared()  # made once here, not by each worker
 
-        def grouped_terms(log_ts):
-            for start in range(0, queries.shape[0], rows):
-                block = slice(start, min(queries.shape[0], start + rows))
+        def grouped_block(start, log_ts):
+            block = slice(start, min(queries.shape[0], start + rows))
+            scores = None if kept is None else kept.get(start)
+            if scores is None:
                 scores = near_far_scores(queries[block], keys)
-                yield [terms(scores.outputs(math.exp(log_t)), block) for log_t in log_ts]
-        return _search(lambda log_ts: objectives(grouped_terms(log_ts)), log_temperature)
+                if kept is not None:
+                    kept[start] = scores
+            return [terms(scores.outputs(math.exp(log_t)), block) for log_t in log_ts]
+
+        starts = range(0, queries.shape[0], rows)
+        return _search(lambda log_ts: objectives(map_blocks(
+            lambda start: grouped_block(start, log_ts), starts, workers)), log_temperature)
 
     points, log_prior = metric_map.key(X), key_log_prior(weight)
     prepared = PreparedKeys(points, metric_map.kind)
@@ -85,7 +99,6 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     # (one pass over the scores per grid instead of one per temperature). The blocks go to the
     # engine's workers (one thread each: passes over a chunk that fits a core's cache are too
     # short for a parallel region to pay); their terms are added in block order.
-    workers = max(1, torch.get_num_threads()) if points.device.type == "cpu" else 1
     per_row = 3 * prepared.n_keys * points.element_size()
     block = max(1, budget_bytes(None) // per_row)
     whole = None
