@@ -36,7 +36,7 @@ _SPREAD_SAMPLE = 64
 # Keys of the nodes the descent stops at (their keys are the candidates), and of the nodes whose
 # keys bound a query's k-th nearest.
 _NODE_KEYS = 16
-_GROUP_KEYS = 64
+_GROUP_KEYS = 32
 # Queries per group at most (the descent's and the candidates' work is shared by a group).
 _GROUP = 8
 # Levels of the tree descended per step (children per pair: 2**_STEP_LEVELS), and the level the
