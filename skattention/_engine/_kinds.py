@@ -77,10 +77,29 @@ def exact_f_of_pairs(kind, p, q, k):
     a distance kind: squared Euclidean, ``sum |q_j - k_j|^p``, or ``1 - cos``."""
     if kind in DISTANCE_KINDS:
         diff = q - k
+        if 0 < diff.shape[-1] <= SEQUENTIAL_DIMS:
+            return sequential_squares(diff, inplace=not diff.requires_grad)
         return (diff * diff).sum(-1)
     if kind in PAIRWISE_KINDS:
         return power_sums(q - k, p)
     return cosine_distances_of_pairs(q, k)
+
+
+# Dimensions up to which a squared distance is summed term by term, in order (a rounding the
+# key tree repeats on its own layout of the keys; torch's sum over so short a last dimension
+# adds its terms in the same order on x86, so the values did not change).
+SEQUENTIAL_DIMS = 3
+
+
+def sequential_squares(diff, dim=-1, inplace=False):
+    """``((d_0^2 + d_1^2) + d_2^2) + ...`` of the differences ``diff`` along ``dim``, each
+    square rounded before its addition (separate kernels: no fused multiply-add), whatever
+    the layout. ``inplace``: ``diff`` is overwritten."""
+    sq = diff.mul_(diff) if inplace else diff * diff
+    f = sq.select(dim, 0)
+    for j in range(1, sq.shape[dim]):
+        f = f + sq.select(dim, j) if j == 1 else f.add_(sq.select(dim, j))
+    return f
 
 
 def power_sums(diff, p):

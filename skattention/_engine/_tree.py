@@ -6,14 +6,14 @@ ones); every node of the perfect binary tree keeps the bounding box of its keys 
 keys' own coordinates), which bounds the squared distance between its keys and any box of
 queries from below.
 
-Queries go down the splits to their node of about ``_GROUP_KEYS`` keys, and the queries of a
-node form groups of at most ``_GROUP``. The k-th nearest f of each query over its node's keys
-bounds its k-th nearest; a group descends the tree, a few levels a step, keeping the nodes
-whose box bound does not exceed the largest bound of its queries, all groups at once (no loop
-per query or per group). Each query of a group then takes the k nearest keys of the group's
-nodes, in (distance, index) order on exact ``f``. A key of a node left out is farther than
-the bound, so farther than the k-th nearest and never tied with it: the selection is exact,
-and the same whatever the other queries of the call.
+The k-th exact f of each query over the keys of its node of about ``_GROUP_KEYS`` keys bounds
+its k-th nearest; the queries of a larger node form groups of at most ``_GROUP``, and a group
+descends the tree, a few levels a step, keeping the nodes whose box bound does not exceed the
+largest bound of its queries, all groups at once (no loop per query or per group). Each query
+keeps the group's nodes within its own bound and their keys within it, computed once in
+``exact_f_of_pairs``'s arithmetic, and takes the k nearest in (distance, index) order. A key
+left out is farther than the bound, so farther than the k-th nearest and never tied with it:
+the selection is exact, and the same whatever the other queries of the call.
 """
 
 import math
@@ -22,6 +22,7 @@ import torch
 
 from ._budget import plan_rows
 from ._exact import row_packed, sort_exact
+from ._kinds import SEQUENTIAL_DIMS, sequential_squares
 from ._parallel import one_thread
 
 # Keys per leaf at least (fewer than twice as many): small leaves prune finely at low
@@ -32,19 +33,22 @@ LEAF_KEYS = 16
 _TOP_LEVELS = 8
 _TOP_SAMPLE = 128
 _SPREAD_SAMPLE = 64
-# Keys of the nodes the descent stops at (their keys are the candidates), and of the nodes that
-# group the queries and bound their k-th nearest.
+# Keys of the nodes the descent stops at (their keys are the candidates), and of the nodes whose
+# keys bound a query's k-th nearest.
 _NODE_KEYS = 16
-_GROUP_KEYS = 64
+_GROUP_KEYS = 32
 # Queries per group at most (the descent's and the candidates' work is shared by a group).
-_GROUP = 16
+_GROUP = 8
 # Levels of the tree descended per step (children per pair: 2**_STEP_LEVELS), and the level the
 # descent starts at (every group against every node there).
 _STEP_LEVELS = 3
 _START_LEVEL = 4
-# Relative slack of the candidates' fast squared distances (float64, any order of the sum: a
-# relative error of at most about (d + 2) eps each way).
+# Relative slack of the bounds on f (the distances are exact f; the slack covers a radius's
+# bound and keeps the box bounds' margin on the safe side).
 _F_SLACK = 1e-12
+# Columns of the final selection's rows at least (rows of fewer candidates share them: one
+# top-k over a few more columns costs less than a call per size).
+_MIN_CLASS_ENTRIES = 64
 # The tree serves calls of at most this dimension, at least this many keys and queries, and
 # keys whose coordinates it can hold (a float64 copy of the keys in tree order, their indices,
 # and the boxes: about 8 d + 8 + 4 d bytes a key, padding included).
@@ -58,9 +62,9 @@ MAX_TREE_ENTRIES = 1 << 25
 # whose distances a sampled query computes up to which it does.
 _PAY_SAMPLE = 256
 PAYS_UP_TO = 0.05
-# Scratch bytes per (query, candidate key) entry of a group: the distances and their
-# temporaries, and per candidate key of a group: positions and the candidates' packing.
-_ENTRY_BYTES = 4 * 8
+# Scratch bytes per (query, candidate key) entry, per dimension (the differences) and fixed
+# (distances, selected entries, key indices), and per candidate key of a group.
+_ENTRY_BYTES = 6 * 8
 _CANDIDATE_BYTES = 8 * 8
 # Scratch bytes per child box of a descent step, per dimension and fixed.
 _CHILD_BYTES_PER_DIM = 6 * 8
@@ -71,7 +75,8 @@ class KeyTree:
     """The keys of ``prepared`` (a distance kind) in a k-d tree with bounding boxes.
 
     Attributes: ``perm`` the original index of the keys in tree order (``-1``: padding),
-    ``coords`` their float64 coordinates (d, N; ``inf`` for padding), ``split_dim`` /
+    ``blocks`` their float64 coordinates, by node of the descent's last level (nodes, d, w;
+    ``inf`` for padding), ``split_dim`` /
     ``split_at`` the splits of each level's nodes, ``lo`` / ``hi`` the float64 box corners of
     the nodes of each level (level ``l``: ``2**l`` nodes of ``N / 2**l`` positions; empty
     nodes have ``lo = inf``, ``hi = -inf``).
@@ -108,7 +113,6 @@ class KeyTree:
         pts = planes[:, perm].T
         perm = torch.where(perm < n, perm, -1)
         self.perm = perm
-        self.coords = pts.T.contiguous()
         leaves = pts.view(1 << self.height, -1, d)
         lo, hi = leaves.amin(1), _finite_max(leaves).nan_to_num_(-math.inf)
         self.lo, self.hi = [lo], [hi]
@@ -118,9 +122,9 @@ class KeyTree:
             self.lo.insert(0, lo)
             self.hi.insert(0, hi)
         self.depth = self._level_of(_NODE_KEYS)
-        # the boxes of the nodes the descent stops at, one contiguous row per coordinate
-        self.depth_lo = self.lo[self.depth].T.contiguous()
-        self.depth_hi = self.hi[self.depth].T.contiguous()
+        # the coordinates of the keys of each node the descent stops at, one row per
+        # dimension: a node's keys are one slice, gathered once for all dimensions
+        self.blocks = pts.view(1 << self.depth, -1, d).transpose(1, 2).contiguous()
 
     def _split(self, planes, perm, first, last):
         """``perm`` (positions -> columns of ``planes``, the points' coordinates d x m)
@@ -174,16 +178,16 @@ class KeyTree:
 
     def group_bounds(self, groups, nodes, level, k, budget):
         """(n, G) float64 upper bounds on the k-th nearest f of the queries of ``groups`` (n,
-        G, d; float64): the k-th fast f over the keys of their node ``nodes`` of ``level``
-        (at least ``k`` keys), with its rounding."""
+        G, d; float64): the k-th exact f over the keys of their node ``nodes`` of ``level``
+        (at least ``k`` keys), with a margin."""
         width = self.n_positions >> level
         out = torch.empty(groups.shape[:2], dtype=torch.float64, device=groups.device)
         chunk = plan_rows(groups.shape[0], budget=budget,
-                          row_bytes=groups.shape[1] * width * _ENTRY_BYTES)
+                          row_bytes=groups.shape[1] * width * (_ENTRY_BYTES + 8 * self.dim))
         for s in range(0, groups.shape[0], chunk):
             out[s : s + chunk] = self._sq_dists(groups[s : s + chunk],
                                                 nodes[s : s + chunk, None], level).topk(
-                k, dim=2, largest=False, sorted=True).values[..., -1]
+                k, dim=2, largest=False, sorted=False).values.amax(2)
         return out * (1 + _F_SLACK)
 
     def leaves_within(self, lo, hi, upper, budget):
@@ -227,16 +231,20 @@ class KeyTree:
         The queries go in groups (of a node each); a group keeps the nodes within its box's
         bound (the largest upper bound of its queries), and each of its queries takes the k
         nearest of their keys (:meth:`_nearest_in`). ``cap``: an upper bound on the f of the
-        keys wanted (a radius squared): nodes beyond it are left out too, and the keys beyond
-        the k-th found may be padding (``inf``, ``-1``) where fewer are within it."""
+        keys wanted (a radius squared): nodes and keys beyond it are left out too, and the
+        keys beyond the k-th found are padding (``inf``, ``-1``) where fewer are within it."""
         b = q_raw.shape[0]
         q = q_raw.detach().double()
-        # nodes of at least _GROUP_KEYS keys and twice k positions (padding is a small share
-        # of a node; one short of k keys only loosens its bound), and large enough that a
-        # group fills about half its slots on average (a group's work is that of all its slots)
-        level = min(self._level_of(_GROUP_KEYS), self._level_of(2 * k + LEAF_KEYS),
-                    max(0, int(math.log2(max(1, 2 * b // _GROUP)))))
-        home = self.node_of(q, level)
+        # each query's bound: the k-th f over the keys of its node of at least _GROUP_KEYS
+        # keys and twice k positions (padding is a small share of a node; one short of k keys
+        # only loosens its bound)
+        fine = min(self._level_of(_GROUP_KEYS), self._level_of(2 * k + LEAF_KEYS))
+        home = self.node_of(q, fine)
+        bound = self.group_bounds(q[:, None], home, fine, k, budget)[:, 0]
+        # groups: the queries of a node large enough that a group fills about half its slots
+        # on average (a group's descent is shared by its slots)
+        level = min(fine, max(0, int(math.log2(max(1, 2 * b // _GROUP)))))
+        home = home >> (fine - level)
         order = torch.sort(home.double(), stable=True).indices
         home = home[order]
         new = torch.ones(b, dtype=torch.bool, device=q.device)
@@ -249,16 +257,15 @@ class KeyTree:
         real = slot < sizes[:, None]
         members = order[torch.where(real, starts[:, None] + slot, starts[:, None])]
         groups = q[members]
-        upper = self.group_bounds(groups, home[starts], level, k, budget).clamp_(
-            max=cap * (1 + _F_SLACK))
+        upper = bound[members].clamp_(max=cap * (1 + _F_SLACK))
         rows, nodes = self.leaves_within(groups.amin(1), groups.amax(1), upper.amax(1),
                                          budget)
         f_out = torch.empty((b, k), dtype=torch.float64, device=q.device)
         i_out = torch.empty((b, k), dtype=torch.long, device=q.device)
         computed = 0
         for sel, cand in self._candidates(rows, nodes, members.shape[0], budget):
-            at, f, idx = self._nearest_in(prepared, q_raw, groups[sel], members[sel], real[sel],
-                                          upper[sel], cand, k, budget)
+            at, f, idx = self._nearest_in(groups[sel], members[sel], real[sel], upper[sel],
+                                          cand, k)
             f_out[at], i_out[at] = f, idx
             computed += int((cand >= 0).sum()) * _GROUP
         return f_out, i_out, computed / b
@@ -276,66 +283,67 @@ class KeyTree:
             local = torch.searchsorted(sel, rows[chosen])
             cand = row_packed(local, sel.numel(), nodes[chosen], fill=(-1,))[0]
             chunk = plan_rows(sel.numel(), budget=budget, row_bytes=cand.shape[1] * _GROUP * (
-                width * _ENTRY_BYTES + _CANDIDATE_BYTES))
+                width * (_ENTRY_BYTES + 8 * self.dim) + _CANDIDATE_BYTES))
             for s in range(0, sel.numel(), chunk):
                 yield sel[s : s + chunk], cand[s : s + chunk]
 
-    def _sq_dists(self, groups, nodes, level):
-        """(n, G, C * w) float64 squared distances of the queries of ``groups`` (n, G, d) to
-        the keys of ``nodes`` of ``level`` (n, C; ``-1``: padding, ``inf``; w positions a
-        node), summed over the dimensions one at a time (a relative error of at most about
-        (d + 2) eps)."""
-        n, n_nodes = nodes.shape
-        blocks = self.coords.view(self.dim, 1 << level, -1)
-        safe = nodes.clamp(min=0)
-        f = None
-        for j in range(self.dim):
-            diff = groups[:, :, j, None] - blocks[j][safe].view(n, 1, -1)
-            f = diff.mul_(diff) if f is None else f.addcmul_(diff, diff)
-        padding = (nodes < 0)[:, None, :, None].expand(-1, -1, -1, blocks.shape[2])
-        return f.masked_fill_(padding.reshape(n, 1, -1), math.inf)
+    def _sq_dists(self, points, nodes, level):
+        """(n, P, C * w) exact float64 f of points ``points`` (n, P, d) to the keys of
+        ``nodes`` of ``level`` (n, C; ``-1``: padding, ``inf``; w positions a node).
 
-    def _nearest_in(self, prepared, q_raw, groups, members, real, upper, cand, k, budget):
+        The arithmetic is ``exact_f_of_pairs``'s (``PreparedKeys.exact_f``) on the same
+        float64 values (:func:`_f_of`): each is the exact f every path settles on, bit for
+        bit."""
+        n, n_p = nodes.shape[0], points.shape[1]
+        d, width = self.dim, self.blocks.shape[2]
+        keys = self.blocks.view(1 << level, -1, d, width).index_select(
+            0, nodes.clamp(min=0).view(-1)).view(n, -1, self.blocks.shape[0] >> level, d, width)
+        diff = points.view(n, n_p, 1, 1, d, 1) - keys[:, None]
+        f = _f_of(diff, 4)
+        padding = (nodes < 0)[:, None, :, None].expand(-1, -1, -1, keys.shape[2] * width)
+        return f.view(n, n_p, -1).masked_fill_(padding.reshape(n, 1, -1), math.inf)
+
+    def _nearest_in(self, groups, members, real, upper, cand, k):
         """The k nearest of the queries of some groups (``groups``: their float64 queries, n
-        x G x d; ``members`` their rows of ``q_raw``, ``real`` whether a slot is not padding;
+        x G x d; ``members`` their rows of the call, ``real`` whether a slot is not padding;
         ``upper`` their bounds, n x G) among the keys of the nodes ``cand`` (n, C; ``-1``
-        padding): ``(rows, f, idx)``, the real queries' rows of ``q_raw``, exact f and key
-        indices. Each query keeps the nodes within its own bound; the fast f of their keys
-        (:meth:`_sq_dists`) pick the candidates within ``_F_SLACK`` of its k-th, whose exact
-        f (``PreparedKeys.exact_f``) decide."""
+        padding): ``(rows, f, idx)``, the real queries' rows, exact f and key indices in (f,
+        index) order. Each query keeps the nodes within its own bound; the distances of their
+        keys are the exact f (:meth:`_sq_dists`), so one selection on them decides."""
         n, group = groups.shape[0], groups.shape[1]
-        safe = cand.clamp(min=0)
+        # index_select and flat indices throughout: torch's advanced indexing costs more
+        safe = cand.clamp(min=0).view(-1)
+        lo = self.lo[self.depth].index_select(0, safe).view(n, 1, -1, self.dim)
+        hi = self.hi[self.depth].index_select(0, safe).view(n, 1, -1, self.dim)
         bound = None
-        for j in range(self.dim):  # one coordinate at a time: contiguous operands
+        for j in range(self.dim):  # one coordinate at a time: no reduction over a short axis
             q_j = groups[:, :, j, None]
-            gap = ((self.depth_lo[j][safe][:, None, :] - q_j).clamp_(min=0)
-                   + (q_j - self.depth_hi[j][safe][:, None, :]).clamp_(min=0))
+            gap = (lo[..., j] - q_j).clamp_(min=0) + (q_j - hi[..., j]).clamp_(min=0)
             bound = gap.mul_(gap) if bound is None else bound.addcmul_(gap, gap)
         keep = (bound.mul_(1 - 1e-12) <= upper[:, :, None]) & (cand >= 0)[:, None, :]
         keep &= real[:, :, None]
         # the real queries' rows only (a group's padding repeats its first query)
         query = real.view(-1).nonzero().squeeze(1)
-        rows, cols = keep.view(n * group, -1)[query].nonzero(as_tuple=True)
-        n_rows = query.numel()
-        mine = row_packed(rows, n_rows, cand[query[rows] // group, cols], fill=(-1,))[0]
-        width = self.n_positions >> self.depth
-        points = groups.view(n * group, -1)[query]
-        f = self._sq_dists(points[:, None], mine, self.depth)[:, 0]
-        at_rows = members.view(-1)[query]
-        if not f.shape[1]:  # no key within the cap
-            return (at_rows, f.new_full((n_rows, k), math.inf),
-                    torch.full((n_rows, k), -1, dtype=torch.long, device=f.device))
-        kth = f.topk(min(k, f.shape[1]), dim=1, largest=False, sorted=True).values[:, -1]
-        # a query's bound (its cap, a radius) may be closer than its k-th: keys beyond it
-        # are not wanted
-        kth = torch.minimum(kth, upper.view(-1)[query])
-        rows, cols = (f <= kth[:, None] * (1 + _F_SLACK)).nonzero(as_tuple=True)
-        node = mine[rows, cols // width]
-        chosen = torch.where(node >= 0, self.perm[node.clamp(min=0) * width + cols % width], -1)
-        final = row_packed(rows, n_rows, chosen, fill=(-1,))[0]
-        exact = prepared.exact_f(q_raw.index_select(0, at_rows), final, budget)
-        out_f, out_i = smallest_exact(torch.where(final >= 0, exact, math.inf), final, k)
-        return at_rows, out_f, out_i
+        n_rows, n_cand = query.numel(), cand.shape[1]
+        kept = keep.view(n * group, -1).index_select(0, query).view(-1).nonzero().squeeze(1)
+        rows = kept // n_cand
+        pair = query.index_select(0, rows)
+        node = cand.view(-1).index_select(0, pair // group * n_cand + kept % n_cand)
+        # the exact f of the kept (query, node) pairs only
+        f = self._pair_dists(groups.view(n * group, -1).index_select(0, pair), node)
+        width = f.shape[1]
+        # only keys within a query's bound can be among its k nearest (or within its cap)
+        within = (f <= upper.view(-1).index_select(0, pair)[:, None]).view(-1).nonzero()[:, 0]
+        at_pair = within // width
+        idx = self.perm.index_select(0, node.index_select(0, at_pair) * width + within % width)
+        out_f, out_i = _smallest_by_row(rows.index_select(0, at_pair), n_rows,
+                                        f.view(-1).index_select(0, within), idx, k)
+        return members.view(-1).index_select(0, query), out_f, out_i
+
+    def _pair_dists(self, points, nodes):
+        """(P, w) exact float64 f of points ``points`` (P, d) to the keys of their nodes of
+        the descent's last level ``nodes`` (P,), as :meth:`_sq_dists` computes them."""
+        return _f_of(points[:, :, None] - self.blocks.index_select(0, nodes), 1)
 
     def pays(self, prepared, queries, k, budget, cap=math.inf):
         """Whether the tree is expected to pay for a selection of the k nearest of raw
@@ -352,6 +360,16 @@ class KeyTree:
         return computed <= PAYS_UP_TO * self.n_positions
 
 
+def _f_of(diff, dim):
+    """``exact_f_of_pairs``'s sum of the squares of float64 differences ``diff`` (overwritten)
+    along ``dim``: in order up to ``SEQUENTIAL_DIMS`` dimensions, else over a contiguous last
+    dimension, as it sums them."""
+    if diff.shape[dim] <= SEQUENTIAL_DIMS:
+        return sequential_squares(diff, dim, inplace=True)
+    diff = diff.movedim(dim, -1).contiguous()
+    return diff.mul_(diff).sum(-1)
+
+
 def _finite_max(points):
     """The largest finite coordinates of each node's points (nodes, m, d) (``-inf`` or
     ``nan``-free: padding points are at ``+inf``)."""
@@ -366,6 +384,31 @@ def box_bound(lo, hi, node_lo, node_hi):
     return gap.mul_(gap).sum(1).mul_(1 - 1e-12)
 
 
+def _smallest_by_row(rows, n_rows, f, index, k):
+    """:func:`smallest_exact` of entries ``(rows[e], f[e], index[e])`` (rows ascending), the
+    rows packed with others of similar counts (to the next power of two): the selection's
+    work grows with its columns, padding included."""
+    counts = torch.bincount(rows, minlength=n_rows)
+    slot = torch.arange(rows.numel(), device=rows.device) - (torch.cumsum(counts, 0)
+                                                              - counts)[rows]
+    out_f = f.new_empty((n_rows, k))
+    out_i = torch.empty((n_rows, k), dtype=torch.long, device=f.device)
+    cls = torch.ceil(torch.log2(counts.clamp(min=_MIN_CLASS_ENTRIES).double())).long()
+    for c in torch.unique(cls).tolist():
+        in_class = cls == c
+        sel = in_class.nonzero().squeeze(1)
+        chosen = in_class.index_select(0, rows).nonzero().squeeze(1)
+        local = (torch.cumsum(in_class, 0) - 1).index_select(0, rows.index_select(0, chosen))
+        shape = (sel.numel(), int(counts[sel].max()))
+        at = local * shape[1] + slot.index_select(0, chosen)
+        packed_f = f.new_full(shape, math.inf)
+        packed_i = index.new_full(shape, -1)
+        packed_f.view(-1).index_copy_(0, at, f.index_select(0, chosen))
+        packed_i.view(-1).index_copy_(0, at, index.index_select(0, chosen))
+        out_f[sel], out_i[sel] = smallest_exact(packed_f, packed_i, k)
+    return out_f, out_i
+
+
 def smallest_exact(f, index, k):
     """:func:`sort_exact` of rows of exact values ``f`` (``inf`` for padding) and key indices:
     one top-k, and the full sort only for rows where keys tied with the k-th are left out."""
@@ -376,8 +419,8 @@ def smallest_exact(f, index, k):
             out_f = torch.nn.functional.pad(out_f, (0, pad), value=math.inf)
             out_i = torch.nn.functional.pad(out_i, (0, pad), value=-1)
         return out_f, out_i
-    val, pos = f.topk(k, dim=1, largest=False)
-    kth = val[:, -1:]
+    val, pos = f.topk(k, dim=1, largest=False, sorted=False)  # sort_exact orders them
+    kth = val.amax(1, keepdim=True)
     out_f, out_i = sort_exact(val, index.gather(1, pos), k)
     tied = ((f == kth).sum(1) > (val == kth).sum(1)).nonzero().squeeze(1)
     if tied.numel():

@@ -17,6 +17,10 @@ _QUERY_BYTES = 4096
 # stream through memory at a cost above the calls they save (docs/performance.md, "The key
 # tree").
 _WORKER_SCRATCH = 1 << 26
+# Blocks per worker of a chunk, and queries per block at least: a worker that is free takes
+# the next block when another is descheduled, and a block's fixed work stays a small part.
+_BLOCKS_PER_WORKER = 2
+_MIN_BLOCK = 2048
 
 
 def tree_for(spec, k):
@@ -66,7 +70,7 @@ def _excluded(spec, rows, f, idx, k):
 
 def tree_blocks(spec, tree, k, what):
     """``_knn.nearest_blocks`` over the key tree: the queries taken in chunks of the call, each
-    cut into one block per worker, and yielded in their own order; a query's selection does
+    cut into a few blocks per worker, and yielded in their own order; a query's selection does
     not depend on its chunk or block."""
     prepared, Q = spec.keys, spec.queries
     n_q, workers = Q.shape[0], n_workers(spec)
@@ -77,9 +81,9 @@ def tree_blocks(spec, tree, k, what):
                     unit="block"):
         ce = min(n_q, cs + chunk)
         q_raw = prepared.map_queries(Q[cs:ce]).detach()
-        # one block per single-threaded worker (docs/performance.md, "Under load"), the budget
-        # shared among them
-        part = -(-(ce - cs) // workers)
+        # a few blocks per single-threaded worker (docs/performance.md, "Under load"), the
+        # budget shared among them
+        part = max(_MIN_BLOCK, -(-(ce - cs) // (workers * _BLOCKS_PER_WORKER)))
         parts = list(map_blocks(
             lambda s, q_raw=q_raw, part=part: tree.nearest(
                 prepared, q_raw[s : s + part], wanted, scratch, cap)[:2],

@@ -9,7 +9,7 @@ import torch
 from sklearn.neighbors import NearestNeighbors
 
 from skattention import kneighbors
-from skattention._engine import _knn, _tree, prepare_keys
+from skattention._engine import _knn, _tree, _tree_calls, exact_f_of_pairs, prepare_keys
 
 
 @pytest.fixture
@@ -220,3 +220,59 @@ def test_box_bounds_are_bounds(small_tree, dtype):
         assert bool((bound <= f.amin(1)).all())
     # every key is in exactly one leaf
     assert sorted(tree.perm[tree.perm >= 0].tolist()) == list(range(1500))
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_tree_distances_are_the_exact_f(small_tree, d, dtype):
+    # the tree's one pass decides on its distances: each must be PreparedKeys.exact_f's value
+    # bit for bit, whatever the layout (leaf blocks, pairs, a group's slots)
+    rng = np.random.default_rng(15 + d)
+    keys = torch.as_tensor(points(rng, 1500, d, "clustered") * 1.37, dtype=dtype)
+    prepared = prepare_keys(keys, dtype=dtype)
+    tree = _tree.KeyTree(prepared, 1.0)
+    q_raw = prepared.map_queries(torch.as_tensor(points(rng, 80, d, "uniform"), dtype=dtype))
+    q = q_raw.double()
+    width = tree.n_positions >> tree.depth
+    nodes = torch.arange(0, 1 << tree.depth, 3)
+    index = tree.perm.view(-1, width)[nodes].reshape(-1)
+    real = index >= 0
+    exact = prepared.exact_f(q_raw, index.clamp(min=0).expand(80, -1), 1 << 20)
+    grouped = tree._sq_dists(q.view(8, 10, d), nodes.expand(8, -1), tree.depth)
+    assert torch.equal(grouped.reshape(80, -1)[:, real], exact[:, real])
+    assert bool(torch.isinf(grouped.reshape(80, -1)[:, ~real]).all())
+    pairs = tree._pair_dists(q.repeat_interleave(nodes.numel(), 0), nodes.repeat(80))
+    assert torch.equal(pairs.reshape(80, -1)[:, real], exact[:, real])
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_squares_in_order_are_torch_sums(d):
+    # exact_f_of_pairs adds the squares in order up to three dimensions (what the tree
+    # repeats); torch's sum over so short a last dimension gives the same values
+    rng = np.random.default_rng(16)
+    for shape in [(1, 1), (7, 1), (1, 9), (33, 17)]:
+        q = torch.as_tensor(rng.normal(size=(shape[0], 1, d)) * 10.0 ** rng.integers(-3, 4))
+        k = torch.as_tensor(rng.normal(size=(shape[0], shape[1], d)))
+        diff = q - k
+        assert torch.equal(exact_f_of_pairs("sqeuclidean", 2.0, q, k), (diff * diff).sum(-1))
+
+
+def test_tree_blocks_whatever_the_workers(small_tree, monkeypatch):
+    # several blocks per worker, one worker or two: the same neighbours
+    rng = np.random.default_rng(17)
+    keys = points(rng, 2000, 3, "clustered")
+    queries = points(rng, 900, 3, "clustered")
+    prepared = prepare_keys(keys, dtype="float64")
+    monkeypatch.setattr(_tree_calls, "_MIN_BLOCK", 1)
+    outs = []
+    for threads, blocks in [(1, 1), (2, 1), (2, 5)]:
+        monkeypatch.setattr(_tree_calls, "_BLOCKS_PER_WORKER", blocks)
+        previous = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            outs.append(kneighbors(queries, prepared, 6, dtype="float64", radius=1.5))
+        finally:
+            torch.set_num_threads(previous)
+    for dist, idx in outs[1:]:
+        np.testing.assert_array_equal(idx, outs[0][1])
+        np.testing.assert_array_equal(dist, outs[0][0])
