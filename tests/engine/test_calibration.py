@@ -76,3 +76,43 @@ def test_calibration_does_not_depend_on_the_number_of_threads_or_the_budget(thre
     assert results[0][0] == results[1][0]
     assert math.isclose(results[0][1], results[1][1], rel_tol=1e-12)
     assert -2.5 < results[0][0] < 2.5  # a minimum inside the grid, not its edge
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_calibration_over_grouped_keys_with_every_group_near_is_over_every_key(threads):
+    """With every group near, attention over grouped keys is attention over every key: the
+    calibration over them finds the same temperature, whatever the threads (blocks on the
+    engine's workers) and the budget (scores kept across the grids, or computed per grid)."""
+    from skattention import config_context
+    from skattention._engine import group_keys
+
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(2000, 3, generator=g, dtype=torch.float64)
+    noise = torch.randn(2600, generator=g, dtype=torch.float64)  # labels that overlap
+    y = torch.nn.functional.one_hot((X[:, 0] + noise[:2000] > 0).long(), 2).double()
+    Xv = torch.randn(600, 3, generator=g, dtype=torch.float64)
+    yv = torch.nn.functional.one_hot((Xv[:, 0] + noise[2000:] > 0).long(), 2).double()
+    weight = torch.rand(2000, generator=g, dtype=torch.float64) + 0.5
+    validation = (Xv, yv, torch.ones(600, dtype=torch.float64))
+    centres = X[torch.randperm(2000, generator=g)[:10]]
+    grouped = group_keys(X, y, torch.log(weight), centres, "euclidean", 10)
+    assert grouped.n_near == grouped.n_groups
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        exact_t = torch.tensor(0.0, dtype=torch.float64)
+        exact = calibrate_temperature(_Identity(), exact_t, X, y, weight, validation,
+                                      "log_loss")
+        found = []
+        for working_memory in (256, 0.5):  # every block's scores kept / recomputed per grid
+            log_t = torch.tensor(0.0, dtype=torch.float64)
+            with config_context(working_memory=working_memory):
+                loss = calibrate_temperature(_Identity(), log_t, X, y, weight, validation,
+                                             "log_loss", keys=grouped)
+            found.append((float(log_t), loss))
+    finally:
+        torch.set_num_threads(previous)
+    for log_t, loss in found:
+        assert log_t == pytest.approx(float(exact_t), abs=1e-9)
+        assert loss == pytest.approx(exact, rel=1e-9)
+    assert -2.5 < float(exact_t) < 2.5
