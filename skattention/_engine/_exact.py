@@ -60,9 +60,10 @@ def row_packed(rows, n_rows, *columns, fill):
     counts = torch.bincount(rows, minlength=n_rows)
     width = int(counts.max()) if rows.numel() else 0
     slot = torch.arange(rows.numel(), device=rows.device) - (torch.cumsum(counts, 0) - counts)[rows]
+    at = rows * width + slot  # flat positions: index_copy_ costs less than advanced indexing
     packed = []
     for values, value in zip(columns, fill, strict=True):
         out = values.new_full((n_rows, width), value)
-        out[rows, slot] = values
+        out.view(-1).index_copy_(0, at, values)
         packed.append(out)
     return packed

@@ -386,11 +386,9 @@ def box_bound(lo, hi, node_lo, node_hi):
 
 def _smallest_by_row(rows, n_rows, f, index, k):
     """:func:`smallest_exact` of entries ``(rows[e], f[e], index[e])`` (rows ascending), the
-    rows packed with others of similar counts (to the next power of two): the selection's
-    work grows with its columns, padding included."""
+    rows packed (:func:`row_packed`) with others of similar counts (to the next power of two):
+    the selection's work grows with its columns, padding included."""
     counts = torch.bincount(rows, minlength=n_rows)
-    slot = torch.arange(rows.numel(), device=rows.device) - (torch.cumsum(counts, 0)
-                                                              - counts)[rows]
     out_f = f.new_empty((n_rows, k))
     out_i = torch.empty((n_rows, k), dtype=torch.long, device=f.device)
     cls = torch.ceil(torch.log2(counts.clamp(min=_MIN_CLASS_ENTRIES).double())).long()
@@ -399,12 +397,8 @@ def _smallest_by_row(rows, n_rows, f, index, k):
         sel = in_class.nonzero().squeeze(1)
         chosen = in_class.index_select(0, rows).nonzero().squeeze(1)
         local = (torch.cumsum(in_class, 0) - 1).index_select(0, rows.index_select(0, chosen))
-        shape = (sel.numel(), int(counts[sel].max()))
-        at = local * shape[1] + slot.index_select(0, chosen)
-        packed_f = f.new_full(shape, math.inf)
-        packed_i = index.new_full(shape, -1)
-        packed_f.view(-1).index_copy_(0, at, f.index_select(0, chosen))
-        packed_i.view(-1).index_copy_(0, at, index.index_select(0, chosen))
+        packed_f, packed_i = row_packed(local, sel.numel(), f.index_select(0, chosen),
+                                        index.index_select(0, chosen), fill=(math.inf, -1))
         out_f[sel], out_i[sel] = smallest_exact(packed_f, packed_i, k)
     return out_f, out_i
 
