@@ -7,40 +7,35 @@ import torch
 
 from ._budget import plan_rows
 from ._masks import query_index
-from ._parallel import map_blocks, n_workers, one_thread
+from ._parallel import map_blocks, n_workers
 from ._progress import track
-from ._tree import key_tree
+from ._tree import key_tree, pays
 
-# Bytes per query of a chunk of the call: its results and a share of the descent's pairs.
-_QUERY_BYTES = 4096
-# Scratch bytes of a worker's groups at most, whatever the budget: larger blocks of distances
-# stream through memory at a cost above the calls they save (docs/performance.md, "The key
-# tree").
+# Bytes per query and key it asks of the tree of a chunk of the call: SciPy's distances and
+# indices, their exact f, the order's check and the selection.
+_QUERY_KEY_BYTES = 96
+# Scratch bytes of a worker's block at most, whatever the budget (its ball queries are
+# chunked to it).
 _WORKER_SCRATCH = 1 << 26
 # Blocks per worker of a chunk, and queries per block at least: a worker that is free takes
 # the next block when another is descheduled, and a block's fixed work stays a small part.
 _BLOCKS_PER_WORKER = 2
-_MIN_BLOCK = 2048
+_MIN_BLOCK = 256
 
 
 def tree_for(spec, k):
     """The key tree of the selection where it applies and is expected to pay: exact k nearest
-    of many queries on the CPU, no mask or prior but self-exclusion and one radius, keys of a
-    distance kind of at most ``MAX_DIM`` dimensions. Keys prepared by ``prepare_keys`` keep
-    their tree for later calls; a call's own keys build one for the call (its build is a
-    small part of a call large enough for the tree)."""
+    on the CPU, no mask or prior but self-exclusion and one radius, keys of a distance kind of
+    at most ``MAX_DIM`` dimensions. Keys prepared by ``prepare_keys`` keep their tree for later
+    calls; a call's own keys build one for a call of enough queries."""
     if (spec.device.type != "cpu" or spec.grad
             or (spec.radius is not None and spec.radius.radius is None)
             or spec.prior_fn is not None or spec.prior_vec is not None
             or spec.key_mask is not None or k + _own(spec) > spec.keys.n_keys):
         return None
-    tree = key_tree(spec.keys, spec.n_queries, spec.budget / 2**20)
-    if tree is None:
+    if not pays(spec.keys.n_keys, k + _own(spec)):
         return None
-    with one_thread():
-        pays = tree.pays(spec.keys, spec.keys.map_queries(spec.queries), k + _own(spec),
-                         spec.budget, _cap(spec))
-    return tree if pays else None
+    return key_tree(spec.keys, spec.n_queries, spec.prepared)
 
 
 def _own(spec):
@@ -76,7 +71,7 @@ def tree_blocks(spec, tree, k, what):
     n_q, workers = Q.shape[0], n_workers(spec)
     wanted, cap = k + _own(spec), _cap(spec)
     scratch = min(spec.budget // workers, _WORKER_SCRATCH)
-    chunk = plan_rows(n_q, row_bytes=_QUERY_BYTES + 16 * wanted, budget=spec.budget)
+    chunk = plan_rows(n_q, row_bytes=_QUERY_KEY_BYTES * (wanted + 1), budget=spec.budget)
     for cs in track(range(0, n_q, chunk), spec.progress, total=-(-n_q // chunk), desc=what,
                     unit="block"):
         ce = min(n_q, cs + chunk)
@@ -86,7 +81,7 @@ def tree_blocks(spec, tree, k, what):
         part = max(_MIN_BLOCK, -(-(ce - cs) // (workers * _BLOCKS_PER_WORKER)))
         parts = list(map_blocks(
             lambda s, q_raw=q_raw, part=part: tree.nearest(
-                prepared, q_raw[s : s + part], wanted, scratch, cap)[:2],
+                prepared, q_raw[s : s + part], wanted, scratch, cap),
             range(0, ce - cs, part), workers))
         f, idx = _excluded(spec, torch.arange(cs, ce, device=Q.device),
                            torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), k)

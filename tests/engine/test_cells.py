@@ -13,7 +13,9 @@ from skattention._engine import _cells, _knn, prepare_keys
 @pytest.fixture
 def small_cells(monkeypatch):
     """Cells of 16 keys for calls of any size (the defaults need 8,192 keys and 2,048
-    queries); the list holds one entry per cells built."""
+    queries) and without the key tree (which serves the low dimensions first); the list holds
+    one entry per cells built."""
+    monkeypatch.setattr(_knn, "tree_for", lambda *args: None)
     monkeypatch.setattr(_cells, "CELL_KEYS", 16)
     monkeypatch.setattr(_cells, "MIN_QUERIES", 1)
     monkeypatch.setattr(_cells, "MIN_PAIRS", 0)

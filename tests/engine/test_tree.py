@@ -14,18 +14,14 @@ from skattention._engine import _knn, _tree, _tree_calls, exact_f_of_pairs, prep
 
 @pytest.fixture
 def small_tree(monkeypatch):
-    """The tree for calls of any size and dimension, with leaves of 4 keys and a few top
-    levels split on a sample (the defaults need 4,096 keys and 256 queries); the lists hold
-    one entry per tree built and per query chunk it served."""
+    """The tree for calls of any size and dimension, with leaves of 4 keys (the defaults need
+    4,096 keys, and 256 queries for keys not prepared); the lists hold one entry per tree built
+    and per block of queries it served."""
     monkeypatch.setattr(_tree, "MIN_KEYS", 1)
     monkeypatch.setattr(_tree, "MIN_QUERIES", 1)
-    monkeypatch.setattr(_tree, "MIN_PAIRS", 0)
     monkeypatch.setattr(_tree, "MAX_DIM", 8)
     monkeypatch.setattr(_tree, "PAYS_UP_TO", 1.0)
     monkeypatch.setattr(_tree, "LEAF_KEYS", 4)
-    monkeypatch.setattr(_tree, "_NODE_KEYS", 4)
-    monkeypatch.setattr(_tree, "_GROUP_KEYS", 16)
-    monkeypatch.setattr(_tree, "_TOP_SAMPLE", 16)
     built, served = [], []
     tree_class, nearest = _tree.KeyTree, _tree.KeyTree.nearest
 
@@ -35,9 +31,8 @@ def small_tree(monkeypatch):
             super().__init__(*args, **kwargs)
 
         def nearest(self, *args, **kwargs):
-            out = nearest(self, *args, **kwargs)
-            served.append(out[2])
-            return out
+            served.append(1)
+            return nearest(self, *args, **kwargs)
 
     monkeypatch.setattr(_tree, "KeyTree", Counted)
     return built, served
@@ -150,7 +145,7 @@ def test_tree_is_used_only_where_it_applies(small_tree, monkeypatch):
     monkeypatch.setattr(_tree, "MAX_DIM", 3)
     monkeypatch.setattr(_tree, "PAYS_UP_TO", 0.0)  # not expected to pay
     kneighbors(queries, prepared, 5)
-    assert built == [1] and served == []
+    assert built == [] and served == []
 
 
 @pytest.mark.parametrize("kind", ["clustered", "grid"])
@@ -199,52 +194,6 @@ def test_tree_attention_and_pickled_prepared_keys(small_tree, monkeypatch):
     np.testing.assert_array_equal(got, ref)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_box_bounds_are_bounds(small_tree, dtype):
-    rng = np.random.default_rng(14)
-    keys = torch.as_tensor(points(rng, 1500, 3, "clustered"), dtype=dtype)
-    prepared = prepare_keys(keys, dtype=dtype)
-    tree = _tree.KeyTree(prepared, 1.0)
-    queries = torch.as_tensor(points(rng, 100, 3, "uniform"), dtype=dtype).double()
-    level = tree.depth
-    width = tree.n_positions >> level
-    for node in range(0, 1 << level, 7):
-        index = tree.perm[node * width : (node + 1) * width]
-        index = index[index >= 0]
-        if not index.numel():
-            continue
-        f = prepared.exact_f(queries, index.expand(100, -1), 1 << 20)
-        lo = tree.lo[level][node].expand(100, -1)
-        hi = tree.hi[level][node].expand(100, -1)
-        bound = _tree.box_bound(queries, queries, lo, hi)
-        assert bool((bound <= f.amin(1)).all())
-    # every key is in exactly one leaf
-    assert sorted(tree.perm[tree.perm >= 0].tolist()) == list(range(1500))
-
-
-@pytest.mark.parametrize("d", [1, 2, 3, 5])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_tree_distances_are_the_exact_f(small_tree, d, dtype):
-    # the tree's one pass decides on its distances: each must be PreparedKeys.exact_f's value
-    # bit for bit, whatever the layout (leaf blocks, pairs, a group's slots)
-    rng = np.random.default_rng(15 + d)
-    keys = torch.as_tensor(points(rng, 1500, d, "clustered") * 1.37, dtype=dtype)
-    prepared = prepare_keys(keys, dtype=dtype)
-    tree = _tree.KeyTree(prepared, 1.0)
-    q_raw = prepared.map_queries(torch.as_tensor(points(rng, 80, d, "uniform"), dtype=dtype))
-    q = q_raw.double()
-    width = tree.n_positions >> tree.depth
-    nodes = torch.arange(0, 1 << tree.depth, 3)
-    index = tree.perm.view(-1, width)[nodes].reshape(-1)
-    real = index >= 0
-    exact = prepared.exact_f(q_raw, index.clamp(min=0).expand(80, -1), 1 << 20)
-    grouped = tree._sq_dists(q.view(8, 10, d), nodes.expand(8, -1), tree.depth)
-    assert torch.equal(grouped.reshape(80, -1)[:, real], exact[:, real])
-    assert bool(torch.isinf(grouped.reshape(80, -1)[:, ~real]).all())
-    pairs = tree._pair_dists(q.repeat_interleave(nodes.numel(), 0), nodes.repeat(80))
-    assert torch.equal(pairs.reshape(80, -1)[:, real], exact[:, real])
-
-
 @pytest.mark.parametrize("d", [1, 2, 3])
 def test_squares_in_order_are_torch_sums(d):
     # exact_f_of_pairs adds the squares in order up to three dimensions (what the tree
@@ -276,3 +225,21 @@ def test_tree_blocks_whatever_the_workers(small_tree, monkeypatch):
     for dist, idx in outs[1:]:
         np.testing.assert_array_equal(idx, outs[0][1])
         np.testing.assert_array_equal(dist, outs[0][0])
+
+
+@pytest.mark.parametrize("working_memory", [0.05, 1.0])
+def test_tree_settles_ties_across_the_boundary(small_tree, monkeypatch, working_memory):
+    # keys that repeat nine points: every query's k-th nearest ties with hundreds of keys,
+    # which the ball queries settle in index order (a query or a few per chunk of the budget)
+    rng = np.random.default_rng(18)
+    keys = rng.integers(0, 3, size=(3000, 2)).astype(float)
+    queries = rng.integers(0, 3, size=(200, 2)) + 0.5 * rng.integers(0, 2, size=(200, 2))
+    settled = []
+    within = _tree.KeyTree._within
+    monkeypatch.setattr(_tree.KeyTree, "_within",
+                        lambda self, *args: settled.append(1) or within(self, *args))
+    got = kneighbors(queries, prepare_keys(keys), 10, working_memory=working_memory)
+    assert settled
+    ref = reference(queries, keys, 10, "float64", monkeypatch)
+    np.testing.assert_array_equal(got[1], ref[1])
+    np.testing.assert_array_equal(got[0], ref[0])
