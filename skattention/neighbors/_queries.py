@@ -150,20 +150,26 @@ class NeighborsQueryMixin:
             raise ValueError("return_distance must be True if sort_results is True.")
         if self.metric == "dot":
             raise ValueError("radius_neighbors needs a distance metric; metric='dot' has none.")
-        dist, ind = [], []
+        f_found, ind_found, counts = [], [], []
         device = resolve_device(self.device)
         for Z, exclude_self in self._embedded_blocks(X, device):
             for _, f, idx in self._keys.within(Z, float(radius), exclude_self,
                                                partial(self._selection_kwargs, device)):
-                found = idx >= 0
-                dist.extend(self._strategy.distances(f[i][found[i]]) for i in range(len(f)))
-                ind.extend(idx[i][found[i]] for i in range(len(f)))
+                found = idx >= 0  # each row's keys come first (row-major order keeps them)
+                f_found.append(f[found])
+                ind_found.append(idx[found])
+                counts.append(found.sum(1))
+        counts = np.concatenate(counts) if counts else np.zeros(0, np.int64)
+        ind = np.concatenate(ind_found) if ind_found else np.zeros(0, np.int64)
+        dist = self._strategy.distances(np.concatenate(f_found) if f_found else np.zeros(0))
         if not sort_results:  # index order, as scikit-learn's brute-force search gives
-            orders = [np.argsort(i, kind="stable") for i in ind]
-            ind = [i[o] for i, o in zip(ind, orders, strict=True)]
-            dist = [d[o] for d, o in zip(dist, orders, strict=True)]
-        ind = _object_array(ind)
-        return (_object_array(dist), ind) if return_distance else ind
+            # one sort of (row, index) pairs (a row holds a key once)
+            rows = np.repeat(np.arange(counts.size), counts)
+            order = np.argsort(rows * self._keys.n_samples + ind)
+            ind, dist = ind[order], dist[order]
+        ends = np.cumsum(counts)
+        ind = _row_arrays(ind, ends - counts, ends)
+        return (_row_arrays(dist, ends - counts, ends), ind) if return_distance else ind
 
     def kneighbors_graph(self, X=None, n_neighbors=None, mode="connectivity"):
         """The graph of the nearest training points of each query, as
@@ -263,8 +269,9 @@ class NeighborsQueryMixin:
         return n - 1 if exclude_self else n
 
 
-def _object_array(rows):
-    out = np.empty(len(rows), dtype=object)
-    for i, row in enumerate(rows):
-        out[i] = row
+def _row_arrays(flat, starts, ends):
+    """An object array of the rows ``flat[starts[i]:ends[i]]`` (views of ``flat``)."""
+    out = np.empty(len(starts), dtype=object)
+    for i, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        out[i] = flat[start:end]
     return out
