@@ -5,16 +5,20 @@ A new point ``x`` is adjacent to the training point ``x_j`` when ``||x - x_j|| <
 r_j)`` (``r``: distance to the k-th nearest training point, with a relative slack). The engine's
 radius-masked attention decides this exactly but scores every training point for every query;
 here each query's candidates are its ``m`` nearest training points (the engine's exact
-selection) and the 1% of training points with the widest balls, which hold every adjacent point as
+selection) and those of the 1% of training points with the widest balls whose balls hold it
+(found by ball queries at low dimension, all of them above), which hold every adjacent point as
 soon as the ``m``-th distance exceeds both radii left to check: ``m`` doubles for the rows where
 it does not. The work is then about ``n_queries * m`` instead of ``n_queries * n_train``.
 """
 
+import itertools
+
 import numpy as np
+from scipy.spatial import cKDTree
 
 from .._engine import budget_bytes, kneighbors, plan_rows, prepare_keys, track
 
-# Training points whose k-NN balls are the widest, scored for every query: 1% of them, at least
+# Training points whose k-NN balls are the widest, checked for every query: 1% of them, at least
 # 1,024 (without them a single outlier's wide ball would send every query's candidate search to
 # the whole training set; with them, the other radii are at most the 99th percentile's, which
 # a few k nearest exceed where the density varies little).
@@ -24,6 +28,12 @@ _MIN_WIDE_KEYS = 1024
 # indices, logits, mask, weights) besides the gathered values.
 _FIRST_CANDIDATES = 3
 _CANDIDATE_BYTES = 48
+# Dimensions up to which the wide points adjacent to a query are found by ball queries on a
+# k-d tree of the queries (above, pruning fades: every wide point is scored), and the relative
+# widening of those balls (above the tree's rounding; the adjacency is decided on the exact
+# distances).
+_TREE_DIMS = 8
+_BALL_SLACK = 1e-9
 
 
 def knn_nystrom(Z, fit_Z, values, *, n_neighbors, epsilon, log_prior, radius, slack, device,
@@ -80,14 +90,46 @@ def _block(Zb, *, fit_Z, keys, values, n_neighbors, epsilon, log_prior, key_radi
 def _average(Zq, d2, idx, query_radius, fit_Z, values, epsilon, log_prior, key_radius, wide,
              is_wide):
     """Softmax-weighted average of ``values`` over each query's adjacent candidates: its nearest
-    (``d2``, ``idx``, less the wide keys) and the wide keys (exact distances by differences)."""
-    diff = Zq[:, None, :] - fit_Z[wide][None, :, :]
-    wide_d2 = np.einsum("ijk,ijk->ij", diff, diff)
+    (``d2``, ``idx``, less the wide keys) and the wide keys that can be adjacent to it (exact
+    distances by differences)."""
+    wide_d2, wide_idx = _wide_candidates(Zq, idx, fit_Z, key_radius, wide, is_wide)
     d2 = np.concatenate([np.where(is_wide[idx], np.inf, d2), wide_d2], axis=1)
-    idx = np.concatenate([idx, np.broadcast_to(wide, (len(Zq), len(wide)))], axis=1)
+    idx = np.concatenate([idx, wide_idx], axis=1)
     adjacent = d2 <= np.maximum(query_radius[:, None], key_radius[idx]) ** 2
     logits = np.where(adjacent, -d2 / epsilon + log_prior[idx], -np.inf)
     logits -= logits.max(1, keepdims=True)
     weights = np.exp(logits)
     weights /= weights.sum(1, keepdims=True)
     return np.einsum("ij,ijc->ic", weights, values[idx])
+
+
+def _wide_candidates(Zq, idx, fit_Z, key_radius, wide, is_wide):
+    """``(d2, idx)``, rows padded with ``inf`` / 0: the squared distances and indices of the
+    wide training points that can be adjacent to each query, those among its nearest ``idx``
+    (within its own radius) and those whose ball holds it. At up to ``_TREE_DIMS`` dimensions a
+    k-d tree of the queries finds the latter (a ball query per wide point); above, every wide
+    point is a candidate."""
+    n_q, n_wide = Zq.shape[0], len(wide)
+    if Zq.shape[1] <= _TREE_DIMS and n_q:
+        position = np.full(fit_Z.shape[0], -1)
+        position[wide] = np.arange(n_wide)
+        rows, cols = np.nonzero(is_wide[idx])
+        balls = cKDTree(Zq).query_ball_point(fit_Z[wide], key_radius[wide] * (1 + _BALL_SLACK))
+        lengths = np.fromiter(map(len, balls), dtype=np.int64, count=n_wide)
+        in_ball = np.fromiter(itertools.chain.from_iterable(balls), dtype=np.int64,
+                              count=int(lengths.sum()))
+        pairs = np.unique(np.concatenate([
+            rows * n_wide + position[idx[rows, cols]],
+            in_ball * n_wide + np.repeat(np.arange(n_wide), lengths)]))
+        rows, cols = pairs // n_wide, pairs % n_wide
+    else:
+        rows, cols = np.repeat(np.arange(n_q), n_wide), np.tile(np.arange(n_wide), n_q)
+    diff = Zq[rows] - fit_Z[wide[cols]]
+    found_d2 = np.einsum("ij,ij->i", diff, diff)
+    counts = np.bincount(rows, minlength=n_q)
+    width = int(counts.max()) if rows.size else 0
+    slot = np.arange(rows.size) - (np.cumsum(counts) - counts)[rows]
+    d2 = np.full((n_q, width), np.inf)
+    out_idx = np.zeros((n_q, width), dtype=np.int64)
+    d2[rows, slot], out_idx[rows, slot] = found_d2, wide[cols]
+    return d2, out_idx

@@ -361,12 +361,18 @@ def test_connected_graph_does_not_warn():
 
 
 @pytest.mark.filterwarnings("ignore:Graph is not fully connected")  # the outlier
-def test_knn_transform_equals_the_engines_radius_masked_attention():
+@pytest.mark.parametrize("tree_dims", [0, 8])
+def test_knn_transform_equals_the_engines_radius_masked_attention(monkeypatch, tree_dims):
     """The candidates (nearest training points and widest balls) hold every adjacent training
     point: the same result as attention over all training points under the radius prior,
-    with an outlier among the training points (a ball wider than most queries' distances)."""
+    with an outlier among the training points (a ball wider than most queries' distances);
+    the wide points adjacent to a query found by ball queries (``tree_dims`` 8) or all of them
+    scored (0)."""
     import skattention
     from skattention import attention
+    from skattention.manifold import _nystrom
+
+    monkeypatch.setattr(_nystrom, "_TREE_DIMS", tree_dims)
 
     rng = np.random.default_rng(0)
     X, _ = make_s_curve(1500, random_state=0)
