@@ -1,4 +1,5 @@
-"""The attention engine: torch only, no scikit-learn imports.
+"""The attention engine: torch only (but for SciPy's k-d tree in ``_tree.py``), no scikit-learn
+imports.
 
 This module is the engine's one door: the estimators (``neighbors``, ``manifold``, ``cluster``,
 ``nn``) import what they need from here, never from the private modules behind it (a test
