@@ -3,6 +3,7 @@ of a ranking over key blocks, with their key indices."""
 
 import torch
 
+from ._exact import row_packed
 from ._scores import NEG_INF
 
 
@@ -27,21 +28,32 @@ class TopK:
         self.fresh = False
         # Only rows whose block maximum beats their current k-th best can change; late blocks
         # rarely do, which makes the merge cheap.
-        rows = (r.amax(1) > self.r[:, -1]).nonzero().squeeze(1)
+        kth = self.r[:, -1]
+        rows = (r.amax(1) > kth).nonzero().squeeze(1)
         if rows.numel() == 0:
             return
         full = rows.numel() == r.shape[0]
         # index_select: half the time of advanced indexing for these row gathers
         sub = r if full else r.index_select(0, rows)
-        val, pos = sub.topk(min(self.k, sub.shape[1]), dim=1)
-        old_r = self.r if full else self.r.index_select(0, rows)
-        old_i = self.i if full else self.i.index_select(0, rows)
-        merged_r, order = torch.cat([old_r, val], 1).topk(self.k, dim=1)
-        merged_i = torch.cat([old_i, pos + start], 1).gather(1, order)
+        # ... and only their entries above it, packed by row: after the first blocks a row
+        # has a few, where a top-k over its whole block row costs several nanoseconds an entry
+        # on the CPU (entries equal to the k-th best may stay out: they rank no higher)
+        local, cols = (sub > (kth if full else kth.index_select(0, rows))[:, None]).nonzero(
+            as_tuple=True)
+        flat = local * sub.shape[1] + cols
+        columns, fill = [sub.reshape(-1).index_select(0, flat), cols + start], [NEG_INF, -1]
         if self.aux is not None:
             sub_aux = aux if full else aux.index_select(0, rows)
+            columns.append(sub_aux.reshape(-1).index_select(0, flat))
+            fill.append(NEG_INF)
+        packed = row_packed(local, rows.numel(), *columns, fill=fill)
+        old_r = self.r if full else self.r.index_select(0, rows)
+        old_i = self.i if full else self.i.index_select(0, rows)
+        merged_r, order = torch.cat([old_r, packed[0]], 1).topk(self.k, dim=1)
+        merged_i = torch.cat([old_i, packed[1]], 1).gather(1, order)
+        if self.aux is not None:
             old_a = self.aux if full else self.aux.index_select(0, rows)
-            merged_a = torch.cat([old_a, sub_aux.gather(1, pos)], 1).gather(1, order)
+            merged_a = torch.cat([old_a, packed[2]], 1).gather(1, order)
         if full:
             self.r, self.i = merged_r, merged_i
             if self.aux is not None:
