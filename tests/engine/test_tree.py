@@ -243,3 +243,27 @@ def test_tree_settles_ties_across_the_boundary(small_tree, monkeypatch, working_
     ref = reference(queries, keys, 10, "float64", monkeypatch)
     np.testing.assert_array_equal(got[1], ref[1])
     np.testing.assert_array_equal(got[0], ref[0])
+
+
+def test_prepared_keys_serve_single_rows_from_their_tree(monkeypatch):
+    # default thresholds: prepared keys (at least 4,096) take their tree for a call of one
+    # row; the same keys unprepared build none for so few queries
+    built = []
+    tree_class = _tree.KeyTree
+
+    class Counted(tree_class):
+        def __init__(self, *args, **kwargs):
+            built.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(_tree, "KeyTree", Counted)
+    rng = np.random.default_rng(19)
+    keys = points(rng, 5000, 3, "grid")
+    prepared = prepare_keys(keys, dtype="float64")
+    rows = [kneighbors(keys[i : i + 1] + 0.5, prepared, 8, dtype="float64") for i in range(5)]
+    assert built == [1]
+    kneighbors(keys[:3], keys, 8, dtype="float64")
+    assert built == [1]
+    ref = reference(keys[:5] + 0.5, keys, 8, "float64", monkeypatch)
+    np.testing.assert_array_equal(np.concatenate([r[1] for r in rows]), ref[1])
+    np.testing.assert_array_equal(np.concatenate([r[0] for r in rows]), ref[0])
