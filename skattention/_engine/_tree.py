@@ -44,6 +44,9 @@ PAYS_UP_TO = 0.05
 # units in the last place), and of the distances asked of the tree above the exact ones.
 _F_SLACK = 1e-12
 _DISTANCE_SLACK = 1e-9
+# Squared distances below this may be subnormal, whose rounding is not relative: the tree's
+# proposals there are checked by a ball query, and its bounds reach this far at least.
+_F_FLOOR = 1e-290
 # Scratch bytes per key a ball query finds: its index from SciPy and as a tensor, its query
 # row, exact f and the rows' packing.
 _BALL_ENTRY_BYTES = 96
@@ -73,7 +76,7 @@ class KeyTree:
         b = q_raw.shape[0]
         points = q_raw.detach().double().cpu().numpy()
         wanted = min(k + 1, self.n_keys)
-        reach = math.inf if math.isinf(cap) else math.sqrt(cap) * (1 + _DISTANCE_SLACK)
+        reach = math.inf if math.isinf(cap) else _reach(cap)
         _, found = self.index.query(points, wanted, distance_upper_bound=reach, workers=1)
         idx = torch.from_numpy(found.reshape(b, wanted)).to(q_raw.device, torch.long)
         idx = idx.masked_fill_(idx >= self.n_keys, -1)
@@ -81,7 +84,7 @@ class KeyTree:
         f, idx = _in_exact_order(f, idx)
         if wanted == k:  # every key found
             return f, idx
-        settled = (idx[:, -1] < 0) | (f[:, k - 1] < f[:, -1] * (1 - _F_SLACK))
+        settled = (idx[:, -1] < 0) | (f[:, k - 1] < f[:, -1] * (1 - _F_SLACK) - _F_FLOOR)
         f, idx = f[:, :k], idx[:, :k]
         tied = (~settled).nonzero().squeeze(1)
         if tied.numel():
@@ -92,7 +95,7 @@ class KeyTree:
     def _within(self, prepared, q_raw, points, rows, kth, k, budget):
         """The exact k nearest of queries ``rows`` from every key within their k-th exact f
         found (``kth``), in chunks of queries whose keys fit ``budget``."""
-        reach = (torch.sqrt(kth) * (1 + _DISTANCE_SLACK)).cpu().numpy()
+        reach = _reach(kth.cpu().numpy())
         rows_np = rows.cpu().numpy()
         lengths = self.index.query_ball_point(points[rows_np], reach, workers=1,
                                               return_length=True)
@@ -119,6 +122,12 @@ class KeyTree:
                                                                     keys, k)
             start = stop
         return out_f, out_i
+
+def _reach(f):
+    """The distance bound to ask of SciPy's tree for the keys of exact f at most ``f``
+    (a float or an array): widened relatively and by ``_F_FLOOR``, beyond both roundings."""
+    return np.sqrt(f * (1 + 2 * _DISTANCE_SLACK) + _F_FLOOR)
+
 
 def _in_exact_order(f, idx):
     """Rows of exact ``f`` and key indices (``inf`` / ``-1`` padding last), found in nearly

@@ -267,3 +267,18 @@ def test_prepared_keys_serve_single_rows_from_their_tree(monkeypatch):
     ref = reference(keys[:5] + 0.5, keys, 8, "float64", monkeypatch)
     np.testing.assert_array_equal(np.concatenate([r[1] for r in rows]), ref[1])
     np.testing.assert_array_equal(np.concatenate([r[0] for r in rows]), ref[0])
+
+
+def test_tree_at_subnormal_squared_distances(small_tree):
+    # coordinates of about 1e-160: squared distances near or below the subnormal range, whose
+    # rounding is not relative; the selection is still the (f, index) order of the exact f
+    rng = np.random.default_rng(20)
+    keys = rng.integers(0, 5, size=(2000, 3)) * 1e-160
+    queries = keys[:100] + rng.integers(0, 2, size=(100, 3)) * 3e-161
+    dist, idx = kneighbors(queries, prepare_keys(keys, dtype="float64"), 6, dtype="float64")
+    assert small_tree[1]
+    diff = queries[:, None, :] - keys[None, :, :]
+    f = (diff[..., 0] ** 2 + diff[..., 1] ** 2) + diff[..., 2] ** 2
+    order = np.lexsort((np.broadcast_to(np.arange(2000), f.shape), f), axis=1)[:, :6]
+    np.testing.assert_array_equal(idx, order)
+    np.testing.assert_array_equal(dist, np.take_along_axis(f, order, 1))
