@@ -193,16 +193,19 @@ class PreparedKeys:
 
         The error of ``||q||^2 - 2 q.k + ||k||^2`` in floating point is at most about
         ``(d + 4) eps (||q||^2 + ||k||^2)`` (each term's dot product, the centring, the sums);
-        twice that is used.
+        twice that is used. Each operation near the subnormal range may also err by up to
+        half the smallest subnormal, whatever its size: the bound adds as many smallest normal
+        numbers (``tiny``), which only matters for values of about that size.
         """
-        eps = torch.finfo(q.dtype).eps
+        info = torch.finfo(q.dtype)
+        eps = info.eps
         if self.pairwise:
             # |a - b|^p <= 2^(p-1) (|a|^p + |b|^p); the sum, cdist's root and the power
             sizes = power_sums(q.detach().double(), self.p) + self.max_key_sq
             factor = (2 * self.dim + 8 + 4 * self.p) * eps * 2 ** (self.p - 1)
-            return (factor * sizes).to(q.dtype)
+            return (factor * sizes + factor / eps * info.tiny).to(q.dtype)
         q_sq = (q.detach() * q.detach()).sum(1)
-        return (2 * self.dim + 8) * eps * (q_sq + self.max_key_sq)
+        return (2 * self.dim + 8) * (eps * (q_sq + self.max_key_sq) + info.tiny)
 
     def exact_f(self, q_raw, index, budget):
         """Exact ``f`` (float64) of mapped queries ``q_raw`` (b, d) against ``raw[index]``

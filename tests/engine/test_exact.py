@@ -6,7 +6,7 @@ import torch
 
 import skattention
 from skattention import attention, kneighbors
-from skattention._engine import ball_sums
+from skattention._engine import _knn, ball_sums
 
 
 def stable_nearest(Q, K, k):
@@ -116,3 +116,26 @@ def test_the_exact_pass_keeps_its_candidates_within_the_budget(monkeypatch, work
     np.testing.assert_array_equal(idx, [[0, 1]] * 3)
     assert widths  # the second pass ran
     assert max(widths) * _knn._CANDIDATE_BYTES <= working_memory * 2**20
+
+
+@pytest.mark.parametrize("radius", [None, 1.0])
+def test_selection_at_subnormal_squared_distances(radius):
+    # coordinates of 1e-160 (squared distances near the subnormal range, where rounding is
+    # not relative: the fast scores' margin needs its absolute part), duplicated rows, several
+    # key blocks, the key tree left out: the (f, index) order of the exact f
+    rng = np.random.default_rng(21)
+    scale = 1e-160
+    keys = rng.integers(0, 5, size=(6000, 3)) * scale
+    queries = keys[:300].copy()
+    kwargs = {} if radius is None else {"radius": radius * scale}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_knn, "tree_for", lambda *args: None)
+        dist, idx = kneighbors(queries, keys, 5, dtype="float64", **kwargs)
+    diff = queries[:, None, :] - keys[None, :, :]
+    f = (diff[..., 0] ** 2 + diff[..., 1] ** 2) + diff[..., 2] ** 2
+    if radius is not None:
+        f = np.where(f <= (radius * scale) ** 2, f, np.inf)
+    order = np.lexsort((np.broadcast_to(np.arange(6000), f.shape), f), axis=1)[:, :5]
+    best = np.take_along_axis(f, order, 1)
+    np.testing.assert_array_equal(idx, np.where(np.isfinite(best), order, -1))
+    np.testing.assert_array_equal(dist, best)
