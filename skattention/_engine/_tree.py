@@ -30,11 +30,12 @@ from ._exact import row_packed, sort_exact
 
 # Keys per leaf of SciPy's tree at most.
 LEAF_KEYS = 16
-# The tree serves keys of at most this dimension (beyond, pruning fades and the blocked scan's
-# matrix products win), at least this many keys, calls of at least this many queries when the
-# keys are the call's own (the tree is then built for the call; prepared keys keep theirs), and
-# keys whose float64 copy it can hold (about 8 d + 8 bytes a key).
-MAX_DIM = 3
+# The tree serves keys of at most this dimension (it won up to 8 dimensions on clustered and
+# Gaussian keys, tied at 10 and lost beyond: pruning fades and the blocked scan's products win;
+# docs/performance.md, "The key tree"), at least this many keys, calls of at least this many
+# queries when the keys are the call's own (the tree is then built for the call; prepared keys
+# keep theirs), and keys whose float64 copy it can hold (about 8 d + 8 bytes a key).
+MAX_DIM = 8
 MIN_KEYS = 4096
 MIN_QUERIES = 256
 MAX_TREE_ENTRIES = 1 << 25
