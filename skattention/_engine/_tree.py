@@ -124,6 +124,7 @@ class KeyTree:
             start = stop
         return out_f, out_i
 
+
 def _reach(f):
     """The distance bound to ask of SciPy's tree for the keys of exact f at most ``f``
     (a float or an array): widened relatively and by ``_F_FLOOR``, beyond both roundings."""
