@@ -85,9 +85,9 @@ def exact_f_of_pairs(kind, p, q, k):
     return cosine_distances_of_pairs(q, k)
 
 
-# Dimensions up to which a squared distance is summed term by term, in order (a rounding the
-# key tree repeats on its own layout of the keys; torch's sum over so short a last dimension
-# adds its terms in the same order on x86, so the values did not change).
+# Dimensions up to which a squared distance is summed term by term, in order, whatever the
+# layout (torch's sum over so short a last dimension adds its terms in the same order on x86,
+# so the values did not change when this order was fixed).
 SEQUENTIAL_DIMS = 3
 
 

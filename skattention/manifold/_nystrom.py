@@ -50,8 +50,8 @@ def knn_nystrom(Z, fit_Z, values, *, n_neighbors, epsilon, log_prior, radius, sl
     order = np.argsort(key_radius, kind="stable")
     n_wide = max(_MIN_WIDE_KEYS, int(_WIDE_FRACTION * n_train))
     wide = order[max(0, n_train - n_wide):]
-    is_wide = np.zeros(n_train, dtype=bool)
-    is_wide[wide] = True
+    wide_position = np.full(n_train, -1)  # each training point's place among the wide ones
+    wide_position[wide] = np.arange(len(wide))
     # every training point not among the wide ones has a radius of at most cut
     cut = key_radius[order[n_train - len(wide) - 1]] if len(wide) < n_train else 0.0
     first = min(n_train, _FIRST_CANDIDATES * n_neighbors)
@@ -60,7 +60,7 @@ def knn_nystrom(Z, fit_Z, values, *, n_neighbors, epsilon, log_prior, radius, sl
     rows = plan_rows(Z.shape[0], row_bytes=row_bytes, budget=budget_bytes())
     context = dict(fit_Z=fit_Z, keys=keys, values=values, n_neighbors=n_neighbors,
                    epsilon=epsilon, log_prior=log_prior, key_radius=key_radius, wide=wide,
-                   is_wide=is_wide, cut=cut, first=first, slack=slack, device=device)
+                   wide_position=wide_position, cut=cut, first=first, slack=slack, device=device)
     out = np.empty((Z.shape[0], values.shape[1]))
     starts = range(0, Z.shape[0], rows)
     for start in track(starts, progress, desc="Nystrom", unit="block"):
@@ -69,7 +69,7 @@ def knn_nystrom(Z, fit_Z, values, *, n_neighbors, epsilon, log_prior, radius, sl
 
 
 def _block(Zb, *, fit_Z, keys, values, n_neighbors, epsilon, log_prior, key_radius, wide,
-           is_wide, cut, first, slack, device):
+           wide_position, cut, first, slack, device):
     """The extension of one block of queries, ``m`` doubling for the rows that need it."""
     n_train = fit_Z.shape[0]
     out = np.empty((Zb.shape[0], values.shape[1]))
@@ -82,18 +82,18 @@ def _block(Zb, *, fit_Z, keys, values, n_neighbors, epsilon, log_prior, key_radi
         complete = (m >= n_train) | (d2[:, -1] > np.maximum(query_radius, cut) ** 2)
         done = todo[complete]
         out[done] = _average(Zb[done], d2[complete], idx[complete], query_radius[complete],
-                             fit_Z, values, epsilon, log_prior, key_radius, wide, is_wide)
+                             fit_Z, values, epsilon, log_prior, key_radius, wide, wide_position)
         todo, m = todo[~complete], min(n_train, 2 * m)
     return out
 
 
 def _average(Zq, d2, idx, query_radius, fit_Z, values, epsilon, log_prior, key_radius, wide,
-             is_wide):
+             wide_position):
     """Softmax-weighted average of ``values`` over each query's adjacent candidates: its nearest
     (``d2``, ``idx``, less the wide keys) and the wide keys that can be adjacent to it (exact
     distances by differences)."""
-    wide_d2, wide_idx = _wide_candidates(Zq, idx, fit_Z, key_radius, wide, is_wide)
-    d2 = np.concatenate([np.where(is_wide[idx], np.inf, d2), wide_d2], axis=1)
+    wide_d2, wide_idx = _wide_candidates(Zq, idx, fit_Z, key_radius, wide, wide_position)
+    d2 = np.concatenate([np.where(wide_position[idx] >= 0, np.inf, d2), wide_d2], axis=1)
     idx = np.concatenate([idx, wide_idx], axis=1)
     adjacent = d2 <= np.maximum(query_radius[:, None], key_radius[idx]) ** 2
     logits = np.where(adjacent, -d2 / epsilon + log_prior[idx], -np.inf)
@@ -103,7 +103,7 @@ def _average(Zq, d2, idx, query_radius, fit_Z, values, epsilon, log_prior, key_r
     return np.einsum("ij,ijc->ic", weights, values[idx])
 
 
-def _wide_candidates(Zq, idx, fit_Z, key_radius, wide, is_wide):
+def _wide_candidates(Zq, idx, fit_Z, key_radius, wide, wide_position):
     """``(d2, idx)``, rows padded with ``inf`` / 0: the squared distances and indices of the
     wide training points that can be adjacent to each query, those among its nearest ``idx``
     (within its own radius) and those whose ball holds it. At up to ``_TREE_DIMS`` dimensions a
@@ -111,15 +111,14 @@ def _wide_candidates(Zq, idx, fit_Z, key_radius, wide, is_wide):
     point is a candidate."""
     n_q, n_wide = Zq.shape[0], len(wide)
     if Zq.shape[1] <= _TREE_DIMS and n_q:
-        position = np.full(fit_Z.shape[0], -1)
-        position[wide] = np.arange(n_wide)
-        rows, cols = np.nonzero(is_wide[idx])
+        among_nearest = wide_position[idx]
+        rows, cols = np.nonzero(among_nearest >= 0)
         balls = cKDTree(Zq).query_ball_point(fit_Z[wide], key_radius[wide] * (1 + _BALL_SLACK))
         lengths = np.fromiter(map(len, balls), dtype=np.int64, count=n_wide)
         in_ball = np.fromiter(itertools.chain.from_iterable(balls), dtype=np.int64,
                               count=int(lengths.sum()))
         pairs = np.unique(np.concatenate([
-            rows * n_wide + position[idx[rows, cols]],
+            rows * n_wide + among_nearest[rows, cols],
             in_ball * n_wide + np.repeat(np.arange(n_wide), lengths)]))
         rows, cols = pairs // n_wide, pairs % n_wide
     else:
