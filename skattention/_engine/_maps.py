@@ -72,6 +72,22 @@ class MetricMap(nn.Module):
         """Floats per row held while mapping it (input, output and their temporaries)."""
         return 3 * (self.n_components + self.n_features)
 
+    def training_images(self, matrices, rows_per_call):
+        """``images(i, rows=None)``: the key images of ``matrices[i][rows]`` (every row for
+        ``None``), for a training's many calls over the same matrices of about
+        ``rows_per_call`` rows each: here the map of the rows (:class:`MappedRows`)."""
+        return MappedRows(self, matrices)
+
+
+class MappedRows:
+    """The key images of rows of fixed matrices: the map applied to them."""
+
+    def __init__(self, metric_map, matrices):
+        self.metric_map, self.matrices = metric_map, matrices
+
+    def __call__(self, i, rows=None):
+        return self.metric_map.key(self.matrices[i] if rows is None else self.matrices[i][rows])
+
 
 class LinearMap(MetricMap):
     """phi(x) = W x."""
@@ -215,17 +231,29 @@ class TabularMap(MetricMap):
     def forward(self, x):
         numbers = x if x.shape[1] == self.n_numeric else x[:, : self.n_numeric]
         if self.plr:
-            # 2 pi w: the inference copy's, else from the (trained) frequencies (same numbers)
-            angular = self.__dict__.get("angular_frequencies")
-            if angular is None:
-                angular = 2 * math.pi * self.frequencies
-            z = angular * numbers[..., None]
-            z = torch.relu(self.periodic(_CosSin.apply(z)))
-            numbers = z.flatten(1)
+            numbers = self.periodic_features(self.angular() * numbers[..., None]).flatten(1)
+        return self.output(numbers, x)
+
+    def angular(self):
+        """``2 pi w``: the inference copy's, else from the (trained) frequencies (same numbers)."""
+        angular = self.__dict__.get("angular_frequencies")
+        return 2 * math.pi * self.frequencies if angular is None else angular
+
+    def periodic_features(self, z):
+        """``e = relu(L [cos z, sin z])`` of angles ``z = 2 pi w x`` (..., n_frequencies)."""
+        return torch.relu(self.periodic(_CosSin.apply(z)))
+
+    def output(self, numbers, x):
+        """The image of rows ``x`` from their numbers as ``linear`` takes them (the periodic
+        features, flattened, or the numbers themselves) and their category codes."""
         if numbers.shape[1]:
             out = self.linear(numbers)
         else:
             out = self.linear.bias.expand(x.shape[0], -1)
+        return self.with_codes(out, x)
+
+    def with_codes(self, out, x):
+        """``out`` (the numbers' part of the images of rows ``x``) plus their codes' vectors."""
         if self.embedding is not None:
             codes = x[:, self.n_numeric :].long() + self.offsets
             out = out + self.embedding(codes).sum(1)
@@ -235,6 +263,124 @@ class TabularMap(MetricMap):
         """Floats per row held while mapping it (input, periodic features, output)."""
         periodic = self.n_numeric * 3 * (self.periodic.in_features if self.plr else 1)
         return self.n_features + periodic + (self.n_categorical + 3) * self.n_components
+
+    def training_images(self, matrices, rows_per_call):
+        """:class:`TabulatedRows` where some numeric column takes at most half as many
+        distinct values as a call has rows, else the map of the rows."""
+        if self.plr:
+            tables = TabulatedRows(self, matrices, max(rows_per_call // 2, 1))
+            if tables.n_tabulated:
+                return tables
+        return MappedRows(self, matrices)
+
+
+class TabulatedRows:
+    """The key images of rows of fixed matrices under a :class:`TabularMap` whose numeric
+    columns take few distinct values (most columns of survey and business tables: codes,
+    counts, missing indicators), computed per call from each such column's distinct values
+    (at most ``max_values`` over all the matrices) instead of per row and column:
+
+    * a column of at most :data:`FEW_VALUES` values: each value's term of the image (its
+      periodic features through the column's block of the linear layer) once per call; a
+      row's terms are selected by a 0/1 matrix, one product forward and one backward;
+    * a column of more: each value's periodic features once per call, gathered for the rows;
+    * the other columns: their features per row, as the map computes them.
+
+    The same images as the map's up to rounding (its linear layer's sum taken in parts); the
+    gradients are sums over the values instead of the rows. A training step's periodic
+    features were most of its map's cost (docs/performance.md)."""
+
+    def __init__(self, metric_map, matrices, max_values):
+        self.metric_map, self.matrices = metric_map, matrices
+        few, many = _Columns(), _Columns()
+        rest = []
+        for j in range(metric_map.n_numeric):
+            column = torch.cat([X[:, j] for X in matrices])
+            head = column[: 4 * max_values]  # more distinct values there: more everywhere
+            distinct, inverse = None, None
+            if head.numel() == column.numel() or torch.unique(head).numel() <= max_values:
+                distinct, inverse = torch.unique(column, return_inverse=True)
+            if distinct is None or distinct.numel() > max_values:
+                rest.append(j)
+            else:
+                (few if distinct.numel() <= FEW_VALUES else many).add(j, distinct, inverse)
+        sizes = [X.shape[0] for X in matrices]
+        device = matrices[0].device
+        self.few, self.many = few.tensors(sizes, device), many.tensors(sizes, device)
+        # the columns whose features enter the linear layer per row: gathered, then computed
+        self.rest = torch.as_tensor(rest, dtype=torch.long, device=device)
+        self.per_row = torch.cat([self.many["columns"], self.rest])
+        self.n_tabulated = self.few["columns"].numel() + self.many["columns"].numel()
+
+    def __call__(self, i, rows=None):
+        m = self.metric_map
+        x = self.matrices[i] if rows is None else self.matrices[i][rows]
+        angular = m.angular()
+        weight = m.linear.weight.view(m.n_components, m.n_numeric, -1)
+
+        # index_select rather than indexing: its backward adds in a fixed order (indexing's
+        # accumulating put does not on several threads)
+        def features_of(columns):  # each distinct value's periodic features
+            return m.periodic_features(angular.index_select(0, columns["value_column"])
+                                       * columns["values"][:, None])
+
+        def codes_of(columns):  # int32 in memory; a long index adds rows back twice as fast
+            codes = columns["codes"][i]
+            return (codes if rows is None else codes[rows]).long()
+
+        out = m.linear.bias.expand(x.shape[0], -1)
+        if self.few["columns"].numel():
+            terms = torch.einsum("oud,ud->uo",
+                                 weight.index_select(1, self.few["value_column"]),
+                                 features_of(self.few))
+            codes = codes_of(self.few)
+            select = x.new_zeros((x.shape[0], terms.shape[0])).scatter_(1, codes, 1.0)
+            out = torch.addmm(out, select, terms)
+        if self.per_row.numel():
+            parts = []
+            if self.many["columns"].numel():
+                codes = codes_of(self.many)
+                parts.append(features_of(self.many).index_select(0, codes.flatten())
+                             .view(*codes.shape, -1))
+            if self.rest.numel():
+                parts.append(m.periodic_features(angular.index_select(0, self.rest)
+                                                 * x[:, self.rest, None]))
+            features = torch.cat(parts, 1) if len(parts) > 1 else parts[0]
+            block = weight.index_select(1, self.per_row).flatten(1)
+            out = torch.addmm(out, features.flatten(1), block.T)
+        return m.with_codes(out, x)
+
+
+FEW_VALUES = 32
+"""Columns of at most this many distinct values take :class:`TabulatedRows`' 0/1 product
+(its cost grows with the values, the gathered features' with the rows)."""
+
+
+class _Columns:
+    """Numeric columns tabulated alike: their distinct values one after the other, each
+    row's code of its value in every column."""
+
+    def __init__(self):
+        self.columns, self.values, self.codes, self.size = [], [], [], 0
+
+    def add(self, j, distinct, inverse):
+        self.columns.append(j)
+        self.values.append(distinct)
+        self.codes.append(inverse + self.size)
+        self.size += distinct.numel()
+
+    def tensors(self, sizes, device):
+        """``columns``, ``values``, ``value_column`` (the column of each value) and
+        ``codes``: one (rows, columns) int32 tensor per matrix of ``sizes`` rows."""
+        long = {"dtype": torch.long, "device": device}
+        if not self.columns:
+            return {"columns": torch.empty(0, **long)}
+        columns = torch.as_tensor(self.columns, **long)
+        counts = torch.as_tensor([v.numel() for v in self.values], **long)
+        codes = torch.stack(self.codes, 1).to(torch.int32)
+        return {"columns": columns, "values": torch.cat(self.values),
+                "value_column": torch.repeat_interleave(columns, counts),
+                "codes": list(torch.split(codes, sizes))}
 
 
 class _CosSin(torch.autograd.Function):

@@ -123,13 +123,15 @@ def train_metric(
     log_prior = key_log_prior(weight)
     optimizer = _optimizer(metric_map, log_temperature, learning_rate, weight_decay,
                            optimizer_state)
+    images = metric_map.training_images(
+        [X] if validation is None else [X, validation[0]], min(n, n_candidates))
     step = _MinibatchStep(metric_map, log_temperature, X, values, loss, weight, log_prior,
-                          n_candidates, generator, optimizer, row_groups)
+                          n_candidates, generator, optimizer, row_groups, images)
     parameters = _Parameters(metric_map, log_temperature)
     validate = None
     if validation is not None:
         keys = _validation_keys(n, max_validation_keys, generator, X.device)
-        validate = _Validation(metric_map, log_temperature, X, values, log_prior, keys,
+        validate = _Validation(metric_map, log_temperature, images, values, log_prior, keys,
                                validation, loss)
     batches = _EpochBatches(n, epoch_rows, batch_size, generator)
     stepper, validate, swap_back = _averaged(optimizer, validate, average, batches.rows,
@@ -187,12 +189,13 @@ class _MinibatchStep:
     """The training step of one minibatch (the ``step`` of ``run_training``): its points
     attend to candidate points with themselves excluded; the gradients of their weighted
     loss are computed. Returns ``(loss, weight)``, or ``None`` for a minibatch without
-    weight."""
+    weight. ``images(0, rows)``: the key images of ``X[rows]`` (``training_images``)."""
 
     def __init__(self, metric_map, log_temperature, X, values, loss, weight, log_prior,
-                 n_candidates, generator, optimizer, row_groups=None):
+                 n_candidates, generator, optimizer, row_groups, images):
         self.metric_map, self.log_temperature, self.X, self.values = (
             metric_map, log_temperature, X, values)
+        self.images = images
         self.loss, self.weight, self.log_prior = loss, weight, log_prior
         self.n_candidates, self.generator, self.optimizer = n_candidates, generator, optimizer
         self.in_batch = torch.zeros(X.shape[0], dtype=torch.bool)
@@ -228,7 +231,7 @@ class _MinibatchStep:
             return None  # a batch of zero-weight points carries no loss
         cand_d, cand_values, prior = self._merged(cand_d, batch.numel(),
                                                   self.n_candidates < self.X.shape[0])
-        keys = self.metric_map.key(self.X[cand_d])
+        keys = self.images(0, cand_d)
         queries = keys[own_d] if self.symmetric else self.metric_map.query(self.X[batch_d])
         temperature = exp_in_range(self.log_temperature)
         if not self.log_temperature.requires_grad:
@@ -310,18 +313,23 @@ def _validation_keys(n, max_validation_keys, generator, device):
 
 class _Validation:
     """The ``validate`` of early stopping: ``(score, loss)`` of the validation points attending
-    to the training points ``keys`` (:func:`validation_score`)."""
+    to the training points ``keys`` (:func:`validation_score`). ``images(i, rows)``: the key
+    images of the training points (``i = 0``) and of the validation points (``i = 1``)."""
 
-    def __init__(self, metric_map, log_temperature, X, values, log_prior, keys, validation,
-                 loss):
+    def __init__(self, metric_map, log_temperature, images, values, log_prior, keys,
+                 validation, loss):
         self.metric_map, self.log_temperature = metric_map, log_temperature
-        self.X, self.values, self.log_prior, self.keys = X, values, log_prior, keys
+        self.images, self.values, self.log_prior, self.keys = images, values, log_prior, keys
         self.validation, self.loss = validation, loss
 
+    @torch.no_grad()
     def __call__(self):
-        keys = self.keys
-        return validation_score(self.metric_map, self.log_temperature, self.X[keys],
-                                self.values[keys],
+        keys, metric_map = self.keys, self.metric_map
+        metric_map.eval()
+        queries = (self.images(1) if metric_map.kind != "dot"
+                   else metric_map.query(self.validation[0]))
+        return validation_score(queries, self.images(0, keys), self.values[keys],
+                                metric_map.kind, float(torch.exp(self.log_temperature)),
                                 None if self.log_prior is None else self.log_prior[keys],
                                 self.validation, self.loss)
 
@@ -404,16 +412,12 @@ def soft_neighbour_loss(out, target, loss):
 
 
 @torch.no_grad()
-def validation_score(metric_map, log_temperature, X, values, log_prior, validation, loss):
-    """(score, loss) of the validation set attending to ``X``: accuracy or R^2, and the
-    training objective."""
-    X_val, values_val, weight_val = validation
-    metric_map.eval()
-    pred = attention(
-        metric_map.query(X_val), metric_map.key(X), values, metric=metric_map.kind,
-        temperature=float(torch.exp(log_temperature)), log_prior=log_prior, on_empty="zero",
-        device=X.device, dtype=X.dtype,
-    )
+def validation_score(queries, keys, values, metric, temperature, log_prior, validation, loss):
+    """(score, loss) of the validation set, whose images are ``queries``, attending to the
+    images ``keys`` of training points: accuracy or R^2, and the training objective."""
+    _, values_val, weight_val = validation
+    pred = attention(queries, keys, values, metric=metric, temperature=temperature,
+                     log_prior=log_prior, on_empty="zero", device=keys.device, dtype=keys.dtype)
     total = weight_val.sum()
     val_loss = float((weight_val * soft_neighbour_loss(pred, values_val, loss)).sum() / total)
     if loss == "log_loss":

@@ -133,8 +133,10 @@ def test_a_warm_start_without_improvement_keeps_the_last_validated_parameters():
         learning_rate=5e-2, generator=torch.Generator().manual_seed(1), history=history,
         optimizer_state=state, **kwargs)
     assert history.best_validation_loss == best < min(history.validation_losses[-2:])
-    _, final = validation_score(metric_map, log_t, X[train], values[train], None, validation,
-                                "log_loss")
+    with torch.no_grad():
+        _, final = validation_score(metric_map(validation[0]), metric_map(X[train]),
+                                    values[train], metric_map.kind, float(torch.exp(log_t)),
+                                    None, validation, "log_loss")
     assert final == history.validation_losses[-1]
 
 
@@ -187,7 +189,7 @@ def test_candidates_with_equal_rows_as_one_key_give_the_step_s_loss_and_gradient
         run = _metric_training._MinibatchStep(
             metric_map, log_t, X, values, "log_loss", weight,
             _metric_training.key_log_prior(weight), 300, torch.Generator().manual_seed(0),
-            optimizer, row_groups)
+            optimizer, row_groups, metric_map.training_images([X], 300))
         if row_groups is not None:  # the 360 other candidates as at most 30 keys
             assert run._merged(torch.arange(400), 40)[0].numel() <= 40 + 30
         loss, _ = run(batch)
@@ -218,7 +220,8 @@ def test_equal_rows_are_not_merged_when_every_point_is_a_candidate():
     for n_candidates in (200, 120):
         run = _metric_training._MinibatchStep(
             metric_map, log_t, X, values, "log_loss", weight, log_prior, n_candidates,
-            torch.Generator().manual_seed(0), optimizer, groups)
+            torch.Generator().manual_seed(0), optimizer, groups,
+            metric_map.training_images([X], n_candidates))
         loss, _ = run(torch.arange(20))
         assert np.isfinite(loss)
     rows, merged_values, prior = run._merged(torch.arange(200), 20)

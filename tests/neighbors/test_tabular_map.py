@@ -278,3 +278,53 @@ def test_the_inference_copy_maps_as_the_map_does(cardinalities):
         torch.testing.assert_close(
             metric_map.for_inference(torch.device("cpu"), torch.float32)(x), metric_map(x),
             **close)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tabulated_training_images_are_the_maps(threads):
+    # Columns of 2, 9, 40 and 1,500 distinct values and a continuous one, over a training matrix
+    # and a validation matrix that holds values the training one lacks: the few-valued
+    # columns' terms, the gathered features and the per-row features together give the map's
+    # images and gradients up to rounding, and the same bits from call to call (float32 on
+    # two threads: sums that indexing's accumulating put would add in varying order).
+    g = torch.Generator().manual_seed(0)
+
+    def matrix(n):
+        columns = [torch.randint(0, u, (n,), generator=g).float() / u for u in (2, 9, 40, 1500)]
+        codes = torch.randint(0, 4, (n, 1), generator=g).float()
+        return torch.cat([torch.stack(columns, 1), torch.randn(n, 1, generator=g), codes], 1)
+
+    torch.manual_seed(0)
+    metric_map = build_map("tabular", n_components=8, n_numeric=5, cardinalities=[4])
+    X, X_val = matrix(8000), matrix(500)
+    images = metric_map.training_images([X, X_val], 4000)
+    assert [images.few["columns"].tolist(), images.many["columns"].tolist(),
+            images.rest.tolist()] == [[0, 1], [2, 3], [4]]
+    rows = torch.randint(0, 8000, (2000,), generator=g)
+    target = torch.randn(2000, 8, generator=g)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        gradients = []
+        for images_of in (lambda: metric_map(X[rows]), lambda: images(0, rows),
+                          lambda: images(0, rows)):
+            metric_map.zero_grad()
+            ((images_of() - target) ** 2).sum().backward()
+            gradients.append([p.grad.clone() for p in metric_map.parameters()])
+    finally:
+        torch.set_num_threads(previous)
+    with torch.no_grad():
+        torch.testing.assert_close(images(0, rows), metric_map(X[rows]))
+        torch.testing.assert_close(images(1), metric_map(X_val))
+    for mapped, tabulated, again in zip(*gradients, strict=True):
+        assert float((tabulated - mapped).norm()) <= 1e-4 * float(mapped.norm())
+        assert torch.equal(tabulated, again)
+
+
+def test_continuous_numbers_are_mapped_row_by_row():
+    torch.manual_seed(0)
+    metric_map = build_map("tabular", n_components=4, n_numeric=2, cardinalities=[])
+    X = torch.randn(2000, 2)
+    assert type(metric_map.training_images([X], 1000)).__name__ == "MappedRows"
+    none = build_map("tabular", n_components=4, n_numeric=2, numeric_embedding="none")
+    assert type(none.training_images([X.round()], 1000)).__name__ == "MappedRows"
