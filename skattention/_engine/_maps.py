@@ -265,25 +265,38 @@ class TabularMap(MetricMap):
         return self.n_features + periodic + (self.n_categorical + 3) * self.n_components
 
     def training_images(self, matrices, rows_per_call):
-        """:class:`TabulatedRows` where some numeric column takes at most half as many
-        distinct values as a call has rows, else the map of the rows."""
+        """:class:`TabulatedRows` where numeric columns take at most half as many distinct
+        values as a call has rows and that saves enough of the features' evaluations, else
+        the map of the rows."""
         if self.plr:
             tables = TabulatedRows(self, matrices, max(rows_per_call // 2, 1))
-            if tables.n_tabulated:
+            saved = rows_per_call * tables.n_tabulated - tables.n_values
+            if saved >= MIN_SAVED_FEATURES:
                 return tables
         return MappedRows(self, matrices)
+
+
+MIN_SAVED_FEATURES = 8192
+"""The fewest periodic features (a row's number in one column) per call that
+:class:`TabulatedRows` must save: a call costs it a dozen more kernels, about as much as a few
+thousand rows' features (below, small tables' steps were no faster or slower)."""
+
+FEW_VALUES = 32
+"""Columns of at most this many distinct values take :class:`TabulatedRows`' 0/1 product
+(its cost grows with the values, the gathered features' with the rows)."""
 
 
 class TabulatedRows:
     """The key images of rows of fixed matrices under a :class:`TabularMap` whose numeric
     columns take few distinct values (most columns of survey and business tables: codes,
     counts, missing indicators), computed per call from each such column's distinct values
-    (at most ``max_values`` over all the matrices) instead of per row and column:
+    (at most ``max_values`` over all the matrices) instead of per row and column. Per call,
+    the periodic features of every such value, then:
 
     * a column of at most :data:`FEW_VALUES` values: each value's term of the image (its
-      periodic features through the column's block of the linear layer) once per call; a
-      row's terms are selected by a 0/1 matrix, one product forward and one backward;
-    * a column of more: each value's periodic features once per call, gathered for the rows;
+      features through the column's block of the linear layer); a row's terms are selected by
+      a 0/1 matrix, one product forward and one backward;
+    * a column of more: its values' features gathered for the rows;
     * the other columns: their features per row, as the map computes them.
 
     The same images as the map's up to rounding (its linear layer's sum taken in parts); the
@@ -292,56 +305,61 @@ class TabulatedRows:
 
     def __init__(self, metric_map, matrices, max_values):
         self.metric_map, self.matrices = metric_map, matrices
-        few, many = _Columns(), _Columns()
-        rest = []
+        few, many, rest = [], [], []
         for j in range(metric_map.n_numeric):
             column = torch.cat([X[:, j] for X in matrices])
             head = column[: 4 * max_values]  # more distinct values there: more everywhere
-            distinct, inverse = None, None
+            distinct = None
             if head.numel() == column.numel() or torch.unique(head).numel() <= max_values:
                 distinct, inverse = torch.unique(column, return_inverse=True)
             if distinct is None or distinct.numel() > max_values:
                 rest.append(j)
             else:
-                (few if distinct.numel() <= FEW_VALUES else many).add(j, distinct, inverse)
-        sizes = [X.shape[0] for X in matrices]
+                (few if distinct.numel() <= FEW_VALUES else many).append((j, distinct, inverse))
         device = matrices[0].device
-        self.few, self.many = few.tensors(sizes, device), many.tensors(sizes, device)
+        long = {"dtype": torch.long, "device": device}
+        tabulated = few + many  # the few-valued columns' values first
+        self.n_tabulated, self.n_few = len(tabulated), len(few)
+        self.n_few_values = sum(distinct.numel() for _, distinct, _ in few)
+        self.n_values = sum(distinct.numel() for _, distinct, _ in tabulated)
+        self.rest = torch.as_tensor(rest, **long)
         # the columns whose features enter the linear layer per row: gathered, then computed
-        self.rest = torch.as_tensor(rest, dtype=torch.long, device=device)
-        self.per_row = torch.cat([self.many["columns"], self.rest])
-        self.n_tabulated = self.few["columns"].numel() + self.many["columns"].numel()
+        self.per_row = torch.as_tensor([j for j, _, _ in many] + rest, **long)
+        if not tabulated:
+            return
+        self.values = torch.cat([distinct for _, distinct, _ in tabulated])
+        self.value_column = torch.repeat_interleave(
+            torch.as_tensor([j for j, _, _ in tabulated], **long),
+            torch.as_tensor([distinct.numel() for _, distinct, _ in tabulated], **long))
+        # a row's code of its value in each column: the value's place among all of them
+        offsets = itertools.accumulate([d.numel() for _, d, _ in tabulated[:-1]], initial=0)
+        codes = torch.stack([inverse + offset
+                             for (_, _, inverse), offset in zip(tabulated, offsets)], 1)
+        self.codes = list(torch.split(codes.to(torch.int32), [X.shape[0] for X in matrices]))
 
     def __call__(self, i, rows=None):
         m = self.metric_map
         x = self.matrices[i] if rows is None else self.matrices[i][rows]
         angular = m.angular()
         weight = m.linear.weight.view(m.n_components, m.n_numeric, -1)
-
         # index_select rather than indexing: its backward adds in a fixed order (indexing's
         # accumulating put does not on several threads)
-        def features_of(columns):  # each distinct value's periodic features
-            return m.periodic_features(angular.index_select(0, columns["value_column"])
-                                       * columns["values"][:, None])
-
-        def codes_of(columns):  # int32 in memory; a long index adds rows back twice as fast
-            codes = columns["codes"][i]
-            return (codes if rows is None else codes[rows]).long()
-
+        features = m.periodic_features(angular.index_select(0, self.value_column)
+                                       * self.values[:, None])
+        # int32 in memory; a long index adds rows back twice as fast
+        codes = (self.codes[i] if rows is None else self.codes[i][rows]).long()
         out = m.linear.bias.expand(x.shape[0], -1)
-        if self.few["columns"].numel():
+        if self.n_few:
+            few = slice(0, self.n_few_values)
             terms = torch.einsum("oud,ud->uo",
-                                 weight.index_select(1, self.few["value_column"]),
-                                 features_of(self.few))
-            codes = codes_of(self.few)
-            select = x.new_zeros((x.shape[0], terms.shape[0])).scatter_(1, codes, 1.0)
-            out = torch.addmm(out, select, terms)
+                                 weight.index_select(1, self.value_column[few]), features[few])
+            select = x.new_zeros((x.shape[0], self.n_few_values))
+            out = torch.addmm(out, select.scatter_(1, codes[:, : self.n_few], 1.0), terms)
         if self.per_row.numel():
             parts = []
-            if self.many["columns"].numel():
-                codes = codes_of(self.many)
-                parts.append(features_of(self.many).index_select(0, codes.flatten())
-                             .view(*codes.shape, -1))
+            if self.n_tabulated > self.n_few:
+                many = codes[:, self.n_few :]
+                parts.append(features.index_select(0, many.flatten()).view(*many.shape, -1))
             if self.rest.numel():
                 parts.append(m.periodic_features(angular.index_select(0, self.rest)
                                                  * x[:, self.rest, None]))
@@ -349,38 +367,6 @@ class TabulatedRows:
             block = weight.index_select(1, self.per_row).flatten(1)
             out = torch.addmm(out, features.flatten(1), block.T)
         return m.with_codes(out, x)
-
-
-FEW_VALUES = 32
-"""Columns of at most this many distinct values take :class:`TabulatedRows`' 0/1 product
-(its cost grows with the values, the gathered features' with the rows)."""
-
-
-class _Columns:
-    """Numeric columns tabulated alike: their distinct values one after the other, each
-    row's code of its value in every column."""
-
-    def __init__(self):
-        self.columns, self.values, self.codes, self.size = [], [], [], 0
-
-    def add(self, j, distinct, inverse):
-        self.columns.append(j)
-        self.values.append(distinct)
-        self.codes.append(inverse + self.size)
-        self.size += distinct.numel()
-
-    def tensors(self, sizes, device):
-        """``columns``, ``values``, ``value_column`` (the column of each value) and
-        ``codes``: one (rows, columns) int32 tensor per matrix of ``sizes`` rows."""
-        long = {"dtype": torch.long, "device": device}
-        if not self.columns:
-            return {"columns": torch.empty(0, **long)}
-        columns = torch.as_tensor(self.columns, **long)
-        counts = torch.as_tensor([v.numel() for v in self.values], **long)
-        codes = torch.stack(self.codes, 1).to(torch.int32)
-        return {"columns": columns, "values": torch.cat(self.values),
-                "value_column": torch.repeat_interleave(columns, counts),
-                "codes": list(torch.split(codes, sizes))}
 
 
 class _CosSin(torch.autograd.Function):

@@ -298,8 +298,7 @@ def test_tabulated_training_images_are_the_maps(threads):
     metric_map = build_map("tabular", n_components=8, n_numeric=5, cardinalities=[4])
     X, X_val = matrix(8000), matrix(500)
     images = metric_map.training_images([X, X_val], 4000)
-    assert [images.few["columns"].tolist(), images.many["columns"].tolist(),
-            images.rest.tolist()] == [[0, 1], [2, 3], [4]]
+    assert (images.n_few, images.per_row.tolist(), images.rest.tolist()) == (2, [2, 3, 4], [4])
     rows = torch.randint(0, 8000, (2000,), generator=g)
     target = torch.randn(2000, 8, generator=g)
     previous = torch.get_num_threads()
