@@ -20,9 +20,9 @@ from ._attention import attention
 from ._budget import CPU_WHOLE_ROW_KEYS, budget_bytes, plan_rows
 from ._inputs import clamp_log_temperature
 from ._near_far import distinct_rows
-from ._one_block import self_mask, single_block_attention
+from ._one_block import recomputed_step, self_mask, single_block_attention
 from ._optimizers import Adam, AveragingOptimizer
-from ._parallel import SMALL_STEP_WORK, small_work_single_threaded
+from ._parallel import SMALL_STEP_WORK, chunk_workers, small_work_single_threaded
 from ._scores import PreparedKeys
 from ._training import Callback, EarlyStopping, TrainingHistory, run_training
 
@@ -223,6 +223,15 @@ class _MinibatchStep:
         return torch.cat([batch, others]), torch.arange(batch.numel())
 
     def __call__(self, batch):
+        # a step whose attention runs in row-chunk runs: those on workers, its other kernels
+        # on one core (a descheduled thread then delays its runs, not every kernel's barrier)
+        if self.X.device.type == "cpu" and recomputed_step(
+                self.metric_map.kind, batch.numel() * min(self.X.shape[0], self.n_candidates)):
+            with chunk_workers(torch.get_num_threads()):
+                return self._step(batch)
+        return self._step(batch)
+
+    def _step(self, batch):
         candidates, own = self.candidates(batch)
         device = self.X.device
         batch_d, cand_d, own_d = batch.to(device), candidates.to(device), own.to(device)

@@ -15,7 +15,7 @@ import torch
 from ._budget import budget_bytes, cache_row_slices, dense_plan, pair_bytes
 from ._inputs import check_prepared, checked_log_prior, checked_values, values_for_products
 from ._masks import mask_self
-from ._parallel import _mkl_threads, rows_single_threaded
+from ._parallel import _mkl_threads, map_chunk_groups, rows_single_threaded
 from ._scores import ROW_MULTIPLE, distance_logits, distance_logits_grads
 from ._softmax import flushed_exp, flushed_softmax, rows_times
 
@@ -37,7 +37,7 @@ def single_block_attention(prepared, q, v, scale, log_prior, mask=None):
     if prepared.squared:
         z = prepared.logits(q, 0, prepared.n_keys, scale=scale, log_prior=log_prior)
         return _SingleBlockSoftmax.apply(z, None, None, None, v, mask)
-    if q.shape[0] * prepared.n_keys >= RECOMPUTED_MIN_PAIRS:
+    if recomputed_step(prepared.kind, q.shape[0] * prepared.n_keys):
         return _RecomputedEuclideanSoftmax.apply(
             q, prepared.keys, prepared.key_offset, prepared.query_offset(q), scale, log_prior,
             v, mask)
@@ -49,6 +49,12 @@ def single_block_attention(prepared, q, v, scale, log_prior, mask=None):
 # stored whole (_RecomputedEuclideanSoftmax): the smaller steps of small tables keep the
 # products of the whole block (their rounding, their results).
 RECOMPUTED_MIN_PAIRS = 1 << 21
+
+
+def recomputed_step(kind, n_pairs):
+    """Whether a training step of ``n_pairs`` (query, key) pairs of a map of ``kind`` takes
+    :class:`_RecomputedEuclideanSoftmax` (its row chunks on :func:`chunk_workers`)."""
+    return kind == "euclidean" and n_pairs >= RECOMPUTED_MIN_PAIRS
 
 
 def self_mask(own, n_keys):
@@ -153,7 +159,13 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
     backward computes a chunk's scores and weights again from the products and the rows' kept
     largest logit and sum (flash attention's recomputation): a large step's passes over its
     block stay in the cache instead of going through memory, at the cost of one more product
-    per chunk."""
+    per chunk. The weights are never divided by their row's sum: the rows' outputs and
+    gradient factors are (a pass over the block fewer each way), and the backward's factor
+    ``scale / 2`` of the distances' chain rule is folded into them too.
+
+    The chunks are cut into :data:`CHUNK_GROUPS` runs, each computed on one thread, on the
+    workers of :func:`chunk_workers` where the caller set them: the keys' gradient is the sum
+    of the runs' sums in their order, whatever the number of workers."""
 
     @staticmethod
     def forward(ctx, q, keys, key_offset, offset, scale, prior, v, mask):
@@ -163,26 +175,33 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
         key_offset = key_offset.detach()
         offset = offset.detach()
         v_t = v.detach().T.contiguous()
-        chunks = cache_row_slices(q.shape[0], keys.shape[0], q.device)
-        buffer = q.new_empty((chunks[0].stop - chunks[0].start, keys.shape[0]))
+        groups = _chunk_groups(q.shape[0], keys.shape[0], q.device)
         out = q.new_empty((q.shape[0], v.shape[1]))
         row_max, row_sum = q.new_empty((q.shape[0], 1)), q.new_empty((q.shape[0], 1))
-        for rows in chunks:
-            z = buffer[:rows.stop - rows.start]
-            _RecomputedEuclideanSoftmax._weights(z, q2[rows], keys_t, key_offset, offset[rows],
-                                                 ctx.scale, prior, mask, rows,
-                                                 row_max[rows], row_sum[rows])
-            torch.nn.functional.linear(z, v_t, out=out[rows])
+
+        def run(group):  # each run writes its own rows
+            chunks = groups[group]
+            buffer = q.new_empty((chunks[0].stop - chunks[0].start, keys.shape[0]))
+            for rows in chunks:
+                z = buffer[:rows.stop - rows.start]
+                _RecomputedEuclideanSoftmax._exp(z, q2[rows], keys_t, key_offset, offset[rows],
+                                                 ctx.scale, prior, mask, rows, row_max[rows])
+                torch.sum(z, 1, keepdim=True, out=row_sum[rows])
+                torch.nn.functional.linear(z, v_t, out=out[rows])
+
+        map_chunk_groups(run, len(groups))
+        out.div_(row_sum)
         ctx.save_for_backward(q2, keys.detach(), key_offset, offset, prior, v_t, out,
                               row_max, row_sum,
                               scale if isinstance(scale, torch.Tensor) else None)
         return out
 
     @staticmethod
-    def _weights(z, q2, keys_t, key_offset, offset, scale, prior, mask, rows, row_max,
-                 row_sum, recompute=False, d_out=None):
-        """The softmax weights of a chunk's rows into ``z``; sets their largest logit and sum
-        (forward) or uses them (``recompute``), the distances into ``d_out`` if given."""
+    def _exp(z, q2, keys_t, key_offset, offset, scale, prior, mask, rows, row_max,
+             recompute=False, d_out=None):
+        """The unnormalised weights ``exp(logit - row's largest)`` of a chunk's rows into
+        ``z``; sets the rows' largest logit (forward) or uses it (``recompute``), the
+        distances into ``d_out`` if given."""
         torch.addmm(key_offset, q2, keys_t, out=z)
         distance_logits(z, offset, scale, prior, d_out=z if d_out is None else d_out, z_out=z)
         if mask is not None:
@@ -190,10 +209,7 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
         if not recompute:
             torch.amax(z, 1, keepdim=True, out=row_max)
         z.sub_(row_max)
-        flushed_exp(z, inplace=True)
-        if not recompute:
-            torch.sum(z, 1, keepdim=True, out=row_sum)
-        return z.div_(row_sum)
+        return flushed_exp(z, inplace=True)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -203,39 +219,88 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
         need_q, need_keys, need_key_offset, need_offset, need_scale, need_prior, need_v, _ = (
             ctx.needs_input_grad)
         keys_t = keys.T
-        row_term = (d_out * out).sum(1, keepdim=True)
-        chunks = cache_row_slices(q2.shape[0], keys.shape[0], q2.device)
-        width = chunks[0].stop - chunks[0].start
-        p_buf, d_buf, g_buf = (q2.new_empty((width, keys.shape[0])) for _ in range(3))
+        # With e the unnormalised weights and s their row sums, p = e / s and the logits'
+        # gradient is p * (d_out v^T - rowsum(d_out * out)); the partial scores' chain rule
+        # then divides by the distances and multiplies by scale / 2. Both factors of a row
+        # are applied to its (rows x values) terms, not to the (rows x keys) block.
+        half_scale = 0.5 * ctx.scale
+        d_out_s = d_out / row_sum
+        factor = d_out_s * half_scale
+        row_term = (d_out * out).sum(1, keepdim=True) / row_sum * half_scale
+        groups = _chunk_groups(q2.shape[0], keys.shape[0], q2.device)
         d_q = q2.new_empty(q2.shape) if need_q else None
-        d_keys = keys.new_zeros(keys.shape) if need_keys else None
-        d_key_offset = key_offset.new_zeros(key_offset.shape) if need_key_offset else None
         d_offset = offset.new_empty(offset.shape) if need_offset else None
-        d_scale = q2.new_zeros(()) if need_scale else None
-        d_prior = prior.new_zeros(prior.shape) if need_prior else None
-        d_v = v_t.new_zeros(v_t.shape[::-1]) if need_v else None
-        for rows in chunks:
-            n = rows.stop - rows.start
-            p, d = p_buf[:n], d_buf[:n]
-            _RecomputedEuclideanSoftmax._weights(p, q2[rows], keys_t, key_offset, offset[rows],
-                                                 ctx.scale, prior, ctx.mask, rows,
-                                                 row_max[rows], row_sum[rows], recompute=True,
-                                                 d_out=d)
-            if need_v:
-                d_v.addmm_(p.T, d_out[rows])
-            dz = _outer_rows(d_out[rows], v_t, g_buf[:n]).sub_(row_term[rows]).mul_(p)
-            # dz becomes the partial scores' gradient in place
-            g = _chunk_distance_grads(dz, d, ctx.scale, rows, (d_offset, d_scale, d_prior))
-            # partial = 2 q . k + key_offset
-            if need_q:
-                torch.mm(g, keys, out=d_q[rows]).mul_(2.0)
-            if need_keys:
-                d_keys.addmm_(g.T, q2[rows])
-            if need_key_offset:
-                d_key_offset += g.sum(0)
-        if d_scale is not None:
-            d_scale = d_scale.reshape(scale.shape)
-        return d_q, d_keys, d_key_offset, d_offset, d_scale, d_prior, d_v, None
+
+        def run(group):
+            """The run's rows' gradients written; its sums of the others returned."""
+            chunks = groups[group]
+            width = chunks[0].stop - chunks[0].start
+            e_buf, d_buf, g_buf = (q2.new_empty((width, keys.shape[0])) for _ in range(3))
+            sums = {"keys": keys.new_zeros(keys.shape) if need_keys else None,
+                    "key_offset": key_offset.new_zeros(key_offset.shape)
+                    if need_key_offset else None,
+                    "scale": q2.new_zeros(()) if need_scale else None,
+                    "prior": prior.new_zeros(prior.shape) if need_prior else None,
+                    "v": v_t.new_zeros(v_t.shape[::-1]) if need_v else None}
+            for rows in chunks:
+                n = rows.stop - rows.start
+                e, d = e_buf[:n], d_buf[:n]
+                _RecomputedEuclideanSoftmax._exp(
+                    e, q2[rows], keys_t, key_offset, offset[rows], ctx.scale, prior, ctx.mask,
+                    rows, row_max[rows], recompute=True, d_out=d)
+                if need_v:
+                    sums["v"].addmm_(e.T, d_out_s[rows])
+                # the logits' gradient times scale / 2, in place
+                dz = _outer_rows(factor[rows], v_t, g_buf[:n]).sub_(row_term[rows]).mul_(e)
+                if need_scale:  # d logits / d scale = -d
+                    sums["scale"] -= torch.dot(dz.reshape(-1), d.reshape(-1))
+                if need_prior:
+                    sums["prior"] += dz.sum(0)
+                # the partial scores' gradient, 0 at distance 0 (distance_logits_grads)
+                g = dz.div_(d).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+                if need_offset:
+                    d_offset[rows] = -g.sum(1)
+                # partial = 2 q . k + key_offset
+                if need_q:
+                    torch.mm(g, keys, out=d_q[rows]).mul_(2.0)
+                if need_keys:
+                    sums["keys"].addmm_(g.T, q2[rows])
+                if need_key_offset:
+                    sums["key_offset"] += g.sum(0)
+            return sums
+
+        runs = map_chunk_groups(run, len(groups))
+        total = {name: _ordered_sum([r[name] for r in runs]) for name in runs[0]}
+        d_scale = None if total["scale"] is None else (total["scale"] / half_scale).reshape(
+            scale.shape)
+        d_prior = None if total["prior"] is None else total["prior"] / half_scale
+        return (d_q, total["keys"], total["key_offset"], d_offset, d_scale, d_prior,
+                total["v"], None)
+
+
+CHUNK_GROUPS = 4
+"""Runs of row chunks of :class:`_RecomputedEuclideanSoftmax`: enough for two workers to
+share them out unevenly when one is slowed (a busy machine), few enough that their separate
+sums of the keys' gradient cost little."""
+
+
+def _chunk_groups(n_rows, n_keys, device):
+    """The cache-sized row chunks of a (rows x keys) block in at most :data:`CHUNK_GROUPS`
+    contiguous runs (lists of slices)."""
+    chunks = cache_row_slices(n_rows, n_keys, device)
+    n = min(CHUNK_GROUPS, len(chunks))
+    bounds = [round(i * len(chunks) / n) for i in range(n + 1)]
+    return [chunks[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _ordered_sum(parts):
+    """``parts[0] + parts[1] + ...`` in that order (``None`` for ``None`` parts)."""
+    if parts[0] is None:
+        return None
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total
 
 
 def few_rows_over_prepared_keys(queries, prepared, values, metric, temperature, log_prior,

@@ -195,6 +195,35 @@ def _mkl_set_num_threads_local():
     return None
 
 
+_step = threading.local()
+
+
+@contextlib.contextmanager
+def chunk_workers(n):
+    """Within, :func:`map_chunk_groups` (a training step's attention) shares its groups of row
+    chunks out to ``n`` single-threaded workers; everything else runs on the calling thread's
+    one core (:func:`one_thread`): a step of the tabular recipe is a few hundred kernels
+    whose parallel regions each waited for a descheduled thread on a busy machine."""
+    before = getattr(_step, "workers", None)
+    _step.workers = max(1, int(n))
+    try:
+        with one_thread():
+            yield
+    finally:
+        _step.workers = before
+
+
+def map_chunk_groups(fn, n_groups):
+    """``[fn(g) for g in range(n_groups)]``, on :func:`chunk_workers`' workers where a caller
+    set them (else in the calling thread), each group on one thread: the results do not
+    depend on the number of workers."""
+    workers = min(getattr(_step, "workers", None) or 1, n_groups)
+    if workers < 2:
+        with one_thread():
+            return [fn(g) for g in range(n_groups)]
+    return list(map_blocks(fn, range(n_groups), workers))
+
+
 def n_workers(spec):
     """How many workers a loop of query blocks may use: the caller's torch thread count
     (``threadpoolctl`` / ``torch.set_num_threads``) on the CPU, without autograd; else 1."""
