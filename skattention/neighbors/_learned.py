@@ -27,58 +27,30 @@ from ._input import TabularInput
 from ._strategy import TORCH_DTYPES, MetricFit, MetricStrategy
 from ._summary import FitPrototypes, summarize
 from ._temperature import MAX_QUERIES, neighbor_scale
-
-# n_components=None: keep the inputs' dimension up to this many components (PCA beyond it)
-_DEFAULT_MAX_COMPONENTS = 128
-# n_components=None with metric="tabular" (the benchmark's DEV sets: no loss against 128, and
-# a fifth less training time)
-_TABULAR_COMPONENTS = 64
-# numeric_embedding="auto": periodic embeddings of the numbers from this many training samples
-# (smaller DEV sets of the tabular benchmark were better without)
-_PLR_MIN_SAMPLES = 1500
-# batch_size="auto": minibatch size (fewer points when working_memory is smaller)
-_AUTO_BATCH = 1024
-# sample_rate="auto": besides the minibatch, this share of the other training points, at most
-# _AUTO_CANDIDATES of them, are each minibatch's candidate keys
-_AUTO_CANDIDATE_SHARE = 0.5
-_AUTO_CANDIDATES = 1024
-# the same two with metric="tabular": minibatches of 256 and at most 256 other candidates (on
-# the tabular benchmark's DEV sets as good or better in every family, in half the fit time)
-_TABULAR_BATCH = 256
-_TABULAR_CANDIDATES = 256
-# An epoch of training is at most this many training points (a fit's steps, and the spacing of
-# its validations, do not grow with the number of rows)
-_EPOCH_ROWS = 16384
-# validation_fraction holds out at most this many rows (the rest train): the stopping rule and the
-# temperature need a loss measured precisely enough, not one that costs more with more rows
-MAX_VALIDATION_ROWS = 4096
-# the validation pass of each epoch attends to at most this many training points
-_VALIDATION_KEYS = 2048
-# metric="tabular" with more than _EPOCH_ROWS training points (batch_size and sample_rate
-# "auto"): minibatches of _SCALE_BATCH, each attending to a share _SCALE_CANDIDATE_SHARE of the
-# other points (at most _SCALE_CANDIDATES), and validation over _SCALE_VALIDATION_KEYS of them.
-# A few hundred candidates among 10^5 points rarely hold a query's near neighbours, so the
-# metric learned is a coarse one, and a validation over 2,048 keys prefers it and stops early;
-# prediction attends to every key, where a finer metric wins (docs/performance.md, "At scale").
-_SCALE_BATCH = 1024
-_SCALE_CANDIDATE_SHARE = 1 / 16
-_SCALE_CANDIDATES = 8192
-_SCALE_VALIDATION_KEYS = 8192
-# ... and on tables of more than _EPOCH_ROWS rows, levels of a categorical column seen fewer than
-# this many times share the "unseen" code: with many candidates a query meets the few rows of
-# its own rare level (a tail number, an id), whose embedding then memorises their labels.
-_SCALE_MIN_LEVEL_COUNT = 20
-# ... and where at most this share of the rows are distinct, equal rows are one key
-_DISTINCT_SHARE = 0.9
-# the temperature is calibrated on at most this many validation rows (a scalar needs fewer)
-_CALIBRATION_ROWS = 2048
-# Validation and the kept model use an exponential moving average of the parameters (this
-# decay per step, less where an epoch has fewer than 10 steps: the average spans at most an
-# epoch), whose validation loss is smooth enough to stop after n_iter_no_change=3 epochs
-# without improvement (chosen on the tabular benchmark's DEV sets: docs/performance.md).
-_AVERAGE_DECAY = 0.9
-# Rows mapped at once by the learned map (fewer when working_memory is smaller).
-_EMBED_CHUNK = 65536
+from ._training_settings import (
+    _AUTO_BATCH,
+    _AUTO_CANDIDATE_SHARE,
+    _AUTO_CANDIDATES,
+    _AUTO_TOL,
+    _AVERAGE_DECAY,
+    _CALIBRATION_ROWS,
+    _DEFAULT_MAX_COMPONENTS,
+    _DISTINCT_SHARE,
+    _EMBED_CHUNK,
+    _EPOCH_ROWS,
+    _PLR_MIN_SAMPLES,
+    _SCALE_BATCH,
+    _SCALE_CANDIDATE_SHARE,
+    _SCALE_CANDIDATES,
+    _SCALE_MIN_LEVEL_COUNT,
+    _SCALE_TOL,
+    _SCALE_VALIDATION_KEYS,
+    _TABULAR_BATCH,
+    _TABULAR_CANDIDATES,
+    _TABULAR_COMPONENTS,
+    _VALIDATION_KEYS,
+    MAX_VALIDATION_ROWS,
+)
 
 
 class LearnedMetric(MetricStrategy):
@@ -220,7 +192,7 @@ class LearnedMetric(MetricStrategy):
                 validation=validation, max_iter=estimator.max_iter, batch_size=batch_size,
                 n_candidates=n_candidates, learning_rate=estimator.learning_rate,
                 weight_decay=estimator.weight_decay, n_iter_no_change=estimator.n_iter_no_change,
-                tol=estimator.tol, generator=generator,
+                tol=self._tol(estimator, data.X.shape[0]), generator=generator,
                 max_validation_keys=self._validation_keys(data.X.shape[0]),
                 history=previous, average=_AVERAGE_DECAY, epoch_rows=_EPOCH_ROWS,
                 row_groups=row_groups,
@@ -271,6 +243,12 @@ class LearnedMetric(MetricStrategy):
         """Whether a fit of ``n_train`` training points takes the settings for many rows
         (``_SCALE_*``): ``metric="tabular"`` with more points than an epoch holds."""
         return self.metric == "tabular" and n_train > _EPOCH_ROWS
+
+    def _tol(self, estimator, n_train):
+        """The estimator's ``tol``; ``"auto"``: larger for many rows (``_SCALE_TOL``)."""
+        if estimator.tol != "auto":
+            return estimator.tol
+        return _SCALE_TOL if self._at_scale(n_train) else _AUTO_TOL
 
     def _row_groups(self, X):
         """The distinct rows of the encoded training inputs ``X`` (``train_metric``'s
