@@ -69,7 +69,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         "early_stopping": ["boolean"],
         "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
         "n_iter_no_change": [Count(Integral, 1, None, closed="left")],
-        "tol": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
+        "tol": [Interval(Real, 0, None, closed="left")],
         "warm_start": ["boolean"],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
@@ -83,7 +83,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
                  n_components=None, numeric_embedding="auto", hidden_size=256, n_blocks=1,
                  activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
                  learning_rate=1e-2, weight_decay=2e-4, sample_rate="auto", early_stopping=True,
-                 validation_fraction=0.15, n_iter_no_change=3, tol="auto", warm_start=False,
+                 validation_fraction=0.15, n_iter_no_change=3, tol=1e-4, warm_start=False,
                  random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
                  categorical_features="from_dtype"):
         self.metric = metric

@@ -137,11 +137,9 @@ LEARNING = """n_components : int, default=None
         Held-out fraction for early stopping, at most 4,096 points (the others train).
     n_iter_no_change : int, default=3
         Epochs without improvement before stopping.
-    tol : float or "auto", default="auto"
+    tol : float, default=1e-4
         Minimum improvement of the validation loss (or training loss) that resets
-        ``n_iter_no_change``. ``"auto"``: 1e-4, and 1e-3 with ``metric="tabular"`` and more
-        than 16,384 training points, whose averaged validation loss keeps falling by a tenth
-        of a percent an epoch long after the test score has stopped moving.
+        ``n_iter_no_change``.
     warm_start : bool, default=False
         Continue training the fitted map and temperature on the next ``fit`` instead of
         starting again.

@@ -31,7 +31,6 @@ from ._training_settings import (
     _AUTO_BATCH,
     _AUTO_CANDIDATE_SHARE,
     _AUTO_CANDIDATES,
-    _AUTO_TOL,
     _AVERAGE_DECAY,
     _CALIBRATION_ROWS,
     _DEFAULT_MAX_COMPONENTS,
@@ -43,7 +42,6 @@ from ._training_settings import (
     _SCALE_CANDIDATE_SHARE,
     _SCALE_CANDIDATES,
     _SCALE_MIN_LEVEL_COUNT,
-    _SCALE_TOL,
     _SCALE_VALIDATION_KEYS,
     _TABULAR_BATCH,
     _TABULAR_CANDIDATES,
@@ -192,7 +190,7 @@ class LearnedMetric(MetricStrategy):
                 validation=validation, max_iter=estimator.max_iter, batch_size=batch_size,
                 n_candidates=n_candidates, learning_rate=estimator.learning_rate,
                 weight_decay=estimator.weight_decay, n_iter_no_change=estimator.n_iter_no_change,
-                tol=self._tol(estimator, data.X.shape[0]), generator=generator,
+                tol=estimator.tol, generator=generator,
                 max_validation_keys=self._validation_keys(data.X.shape[0]),
                 history=previous, average=_AVERAGE_DECAY, epoch_rows=_EPOCH_ROWS,
                 row_groups=row_groups,
@@ -243,12 +241,6 @@ class LearnedMetric(MetricStrategy):
         """Whether a fit of ``n_train`` training points takes the settings for many rows
         (``_SCALE_*``): ``metric="tabular"`` with more points than an epoch holds."""
         return self.metric == "tabular" and n_train > _EPOCH_ROWS
-
-    def _tol(self, estimator, n_train):
-        """The estimator's ``tol``; ``"auto"``: larger for many rows (``_SCALE_TOL``)."""
-        if estimator.tol != "auto":
-            return estimator.tol
-        return _SCALE_TOL if self._at_scale(n_train) else _AUTO_TOL
 
     def _row_groups(self, X):
         """The distinct rows of the encoded training inputs ``X`` (``train_metric``'s

@@ -103,7 +103,7 @@ class MetricAttentionRegressor(RegressorMixin, NeighborsQueryMixin, _BaseMetricA
                  trend="auto", n_components=None, numeric_embedding="auto", hidden_size=256,
                  n_blocks=1, activation="relu", dropout=0.0, max_iter=100, batch_size="auto",
                  learning_rate=1e-2, weight_decay=2e-4, sample_rate="auto", early_stopping=True,
-                 validation_fraction=0.15, n_iter_no_change=3, tol="auto", warm_start=False,
+                 validation_fraction=0.15, n_iter_no_change=3, tol=1e-4, warm_start=False,
                  random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
                  categorical_features="from_dtype"):
         super().__init__(

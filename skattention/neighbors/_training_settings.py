@@ -41,12 +41,6 @@ _SCALE_VALIDATION_KEYS = 8192
 # this many times share the "unseen" code: with many candidates a query meets the few rows of
 # its own rare level (a tail number, an id), whose embedding then memorises their labels.
 _SCALE_MIN_LEVEL_COUNT = 20
-# ... and tol="auto" is _SCALE_TOL there, else _AUTO_TOL: the averaged validation loss of many
-# rows keeps falling by a tenth of a percent an epoch long after the test score stops moving
-# (the scale benchmark's DEV tables: tv16 17 -> 9 epochs, gss_partyid 12 -> 7, fertility
-# 10 -> 5 at the same scores; docs/performance.md)
-_AUTO_TOL = 1e-4
-_SCALE_TOL = 1e-3
 # ... and where at most this share of the rows are distinct, equal rows are one key
 _DISTINCT_SHARE = 0.9
 # the temperature is calibrated on at most this many validation rows (a scalar needs fewer)

@@ -69,9 +69,8 @@ class MetricAttentionTransformer(
         Held-out fraction for early stopping.
     n_iter_no_change : int, default=3
         Epochs without improvement before stopping.
-    tol : float or "auto", default="auto"
-        Minimum improvement of the validation loss (or training loss); ``"auto"`` as in
-        :class:`MetricAttentionClassifier`.
+    tol : float, default=1e-4
+        Minimum improvement of the validation loss (or training loss).
     warm_start : bool, default=False
         Continue training the fitted map on the next ``fit``.
     random_state : int, RandomState instance or None, default=None
@@ -138,7 +137,7 @@ class MetricAttentionTransformer(
                  numeric_embedding="auto", hidden_size=256, n_blocks=1, activation="relu",
                  dropout=0.0, max_iter=100, batch_size="auto", learning_rate=1e-2,
                  weight_decay=2e-4, sample_rate="auto", early_stopping=True,
-                 validation_fraction=0.15, n_iter_no_change=3, tol="auto", warm_start=False,
+                 validation_fraction=0.15, n_iter_no_change=3, tol=1e-4, warm_start=False,
                  random_state=None, verbose=0, device="auto", dtype=None, n_jobs=None,
                  categorical_features="from_dtype"):
         # n_neighbors, radius, weights and p, the base's prediction-time settings, keep their

@@ -97,21 +97,21 @@ def _train_metric_arguments(monkeypatch, model, X, y):
 
 # n samples -> 15% validation (rounded up, at most 4,096) -> n_train = 200, 300, 2000, 10000,
 # 20000 and 95904 training points
-@pytest.mark.parametrize("n, batch, candidates, validation_keys, tol", [
-    (236, 200, 200, 2048, 1e-4),             # one minibatch of everything
-    (353, 256, 256 + 22, 2048, 1e-4),        # the minibatch and half of the 44 others
-    (2353, 256, 512, 2048, 1e-4),            # the minibatch and 256 others
-    (11765, 256, 512, 2048, 1e-4),
+@pytest.mark.parametrize("n, batch, candidates, validation_keys", [
+    (236, 200, 200, 2048),             # one minibatch of everything
+    (353, 256, 256 + 22, 2048),        # the minibatch and half of the 44 others
+    (2353, 256, 512, 2048),            # the minibatch and 256 others
+    (11765, 256, 512, 2048),
     # more than 16,384 training points: minibatches of 1,024 and a sixteenth of the points
-    # (at most 8,192) as other candidates; validation over 8,192 of them; tol 1e-3
-    (23530, 1024, 1024 + 1250, 8192, 1e-3),
-    (100000, 1024, 1024 + 5994, 8192, 1e-3),
+    # (at most 8,192) as other candidates; validation over 8,192 of them
+    (23530, 1024, 1024 + 1250, 8192),
+    (100000, 1024, 1024 + 5994, 8192),
 ])
-def test_training_defaults(monkeypatch, n, batch, candidates, validation_keys, tol):
+def test_training_defaults(monkeypatch, n, batch, candidates, validation_keys):
     X, y = _frame(n)
     seen = _train_metric_arguments(monkeypatch, MetricAttentionClassifier(random_state=0), X, y)
     assert (seen["batch_size"], seen["n_candidates"]) == (batch, candidates)
-    assert seen["tol"] == tol
+    assert seen["tol"] == 1e-4
     explicit = MetricAttentionClassifier(tol=0.5, random_state=0)
     assert _train_metric_arguments(monkeypatch, explicit, X, y)["tol"] == 0.5
     assert seen["learning_rate"] == 1e-2 and seen["weight_decay"] == 2e-4
