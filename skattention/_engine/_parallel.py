@@ -214,13 +214,12 @@ def chunk_workers(n):
 
 
 def map_chunk_groups(fn, n_groups):
-    """``[fn(g) for g in range(n_groups)]``, on :func:`chunk_workers`' workers where a caller
-    set them (else in the calling thread), each group on one thread: the results do not
-    depend on the number of workers."""
+    """``[fn(g) for g in range(n_groups)]``: within :func:`chunk_workers`, on its workers,
+    each group on one thread (the results do not depend on the number of workers); elsewhere
+    (a differentiated ``attention`` call) in the calling thread on its threads."""
     workers = min(getattr(_step, "workers", None) or 1, n_groups)
-    if workers < 2:
-        with one_thread():
-            return [fn(g) for g in range(n_groups)]
+    if workers < 2:  # (within chunk_workers, the calling thread is on one thread already)
+        return [fn(g) for g in range(n_groups)]
     return list(map_blocks(fn, range(n_groups), workers))
 
 
