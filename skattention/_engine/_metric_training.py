@@ -5,10 +5,9 @@ points attends, through :func:`attention`, to a random sample of candidate train
 itself excluded, and the propagated labels are scored against the true ones (log-loss for
 classes, squared error for targets). The map and a log-temperature are optimised with AdamW in
 the one training loop (``_training.run_training``), early stopping on held-out points;
-``_calibration.calibrate_temperature`` then re-fits the temperature alone on them.
-
-Every tensor lives on the device of the training inputs, which the estimator resolved from its
-``device``; every :func:`attention` call of training is told that device.
+``_calibration.calibrate_temperature`` then re-fits the temperature alone on them. Every
+tensor lives on the device of the training inputs (the estimator's ``device``); every
+:func:`attention` call of training is told that device.
 """
 
 import copy
@@ -56,6 +55,7 @@ def train_metric(
     average=None,
     epoch_rows=None,
     row_groups=None,
+    window_gain=None,
 ):
     """Train ``metric_map`` (and ``log_temperature`` if it requires grad) in place.
 
@@ -97,7 +97,6 @@ def train_metric(
         epoch; none with one step an epoch). The average's validation loss
         is smoother from epoch to epoch than the parameters' own, so a shorter
         ``n_iter_no_change`` stops as well. ``None``: the parameters themselves.
-
     epoch_rows : int or None
         The training points of an epoch: all of them (``None`` or at least ``n``), else this
         many, the next ones of a random order of every point that carries over from epoch to
@@ -109,8 +108,10 @@ def train_metric(
         of the distinct rows): a step's candidates other than the minibatch that share a group
         are one key, with their summed weight (a log-prior) and weighted mean values. The
         same attention (equal inputs have equal keys), the same loss and gradients, up to
-        rounding, over fewer keys: tables of a few categorical columns repeat their rows. (For
-        maps without dropout: copies of a row would each draw their own dropout mask.)
+        rounding, over fewer keys (for maps without dropout, whose copies of a row would each
+        draw their own mask): tables of a few categorical columns repeat their rows.
+    window_gain : float or None
+        :class:`EarlyStopping`'s: a window of epochs must improve the best loss by this share.
 
     Returns
     -------
@@ -137,7 +138,7 @@ def train_metric(
     stepper, validate, swap_back = _averaged(optimizer, validate, average, batches.rows,
                                              batch_size)
     stopping = EarlyStopping(n_iter_no_change, tol, history, validate, parameters.snapshot,
-                             parameters.restore)
+                             parameters.restore, window_gain)
     # the caller's callbacks see the epoch's validated (averaged) parameters, then the live
     # ones are put back for the next epoch
     step_work = batch_size * min(n, n_candidates) * (metric_map.n_components + values.shape[1])
@@ -189,7 +190,8 @@ class _MinibatchStep:
     """The training step of one minibatch (the ``step`` of ``run_training``): its points
     attend to candidate points with themselves excluded; the gradients of their weighted
     loss are computed. Returns ``(loss, weight)``, or ``None`` for a minibatch without
-    weight. ``images(0, rows)``: the key images of ``X[rows]`` (``training_images``)."""
+    weight. ``images(i, rows)``: the key images of ``X[rows]`` (``i = 0``) and of the
+    validation points (``i = 1``), ``metric_map.training_images``."""
 
     def __init__(self, metric_map, log_temperature, X, values, loss, weight, log_prior,
                  n_candidates, generator, optimizer, row_groups, images):
@@ -223,13 +225,12 @@ class _MinibatchStep:
         return torch.cat([batch, others]), torch.arange(batch.numel())
 
     def __call__(self, batch):
-        # a step whose attention runs in row-chunk runs: those on workers, its other kernels
-        # on one core (a descheduled thread then delays its runs, not every kernel's barrier)
-        if self.X.device.type == "cpu" and recomputed_step(
-                self.metric_map.kind, batch.numel() * min(self.X.shape[0], self.n_candidates)):
-            with chunk_workers(torch.get_num_threads()):
-                return self._step(batch)
-        return self._step(batch)
+        # its attention's chunk runs on workers, the rest on one core: no barrier per kernel
+        pairs = batch.numel() * min(self.X.shape[0], self.n_candidates)
+        if self.X.device.type != "cpu" or not recomputed_step(self.metric_map.kind, pairs):
+            return self._step(batch)
+        with chunk_workers(torch.get_num_threads()):
+            return self._step(batch)
 
     def _step(self, batch):
         candidates, own = self.candidates(batch)
@@ -322,8 +323,7 @@ def _validation_keys(n, max_validation_keys, generator, device):
 
 class _Validation:
     """The ``validate`` of early stopping: ``(score, loss)`` of the validation points attending
-    to the training points ``keys`` (:func:`validation_score`). ``images(i, rows)``: the key
-    images of the training points (``i = 0``) and of the validation points (``i = 1``)."""
+    to the training points ``keys`` (:func:`validation_score`); ``images``: as the step's."""
 
     def __init__(self, metric_map, log_temperature, images, values, log_prior, keys,
                  validation, loss):

@@ -84,11 +84,15 @@ class EarlyStopping(Callback):
     (``snapshot()``) is restored at the end (``restore(state)``); without, the training loss (as
     :class:`~sklearn.neural_network.MLPClassifier` without early stopping). ``history``: that of
     earlier epochs (a warm start), whose best losses are the ones to beat; ``None`` for none.
+    ``window_gain``: also stop when the best loss of the last ``n_iter_no_change`` epochs
+    together improved on the best before them by less than this share of it (``None``: no
+    such rule): a slow steady gain passes it, a plateau's small gains do not.
     """
 
     def __init__(self, n_iter_no_change, tol, history=None, validate=None, snapshot=None,
-                 restore=None):
+                 restore=None, window_gain=None):
         self.n_iter_no_change, self.tol = n_iter_no_change, tol
+        self.window_gain, self.bests = window_gain, []
         self.validate, self.snapshot, self.restore = validate, snapshot, restore
         history = history or TrainingHistory()
         self.best_val = (
@@ -113,6 +117,12 @@ class EarlyStopping(Callback):
             improved = epoch_loss < self.best_loss - self.tol
             self.best_loss = min(self.best_loss, epoch_loss)
         self.stall = 0 if improved else self.stall + 1
+        best = self.best_val if self.validate is not None else self.best_loss
+        self.bests.append(best)
+        if self.window_gain is not None and len(self.bests) > self.n_iter_no_change:
+            before = self.bests[-1 - self.n_iter_no_change]
+            if before - best < self.window_gain * abs(before):
+                return True
         return self.stall >= self.n_iter_no_change
 
     def on_train_end(self, history):

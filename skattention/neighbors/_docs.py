@@ -128,7 +128,10 @@ LEARNING = """n_components : int, default=None
         points, 8,192 of them). What is validated, and kept, is an
         exponential moving average of the parameters over the training steps (decay 0.9 per
         step, at most ``1 - 1 / steps_per_epoch``: it spans at most an epoch), whose
-        validation loss varies less from epoch to epoch than the parameters' own. Without
+        validation loss varies less from epoch to epoch than the parameters' own. With
+        ``metric="tabular"`` and more than 16,384 training points, training also stops when
+        the last ``n_iter_no_change`` epochs together improved the best validation loss by
+        less than 0.1% of it. Without
         early stopping, the same rule applies to the training loss (and the parameters
         themselves). The validation points (at most 2,048 of them) also calibrate
         ``temperature="auto"`` after training. Prediction attends to all

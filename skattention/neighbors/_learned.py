@@ -43,6 +43,7 @@ from ._training_settings import (
     _SCALE_CANDIDATES,
     _SCALE_MIN_LEVEL_COUNT,
     _SCALE_VALIDATION_KEYS,
+    _SCALE_WINDOW_GAIN,
     _TABULAR_BATCH,
     _TABULAR_CANDIDATES,
     _TABULAR_COMPONENTS,
@@ -194,6 +195,7 @@ class LearnedMetric(MetricStrategy):
                 max_validation_keys=self._validation_keys(data.X.shape[0]),
                 history=previous, average=_AVERAGE_DECAY, epoch_rows=_EPOCH_ROWS,
                 row_groups=row_groups,
+                window_gain=_SCALE_WINDOW_GAIN if self._at_scale(data.X.shape[0]) else None,
                 optimizer_state=self.optimizer_state if warm else None,
                 callbacks=[report, EpochTasks(estimator, attributes)],
             )

@@ -158,6 +158,33 @@ def test_early_stopping_on_the_training_loss_without_an_earlier_history():
     rule.on_train_end(history)  # no snapshot to restore
 
 
+def test_early_stopping_on_the_gain_of_a_window_of_epochs():
+    """``window_gain``: a plateau whose epochs each beat the best by more than ``tol`` but
+    together by less than the share stops; a slow steady gain of the same size per epoch over
+    a larger share does not, nor does the rule without it. The best state is restored."""
+    from skattention._engine import EarlyStopping
+    from skattention._engine._training import TrainingHistory
+
+    def run(losses, window_gain):
+        it = iter(losses)
+        rule = EarlyStopping(3, 1e-4, validate=lambda: (0.0, next(it)),
+                             snapshot=lambda: "state", restore=lambda state: None,
+                             window_gain=window_gain)
+        history = TrainingHistory()
+        for epoch in range(len(losses)):
+            if rule.on_epoch_end(history):
+                return epoch + 1
+        return None
+
+    plateau = [1.0, 0.9, 0.8, 0.7995, 0.799, 0.7985, 0.798, 0.7975]  # 0.06% an epoch
+    steady = [1.0, 0.9, 0.8, 0.797, 0.794, 0.791, 0.788, 0.785]      # 0.4% an epoch
+    # the window of epochs 4-6 improved 0.8 by 0.19%, 5-7 improved 0.7995 by 0.19%...: a
+    # 2e-3 share stops the plateau at the sixth epoch, never the steady gain
+    assert run(plateau, 2e-3) == 6
+    assert run(steady, 2e-3) is None
+    assert run(plateau, None) is None
+
+
 @pytest.mark.parametrize("kind", ["tabular", "linear"])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_candidates_with_equal_rows_as_one_key_give_the_step_s_loss_and_gradients(
