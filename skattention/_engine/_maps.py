@@ -32,10 +32,12 @@ _ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
 class MetricMap(nn.Module):
     """Base class: ``query`` and ``key`` map inputs; ``kind`` is the engine metric on the images.
 
-    ``n_features`` and ``n_components`` are the input and output dimensions.
+    ``n_features`` and ``n_components`` are the input and output dimensions; ``symmetric``:
+    queries and keys are one map (a training step maps each of its points once).
     """
 
     kind = "sqeuclidean"
+    symmetric = True
 
     def __init__(self, init):
         super().__init__()
@@ -151,6 +153,7 @@ class DotProductMaps(MetricMap):
     """Queries W_Q x and keys W_K y scored by their dot product."""
 
     kind = LEARNED_METRICS["dot"]
+    symmetric = False
 
     def __init__(self, init):
         super().__init__(init)
@@ -363,9 +366,9 @@ class TabulatedRows:
             if self.rest.numel():
                 parts.append(m.periodic_features(angular.index_select(0, self.rest)
                                                  * x[:, self.rest, None]))
-            features = torch.cat(parts, 1) if len(parts) > 1 else parts[0]
+            row_features = torch.cat(parts, 1) if len(parts) > 1 else parts[0]
             block = weight.index_select(1, self.per_row).flatten(1)
-            out = torch.addmm(out, features.flatten(1), block.T)
+            out = torch.addmm(out, row_features.flatten(1), block.T)
         return m.with_codes(out, x)
 
 

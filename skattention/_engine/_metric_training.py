@@ -201,8 +201,6 @@ class _MinibatchStep:
         self.loss, self.weight, self.log_prior = loss, weight, log_prior
         self.n_candidates, self.generator, self.optimizer = n_candidates, generator, optimizer
         self.in_batch = torch.zeros(X.shape[0], dtype=torch.bool)
-        # a symmetric map embeds every point of the step once: its queries are its keys
-        self.symmetric = metric_map.kind != "dot"
         self.row_groups = None if row_groups is None else row_groups.to(X.device)
 
     def candidates(self, batch):
@@ -242,7 +240,8 @@ class _MinibatchStep:
         cand_d, cand_values, prior = self._merged(cand_d, batch.numel(),
                                                   self.n_candidates < self.X.shape[0])
         keys = self.images(0, cand_d)
-        queries = keys[own_d] if self.symmetric else self.metric_map.query(self.X[batch_d])
+        queries = (keys[own_d] if self.metric_map.symmetric
+                   else self.metric_map.query(self.X[batch_d]))
         temperature = exp_in_range(self.log_temperature)
         if not self.log_temperature.requires_grad:
             temperature = float(temperature)  # a fixed temperature: a float, as attention() has it
@@ -335,7 +334,7 @@ class _Validation:
     def __call__(self):
         keys, metric_map = self.keys, self.metric_map
         metric_map.eval()
-        queries = (self.images(1) if metric_map.kind != "dot"
+        queries = (self.images(1) if metric_map.symmetric
                    else metric_map.query(self.validation[0]))
         return validation_score(queries, self.images(0, keys), self.values[keys],
                                 metric_map.kind, float(torch.exp(self.log_temperature)),

@@ -134,14 +134,16 @@ class _SingleBlockSoftmax(torch.autograd.Function):
         return (g if need_partial else None), d_offset, d_scale, d_prior, d_v, None
 
 
-def _chunk_distance_grads(dz, d, scale, rows, grads):
+def _chunk_distance_grads(dz, d, scale, rows, grads, prescaled=False):
     """The partial scores' gradient of a chunk of rows ``rows`` of a ``"euclidean"`` block
     (``dz``, the logits' gradient, overwritten; ``d`` the distances): the rows' offset
     gradients written into ``grads[0]``, the scale's and prior's parts added to ``grads[1]``
-    and ``grads[2]`` (each ``None`` where not needed; :func:`distance_logits_grads`)."""
+    and ``grads[2]`` (each ``None`` where not needed; :func:`distance_logits_grads`, whose
+    ``prescaled`` this is)."""
     d_offset, d_scale, d_prior = grads
     g, offset_rows, scale_part, prior_part = distance_logits_grads(
-        dz, d, scale, (True, d_offset is not None, d_scale is not None, d_prior is not None))
+        dz, d, scale, (True, d_offset is not None, d_scale is not None, d_prior is not None),
+        prescaled)
     if d_scale is not None:
         d_scale += scale_part
     if d_prior is not None:
@@ -250,16 +252,11 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
                     rows, row_max[rows], recompute=True, d_out=d)
                 if need_v:
                     sums["v"].addmm_(e.T, d_out_s[rows])
-                # the logits' gradient times scale / 2, in place
+                # the logits' gradient times scale / 2, in place, then the partial scores'
                 dz = _outer_rows(factor[rows], v_t, g_buf[:n]).sub_(row_term[rows]).mul_(e)
-                if need_scale:  # d logits / d scale = -d
-                    sums["scale"] -= torch.dot(dz.reshape(-1), d.reshape(-1))
-                if need_prior:
-                    sums["prior"] += dz.sum(0)
-                # the partial scores' gradient, 0 at distance 0 (distance_logits_grads)
-                g = dz.div_(d).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
-                if need_offset:
-                    d_offset[rows] = -g.sum(1)
+                g = _chunk_distance_grads(dz, d, ctx.scale, rows,
+                                          (d_offset, sums["scale"], sums["prior"]),
+                                          prescaled=True)
                 # partial = 2 q . k + key_offset
                 if need_q:
                     torch.mm(g, keys, out=d_q[rows]).mul_(2.0)
@@ -270,7 +267,9 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
             return sums
 
         runs = map_chunk_groups(run, len(groups))
-        total = {name: _ordered_sum([r[name] for r in runs]) for name in runs[0]}
+        # the runs' sums added in their order
+        total = {name: None if runs[0][name] is None
+                 else sum((r[name] for r in runs[1:]), runs[0][name]) for name in runs[0]}
         d_scale = None if total["scale"] is None else (total["scale"] / half_scale).reshape(
             scale.shape)
         d_prior = None if total["prior"] is None else total["prior"] / half_scale
@@ -291,16 +290,6 @@ def _chunk_groups(n_rows, n_keys, device):
     n = min(CHUNK_GROUPS, len(chunks))
     bounds = [round(i * len(chunks) / n) for i in range(n + 1)]
     return [chunks[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-def _ordered_sum(parts):
-    """``parts[0] + parts[1] + ...`` in that order (``None`` for ``None`` parts)."""
-    if parts[0] is None:
-        return None
-    total = parts[0]
-    for part in parts[1:]:
-        total = total + part
-    return total
 
 
 def few_rows_over_prepared_keys(queries, prepared, values, metric, temperature, log_prior,

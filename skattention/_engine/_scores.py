@@ -374,18 +374,22 @@ def distance_logits(partial, offset, scale, prior=None, d_out=None, z_out=None):
     return d, (z if prior is None else z.add_(prior))
 
 
-def distance_logits_grads(dz, d, scale, needs):
+def distance_logits_grads(dz, d, scale, needs, prescaled=False):
     """Gradients of the logits of :func:`distance_logits` w.r.t. ``(partial, offset, scale,
     prior)``, given their gradient ``dz`` (overwritten by the partial scores' gradient) and
     ``needs`` (four bools); ``None`` where not needed. The partial scores' gradient is
     ``scale / (2 d) * dz``, and 0 where ``d = 0`` (``dz / 0`` is inf or NaN there, and
-    ``nan_to_num_`` is one vectorised pass where ``where`` is three)."""
+    ``nan_to_num_`` is one vectorised pass where ``where`` is three). ``prescaled``: ``dz`` is
+    the logits' gradient times ``scale / 2`` already (a caller that folds the factor into its
+    rows' terms), and so are the scale's and the prior's parts returned."""
     need_partial, need_offset, need_scale, need_prior = needs
     d_scale = -torch.dot(dz.reshape(-1), d.reshape(-1)) if need_scale else None
     d_prior = dz.sum(0) if need_prior else None
     g = d_offset = None
     if need_partial or need_offset:
-        g = dz.div_(d).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).mul_(0.5 * scale)
+        g = dz.div_(d).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+        if not prescaled:
+            g.mul_(0.5 * scale)
         d_offset = -g.sum(1) if need_offset else None
     return (g if need_partial else None), d_offset, d_scale, d_prior
 
