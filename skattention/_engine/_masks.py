@@ -101,14 +101,15 @@ def query_index(spec, rows, device):
     return rows[:, None]
 
 
-def mask_self(s, self_index, rows, ks, ke, inplace):
-    """Set s[i, j] = -inf where key ks + j is the excluded index of query ``rows[i]``."""
+def mask_self(s, self_index, rows, ks, ke, inplace, fill=NEG_INF):
+    """Set s[i, j] = ``fill`` (-inf: a logit, inf: a distance) where key ks + j is the excluded
+    index of query ``rows[i]``."""
     local = self_index[rows] - ks
     rows = ((local >= 0) & (local < ke - ks)).nonzero().squeeze(1)
     if rows.numel() == 0:
         return s
     cols = local[rows]
-    fill = torch.full((rows.numel(),), NEG_INF, dtype=s.dtype, device=s.device)
+    fill = torch.full((rows.numel(),), fill, dtype=s.dtype, device=s.device)
     return s.index_put_((rows, cols), fill) if inplace else s.index_put((rows, cols), fill)
 
 

@@ -8,6 +8,7 @@
   :func:`few_rows_over_prepared_keys` takes such calls past the spec and the backend choice.
 """
 
+import functools
 import math
 
 import torch
@@ -16,7 +17,8 @@ from ._budget import budget_bytes, cache_row_slices, dense_plan, pair_bytes
 from ._inputs import check_prepared, checked_log_prior, checked_values, values_for_products
 from ._masks import mask_self
 from ._parallel import _mkl_threads, map_chunk_groups, rows_single_threaded
-from ._scores import ROW_MULTIPLE, distance_logits, distance_logits_grads
+from ._scores import NEG_INF, ROW_MULTIPLE, distance_logits, distance_logits_grads
+from ._scratch import scratch
 from ._softmax import flushed_exp, flushed_softmax, rows_times
 
 
@@ -59,8 +61,10 @@ def recomputed_step(kind, n_pairs):
 
 def self_mask(own, n_keys):
     """The ``mask`` of :func:`single_block_attention` that excludes key ``own[i]`` from the
-    block's row ``i`` (``-1``: none)."""
-    return lambda z, rows: mask_self(z, own[rows], slice(None), 0, n_keys, inplace=True)
+    block's row ``i`` (``-1``: none): ``mask(z, rows, fill=-inf)`` sets those entries of the
+    block's rows ``rows`` (a slice) to ``fill`` in place (``inf`` for distances)."""
+    return lambda z, rows, fill=NEG_INF: mask_self(z, own[rows], slice(None), 0, n_keys,
+                                                   inplace=True, fill=fill)
 
 
 def _outer_rows(a, b, out):
@@ -157,13 +161,20 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
     """``softmax(-scale * ||q - k|| + prior) @ v`` of centred queries ``q`` and keys ``k`` (with
     ``key_offset = -||k||^2`` and ``offset = ||q||^2``, the tensors the gradients flow to):
     :class:`_SingleBlockSoftmax` of the ``"euclidean"`` kind without the block in memory. Each
-    cache-sized chunk of rows computes its partial scores ``2 q.k - ||k||^2`` itself, and the
-    backward computes a chunk's scores and weights again from the products and the rows' kept
-    largest logit and sum (flash attention's recomputation): a large step's passes over its
-    block stay in the cache instead of going through memory, at the cost of one more product
-    per chunk. The weights are never divided by their row's sum: the rows' outputs and
-    gradient factors are (a pass over the block fewer each way), and the backward's factor
-    ``scale / 2`` of the distances' chain rule is folded into them too.
+    cache-sized chunk of rows computes its squared distances itself, one product of ``[2q, 1,
+    ||q||^2]`` and ``[-k, ||k||^2, 1]``, and the backward computes a chunk's distances and
+    weights again from the products and the rows' kept shift and sum (flash attention's
+    recomputation): a large step's passes over its block stay in the cache instead of going
+    through memory, at the cost of one more product per chunk.
+
+    Few passes over a chunk: without a prior the rows' largest logit is their nearest key's
+    (``-scale`` times the least distance), so the logits less it are one pass from the
+    distances; the weights are never divided by their row's sum (the rows' outputs and
+    gradient factors are), the backward's factor ``scale / 2`` of the distances' chain rule is
+    folded into those factors too, and the logits' gradient comes from one product of the
+    factors with the values and a column of ones; its division by the distances is applied to
+    the weights first, so the chunk's passes need two buffers (kept from step to step within a
+    training loop: :func:`reused_buffers`).
 
     The chunks are cut into :data:`CHUNK_GROUPS` runs, each computed on one thread, on the
     workers of :func:`chunk_workers` where the caller set them: the keys' gradient is the sum
@@ -172,94 +183,119 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, keys, key_offset, offset, scale, prior, v, mask):
         ctx.scale, ctx.mask = float(scale), mask
-        q2 = q.detach() * 2.0
-        keys_t = keys.detach().T
-        key_offset = key_offset.detach()
-        offset = offset.detach()
+        n, dim = q.shape
+        # [2q, 1, ||q||^2] . [-k, ||k||^2, 1] = ||q - k||^2
+        q_rows = q.new_empty((n, dim + 2))
+        torch.mul(q.detach(), 2.0, out=q_rows[:, :dim])
+        q_rows[:, dim] = 1.0
+        q_rows[:, dim + 1] = offset.detach()
+        k_rows = keys.new_empty((keys.shape[0], dim + 2))
+        torch.neg(keys.detach(), out=k_rows[:, :dim])
+        torch.neg(key_offset.detach(), out=k_rows[:, dim])
+        k_rows[:, dim + 1] = 1.0
+        prior = None if prior is None else prior.detach()
         v_t = v.detach().T.contiguous()
-        groups = _chunk_groups(q.shape[0], keys.shape[0], q.device)
-        out = q.new_empty((q.shape[0], v.shape[1]))
-        row_max, row_sum = q.new_empty((q.shape[0], 1)), q.new_empty((q.shape[0], 1))
+        groups = _chunk_groups(n, keys.shape[0], q.device)
+        buffers = [scratch(("recomputed", g, 0), (chunks[0].stop - chunks[0].start,
+                                                  keys.shape[0]), q)
+                   for g, chunks in enumerate(groups)]
+        out = q.new_empty((n, v.shape[1]))
+        shift, row_sum = q.new_empty((n, 1)), q.new_empty((n, 1))
 
         def run(group):  # each run writes its own rows
-            chunks = groups[group]
-            buffer = q.new_empty((chunks[0].stop - chunks[0].start, keys.shape[0]))
-            for rows in chunks:
-                z = buffer[:rows.stop - rows.start]
-                _RecomputedEuclideanSoftmax._exp(z, q2[rows], keys_t, key_offset, offset[rows],
-                                                 ctx.scale, prior, mask, rows, row_max[rows])
-                torch.sum(z, 1, keepdim=True, out=row_sum[rows])
-                torch.nn.functional.linear(z, v_t, out=out[rows])
+            for rows in groups[group]:
+                e = buffers[group][:rows.stop - rows.start]
+                _RecomputedEuclideanSoftmax._exp(e, e, q_rows[rows], k_rows, ctx.scale, prior,
+                                                 mask, rows, shift[rows], first=True)
+                torch.sum(e, 1, keepdim=True, out=row_sum[rows])
+                torch.nn.functional.linear(e, v_t, out=out[rows])
 
         map_chunk_groups(run, len(groups))
         out.div_(row_sum)
-        ctx.save_for_backward(q2, keys.detach(), key_offset, offset, prior, v_t, out,
-                              row_max, row_sum,
+        ctx.save_for_backward(q_rows, k_rows, prior, v_t, out, shift, row_sum,
                               scale if isinstance(scale, torch.Tensor) else None)
         return out
 
     @staticmethod
-    def _exp(z, q2, keys_t, key_offset, offset, scale, prior, mask, rows, row_max,
-             recompute=False, d_out=None):
-        """The unnormalised weights ``exp(logit - row's largest)`` of a chunk's rows into
-        ``z``; sets the rows' largest logit (forward) or uses it (``recompute``), the
-        distances into ``d_out`` if given."""
-        torch.addmm(key_offset, q2, keys_t, out=z)
-        distance_logits(z, offset, scale, prior, d_out=z if d_out is None else d_out, z_out=z)
+    def _exp(e, d, q_rows, k_rows, scale, prior, mask, rows, shift, first=False):
+        """The unnormalised weights ``exp(logit - shift)`` of a chunk's rows into ``e`` and
+        their distances into ``d`` (``e`` itself in the forward). The rows' ``shift`` (their
+        largest logit) is set by the forward (``first``) and used by the backward."""
+        squared = torch.mm(q_rows, k_rows.T, out=d)
         if mask is not None:
-            mask(z, rows)
-        if not recompute:
-            torch.amax(z, 1, keepdim=True, out=row_max)
-        z.sub_(row_max)
+            mask(squared, rows, math.inf)
+        if prior is None and first:
+            torch.amin(squared, 1, keepdim=True, out=shift)
+            shift.clamp_(min=0).sqrt_().mul_(scale)
+        # a masked key's distance finite (no 0 * inf in the scale's gradient), its weight 0
+        distances = squared.clamp_(min=0, max=torch.finfo(e.dtype).max).sqrt_()
+        if prior is None:  # the nearest key's logit, -scale * its distance, is the largest
+            z = torch.add(shift, distances, alpha=-scale, out=e)
+        else:
+            z = torch.add(prior, distances, alpha=-scale, out=e)
+            if first:
+                torch.amax(z, 1, keepdim=True, out=shift)
+            z.sub_(shift)
         return flushed_exp(z, inplace=True)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out):
-        q2, keys, key_offset, offset, prior, v_t, out, row_max, row_sum, scale = (
-            ctx.saved_tensors)
+        q_rows, k_rows, prior, v_t, out, shift, row_sum, scale = ctx.saved_tensors
         need_q, need_keys, need_key_offset, need_offset, need_scale, need_prior, need_v, _ = (
             ctx.needs_input_grad)
-        keys_t = keys.T
+        n, dim = q_rows.shape[0], q_rows.shape[1] - 2
+        n_keys = k_rows.shape[0]
         # With e the unnormalised weights and s their row sums, p = e / s and the logits'
         # gradient is p * (d_out v^T - rowsum(d_out * out)); the partial scores' chain rule
         # then divides by the distances and multiplies by scale / 2. Both factors of a row
-        # are applied to its (rows x values) terms, not to the (rows x keys) block.
+        # are applied to its (rows x values) terms, not to the (rows x keys) block, and the
+        # row sum's term enters the product with the values as a column of ones.
         half_scale = 0.5 * ctx.scale
         d_out_s = d_out / row_sum
-        factor = d_out_s * half_scale
-        row_term = (d_out * out).sum(1, keepdim=True) / row_sum * half_scale
-        groups = _chunk_groups(q2.shape[0], keys.shape[0], q2.device)
-        d_q = q2.new_empty(q2.shape) if need_q else None
-        d_offset = offset.new_empty(offset.shape) if need_offset else None
+        row_terms = torch.cat([d_out_s * half_scale,
+                               (d_out * out).sum(1, keepdim=True) / row_sum * -half_scale], 1)
+        v_ones = torch.cat([v_t, v_t.new_ones((1, n_keys))])
+        q2, minus_keys = q_rows[:, :dim], k_rows[:, :dim]
+        # the scale's and the prior's gradients need the logits' gradient apart: a third buffer
+        apart = need_scale or need_prior
+        groups = _chunk_groups(n, n_keys, q_rows.device)
+        buffers = [[scratch(("recomputed", g, i), (chunks[0].stop - chunks[0].start, n_keys),
+                            q_rows) for i in range(3 if apart else 2)]
+                   for g, chunks in enumerate(groups)]
+        d_q = q_rows.new_empty((n, dim)) if need_q else None
+        d_offset = q_rows.new_empty(n) if need_offset else None
 
         def run(group):
             """The run's rows' gradients written; its sums of the others returned."""
-            chunks = groups[group]
-            width = chunks[0].stop - chunks[0].start
-            e_buf, d_buf, g_buf = (q2.new_empty((width, keys.shape[0])) for _ in range(3))
-            sums = {"keys": keys.new_zeros(keys.shape) if need_keys else None,
-                    "key_offset": key_offset.new_zeros(key_offset.shape)
-                    if need_key_offset else None,
-                    "scale": q2.new_zeros(()) if need_scale else None,
+            sums = {"keys": scratch(("recomputed keys", group), (n_keys, dim), k_rows).zero_()
+                    if need_keys else None,
+                    "key_offset": k_rows.new_zeros(n_keys) if need_key_offset else None,
+                    "scale": q_rows.new_zeros(()) if need_scale else None,
                     "prior": prior.new_zeros(prior.shape) if need_prior else None,
                     "v": v_t.new_zeros(v_t.shape[::-1]) if need_v else None}
-            for rows in chunks:
-                n = rows.stop - rows.start
-                e, d = e_buf[:n], d_buf[:n]
-                _RecomputedEuclideanSoftmax._exp(
-                    e, q2[rows], keys_t, key_offset, offset[rows], ctx.scale, prior, ctx.mask,
-                    rows, row_max[rows], recompute=True, d_out=d)
+            for rows in groups[group]:
+                e, d, *rest = (b[:rows.stop - rows.start] for b in buffers[group])
+                _RecomputedEuclideanSoftmax._exp(e, d, q_rows[rows], k_rows, ctx.scale, prior,
+                                                 ctx.mask, rows, shift[rows])
                 if need_v:
                     sums["v"].addmm_(e.T, d_out_s[rows])
-                # the logits' gradient times scale / 2, in place, then the partial scores'
-                dz = _outer_rows(factor[rows], v_t, g_buf[:n]).sub_(row_term[rows]).mul_(e)
-                g = _chunk_distance_grads(dz, d, ctx.scale, rows,
-                                          (d_offset, sums["scale"], sums["prior"]),
-                                          prescaled=True)
+                if apart:
+                    # the logits' gradient times scale / 2, then the partial scores'
+                    dz = torch.mm(row_terms[rows], v_ones, out=rest[0]).mul_(e)
+                    g = _chunk_distance_grads(dz, d, ctx.scale, rows,
+                                              (d_offset, sums["scale"], sums["prior"]),
+                                              prescaled=True)
+                else:
+                    # e / d, 0 where d = 0 (distance_logits_grads' convention), then the
+                    # partial scores' gradient into d's buffer
+                    e.div_(d).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+                    g = torch.mm(row_terms[rows], v_ones, out=d).mul_(e)
+                    if need_offset:
+                        torch.sum(g, 1, out=d_offset[rows]).neg_()
                 # partial = 2 q . k + key_offset
                 if need_q:
-                    torch.mm(g, keys, out=d_q[rows]).mul_(2.0)
+                    torch.mm(g, minus_keys, out=d_q[rows]).mul_(-2.0)
                 if need_keys:
                     sums["keys"].addmm_(g.T, q2[rows])
                 if need_key_offset:
@@ -267,9 +303,10 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
             return sums
 
         runs = map_chunk_groups(run, len(groups))
-        # the runs' sums added in their order
+        # the runs' sums added in their order, into a new tensor (a run's may be a scratch one)
         total = {name: None if runs[0][name] is None
-                 else sum((r[name] for r in runs[1:]), runs[0][name]) for name in runs[0]}
+                 else functools.reduce(torch.Tensor.add_, (r[name] for r in runs[1:]),
+                                       runs[0][name].clone()) for name in runs[0]}
         d_scale = None if total["scale"] is None else (total["scale"] / half_scale).reshape(
             scale.shape)
         d_prior = None if total["prior"] is None else total["prior"] / half_scale

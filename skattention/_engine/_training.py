@@ -17,6 +17,7 @@ import math
 import torch
 
 from ._optimizers import Adam
+from ._scratch import reused_buffers
 
 
 class TrainingHistory:
@@ -48,9 +49,20 @@ def run_training(model, optimizer, *, max_iter, batches, step, history=None, cal
     ``batches()`` gives the minibatches of one epoch; ``step(batch)`` zeroes the gradients and
     computes the minibatch's loss and gradients, returning ``(loss, weight)`` (the epoch loss is
     their weighted mean) or ``None`` to skip the minibatch; the optimizer step follows. After
-    each epoch every callback runs, in order; training stops when one of them asks to.
+    each epoch every callback runs, in order; training stops when one of them asks to. The
+    steps reuse their scratch buffers (:func:`reused_buffers`).
     """
     history = history or TrainingHistory()
+    with reused_buffers():
+        _epochs(model, optimizer, max_iter, batches, step, history, callbacks)
+    for callback in callbacks:
+        callback.on_train_end(history)
+    model.eval()
+    return history
+
+
+def _epochs(model, optimizer, max_iter, batches, step, history, callbacks):
+    """The epochs of :func:`run_training`, until ``max_iter`` or a callback's stop."""
     for _ in range(max_iter):
         model.train()
         total, total_weight = 0.0, 0.0
@@ -69,10 +81,6 @@ def run_training(model, optimizer, *, max_iter, batches, step, history=None, cal
             stop = bool(callback.on_epoch_end(history)) or stop
         if stop:
             break
-    for callback in callbacks:
-        callback.on_train_end(history)
-    model.eval()
-    return history
 
 
 class EarlyStopping(Callback):

@@ -65,3 +65,20 @@ def test_recomputed_block_is_the_same_on_any_number_of_workers(monkeypatch, dtyp
     for other in runs[1:]:
         for a, b in zip(runs[0], other, strict=True):
             assert torch.equal(a, b)
+
+
+def test_recomputed_block_with_reused_buffers_is_the_same_and_keeps_its_gradients(monkeypatch):
+    # within a training loop the chunks' buffers are reused from step to step: the same
+    # results, and gradients returned by one step are not overwritten by the next
+    from skattention._engine._scratch import reused_buffers
+
+    want_out, want_grads = _step(monkeypatch, True, False, False, True, n=5000,
+                                 dtype=torch.float32, n_queries=400)
+    with reused_buffers():
+        out, grads = _step(monkeypatch, True, False, False, True, n=5000, dtype=torch.float32,
+                           n_queries=400)
+        kept = [g.clone() for g in grads]
+        _step(monkeypatch, True, True, True, True, n=4000, dtype=torch.float32, n_queries=300)
+    assert torch.equal(out, want_out)
+    for got, again, want in zip(grads, kept, want_grads, strict=True):
+        assert torch.equal(got, want) and torch.equal(got, again)
