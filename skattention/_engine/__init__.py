@@ -8,7 +8,7 @@ enforces it). See docs/engine.md for which module owns what.
 
 from ._anneal import anneal
 from ._attention import attention, kneighbors
-from ._budget import budget_bytes, plan_rows
+from ._budget import batch_rows, budget_bytes, plan_rows
 from ._calibration import calibrate_temperature
 from ._cluster import iterate_centers, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
 from ._device import (
@@ -29,7 +29,7 @@ from ._kernels import (
 )
 from ._kinds import LEARNED_METRICS, METRICS, exact_f_of_pairs, metric_kind
 from ._maps import ResidualBlock, build_map
-from ._metric_training import batch_rows, train_metric
+from ._metric_training import train_metric
 from ._near_far import GroupedKeys, group_keys, near_far_attention
 from ._parallel import cpu_threads, rows_single_threaded
 from ._progress import progress_bar, track, write

@@ -153,3 +153,18 @@ def dense_plan(n_q, n_k, dim, n_values, pair_bytes, n_weights, device, inplace, 
         whole_rows_up_to=CPU_WHOLE_ROW_KEYS,
     )
     return (plan, *plan_blocks(n_q, n_k, budget=budget, **plan))
+
+
+def batch_rows(n_candidates, n_values, dim, itemsize, working_memory=None):
+    """Most minibatch rows whose training step fits ``working_memory`` (MiB; ``None``: config).
+
+    Under autograd the (rows x n_candidates) scores of a step, their exponentials and, in the
+    backward pass, their gradients coexist: about 4 values and a mask byte per pair
+    (docs/engine.md, "Memory"), plus per-row outputs, targets and gradients.
+    """
+    return plan_rows(
+        None, row_bytes=n_candidates * (4 * itemsize + 2) + itemsize * (4 * n_values + 4 * dim + 8),
+        budget=budget_bytes(working_memory), per="per point",
+        what=f"training (each point attends to {n_candidates} candidate points)",
+        hint="lower sample_rate (fewer candidates per minibatch)",
+    )

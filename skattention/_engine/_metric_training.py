@@ -16,7 +16,7 @@ import math
 import torch
 
 from ._attention import attention
-from ._budget import CPU_WHOLE_ROW_KEYS, budget_bytes, plan_rows
+from ._budget import CPU_WHOLE_ROW_KEYS, batch_rows
 from ._inputs import clamp_log_temperature
 from ._near_far import distinct_rows
 from ._one_block import recomputed_step, self_mask, single_block_attention
@@ -133,7 +133,7 @@ def train_metric(
     if validation is not None:
         keys = _validation_keys(n, max_validation_keys, generator, X.device)
         validate = _Validation(metric_map, log_temperature, images, values, log_prior, keys,
-                               validation, loss)
+                               validation, loss, step.on_workers(batch_size))
     batches = _EpochBatches(n, epoch_rows, batch_size, generator)
     stepper, validate, swap_back = _averaged(optimizer, validate, average, batches.rows,
                                              batch_size)
@@ -222,10 +222,14 @@ class _MinibatchStep:
         self.in_batch[batch] = False
         return torch.cat([batch, others]), torch.arange(batch.numel())
 
+    def on_workers(self, n_rows):
+        """Whether a step of ``n_rows`` rows runs its attention's chunks on workers and the
+        rest on one core (no barrier per kernel): the recomputed softmax on the CPU."""
+        pairs = n_rows * min(self.X.shape[0], self.n_candidates)
+        return self.X.device.type == "cpu" and recomputed_step(self.metric_map.kind, pairs)
+
     def __call__(self, batch):
-        # its attention's chunk runs on workers, the rest on one core: no barrier per kernel
-        pairs = batch.numel() * min(self.X.shape[0], self.n_candidates)
-        if self.X.device.type != "cpu" or not recomputed_step(self.metric_map.kind, pairs):
+        if not self.on_workers(batch.numel()):
             return self._step(batch)
         with chunk_workers(torch.get_num_threads()):
             return self._step(batch)
@@ -322,13 +326,15 @@ def _validation_keys(n, max_validation_keys, generator, device):
 
 class _Validation:
     """The ``validate`` of early stopping: ``(score, loss)`` of the validation points attending
-    to the training points ``keys`` (:func:`validation_score`); ``images``: as the step's."""
+    to the training points ``keys`` (:func:`validation_score`); ``images``: as the step's.
+    ``on_workers``: the attention computed as a step's on workers (``_MinibatchStep``), not by
+    :func:`attention` (the same outputs up to rounding, in fewer passes)."""
 
     def __init__(self, metric_map, log_temperature, images, values, log_prior, keys,
-                 validation, loss):
+                 validation, loss, on_workers):
         self.metric_map, self.log_temperature = metric_map, log_temperature
         self.images, self.values, self.log_prior, self.keys = images, values, log_prior, keys
-        self.validation, self.loss = validation, loss
+        self.validation, self.loss, self.on_workers = validation, loss, on_workers
 
     @torch.no_grad()
     def __call__(self):
@@ -336,10 +342,18 @@ class _Validation:
         metric_map.eval()
         queries = (self.images(1) if metric_map.symmetric
                    else metric_map.query(self.validation[0]))
-        return validation_score(queries, self.images(0, keys), self.values[keys],
-                                metric_map.kind, float(torch.exp(self.log_temperature)),
-                                None if self.log_prior is None else self.log_prior[keys],
-                                self.validation, self.loss)
+        images, values = self.images(0, keys), self.values[keys]
+        prior = None if self.log_prior is None else self.log_prior[keys]
+        temperature = float(torch.exp(self.log_temperature))
+        if self.on_workers:
+            with chunk_workers(torch.get_num_threads()):
+                prepared = PreparedKeys(images, metric_map.kind, check_finite=False)
+                pred = _minibatch_attention(queries, prepared, values, temperature, prior, None)
+        else:
+            pred = attention(queries, images, values, metric=metric_map.kind,
+                             temperature=temperature, log_prior=prior, on_empty="zero",
+                             device=images.device, dtype=images.dtype)
+        return validation_score(pred, self.validation, self.loss)
 
 
 def _averaged(optimizer, validate, average, n, batch_size):
@@ -375,7 +389,8 @@ class _SwapBack(Callback):
 
 def _minibatch_attention(queries, prepared, values, temperature, log_prior, own):
     """The attention of a training step: :func:`attention` of the minibatch ``queries`` over
-    the prepared candidate keys ``prepared``, each query's own key ``own`` excluded, computed
+    the prepared candidate keys ``prepared``, each query's own key ``own`` excluded (``None``:
+    none; a validation pass), computed
     as its streaming backend computes it (one block of every key), without the public entry's
     checks of its arguments: they are internal tensors of the step, whose loss is checked
     instead, and those checks and the dispatch are a noticeable part of a small step
@@ -385,29 +400,14 @@ def _minibatch_attention(queries, prepared, values, temperature, log_prior, own)
     if prepared.n_keys <= CPU_WHOLE_ROW_KEYS:
         work = queries.shape[0] * prepared.n_keys * (prepared.dim + values.shape[1])
         with small_work_single_threaded(work, queries.device):  # as attention() runs it
-            out = single_block_attention(prepared, prepared.centre(queries), values,
-                                         1.0 / temperature, log_prior,
-                                         self_mask(own, prepared.n_keys))
+            out = single_block_attention(
+                prepared, prepared.centre(queries), values, 1.0 / temperature, log_prior,
+                None if own is None else self_mask(own, prepared.n_keys))
         if out is not None:
             return out
     return attention(queries, prepared.raw, values, metric=prepared.metric, temperature=temperature,
                      log_prior=log_prior, exclude_self=own, on_empty="zero",
                      device=queries.device, dtype=queries.dtype)
-
-
-def batch_rows(n_candidates, n_values, dim, itemsize, working_memory=None):
-    """Most minibatch rows whose training step fits ``working_memory`` (MiB; ``None``: config).
-
-    Under autograd the (rows x n_candidates) scores of a step, their exponentials and, in the
-    backward pass, their gradients coexist: about 4 values and a mask byte per pair
-    (docs/engine.md, "Memory"), plus per-row outputs, targets and gradients.
-    """
-    return plan_rows(
-        None, row_bytes=n_candidates * (4 * itemsize + 2) + itemsize * (4 * n_values + 4 * dim + 8),
-        budget=budget_bytes(working_memory), per="per point",
-        what=f"training (each point attends to {n_candidates} candidate points)",
-        hint="lower sample_rate (fewer candidates per minibatch)",
-    )
 
 
 def soft_neighbour_loss(out, target, loss):
@@ -420,12 +420,10 @@ def soft_neighbour_loss(out, target, loss):
 
 
 @torch.no_grad()
-def validation_score(queries, keys, values, metric, temperature, log_prior, validation, loss):
-    """(score, loss) of the validation set, whose images are ``queries``, attending to the
-    images ``keys`` of training points: accuracy or R^2, and the training objective."""
+def validation_score(pred, validation, loss):
+    """(score, loss) of the validation set's attention outputs ``pred``: accuracy or R^2, and
+    the training objective."""
     _, values_val, weight_val = validation
-    pred = attention(queries, keys, values, metric=metric, temperature=temperature,
-                     log_prior=log_prior, on_empty="zero", device=keys.device, dtype=keys.dtype)
     total = weight_val.sum()
     val_loss = float((weight_val * soft_neighbour_loss(pred, values_val, loss)).sum() / total)
     if loss == "log_loss":

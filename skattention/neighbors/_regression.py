@@ -4,7 +4,6 @@ import warnings
 
 import numpy as np
 from sklearn.base import RegressorMixin
-from sklearn.linear_model import RidgeCV
 from sklearn.utils import check_random_state
 
 from .._engine import LEARNED_METRICS
@@ -15,6 +14,7 @@ from ..utils._threads import uses_n_jobs
 from . import _docs
 from ._base import _BaseMetricAttention
 from ._queries import NeighborsQueryMixin
+from ._trend import fit_trend
 
 # Fewer positively weighted rows than this fit no trend.
 _MIN_TREND_ROWS = 3
@@ -70,7 +70,9 @@ class MetricAttentionRegressor(RegressorMixin, NeighborsQueryMixin, _BaseMetricA
     {FIT_ATTRIBUTES}
     {PROTOTYPE_ATTRIBUTES}
     trend_ : sklearn.linear_model.RidgeCV or None
-        The fitted linear trend (``trend``), or None.
+        The fitted linear trend (``trend``), or None: fitted at the penalty (``alpha_``) whose
+        leave-one-out error is least among ``numpy.logspace(-3, 3, 13)``, as ``RidgeCV`` with
+        those ``alphas`` chooses it (its ``alphas`` are that penalty alone).
 
     See Also
     --------
@@ -157,8 +159,8 @@ class MetricAttentionRegressor(RegressorMixin, NeighborsQueryMixin, _BaseMetricA
             if X.shape[0] > _TREND_MAX_ROWS:
                 rng = check_random_state(self.random_state)
                 rows = np.sort(rng.choice(X.shape[0], _TREND_MAX_ROWS, replace=False))
-            self.trend_ = RidgeCV(alphas=_TREND_ALPHAS).fit(design[rows], values[rows],
-                                                            sample_weight=sample_weight[rows])
+            self.trend_ = fit_trend(design[rows], values[rows], sample_weight[rows],
+                                    _TREND_ALPHAS)
             values = values - self.trend_.predict(design).reshape(values.shape)
         scale = values.std(0)
         train_values = (values - values.mean(0)) / np.where(scale > 0, scale, 1.0)

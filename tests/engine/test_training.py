@@ -111,6 +111,7 @@ def test_a_warm_start_without_improvement_keeps_the_last_validated_parameters():
     """When no epoch of a continued fit beats the best of the earlier one, nothing is restored:
     the map is left with the average the last epoch validated, not the live parameters that no
     epoch validated."""
+    from skattention._engine import attention
     from skattention._engine._metric_training import validation_score
 
     X, values = _problem()
@@ -134,9 +135,10 @@ def test_a_warm_start_without_improvement_keeps_the_last_validated_parameters():
         optimizer_state=state, **kwargs)
     assert history.best_validation_loss == best < min(history.validation_losses[-2:])
     with torch.no_grad():
-        _, final = validation_score(metric_map(validation[0]), metric_map(X[train]),
-                                    values[train], metric_map.kind, float(torch.exp(log_t)),
-                                    None, validation, "log_loss")
+        pred = attention(metric_map(validation[0]), metric_map(X[train]), values[train],
+                         metric=metric_map.kind, temperature=float(torch.exp(log_t)),
+                         on_empty="zero")
+        _, final = validation_score(pred, validation, "log_loss")
     assert final == history.validation_losses[-1]
 
 
