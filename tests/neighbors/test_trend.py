@@ -1,13 +1,141 @@
-"""The regressor's linear trend: the penalty RidgeCV would choose, found in one pass."""
+"""The regressor's linear trend: a ridge regression fitted first, attention on its residuals."""
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import sparse
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import RidgeCV
+from sklearn.neighbors import KNeighborsRegressor
 
+from skattention import MetricAttentionRegressor
 from skattention.neighbors._trend import fit_trend, gcv_penalty
 
+from ..conftest import cheap
+
 ALPHAS = np.logspace(-3, 3, 13)
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 6, size=(120, 3)).astype(float)  # ties and duplicated rows
+    y = X @ [2.0, -1.0, 0.5] + np.sin(X[:, 0]) + rng.normal(0, 0.1, 120)
+    return X, y
+
+
+def test_auto_is_linear_for_learned_metrics_and_none_for_the_fixed_one(data):
+    X, y = data
+    with pytest.warns(ConvergenceWarning):
+        learned = cheap("MetricAttentionRegressor").fit(X, y)
+    assert isinstance(learned.trend_, RidgeCV)
+    fixed = MetricAttentionRegressor("euclidean", n_neighbors=5, temperature=np.inf).fit(X, y)
+    assert fixed.trend_ is None
+    # the k-NN special case is untouched (continuous points: no tied 5th neighbours, where
+    # scikit-learn's brute force picks any of the tied ones)
+    rng = np.random.default_rng(2)
+    Xc, queries = rng.normal(size=(120, 3)), rng.normal(size=(30, 3))
+    fixed.fit(Xc, y)
+    knn = KNeighborsRegressor(5, algorithm="brute").fit(Xc, y)
+    np.testing.assert_allclose(fixed.predict(queries), knn.predict(queries))
+
+
+@pytest.mark.parametrize("multi_output", [False, True])
+def test_linear_trend_then_neighbours_on_the_residuals(data, multi_output):
+    X, y = data
+    if multi_output:
+        y = np.column_stack([y, -3 * y + X[:, 1]])
+    weight = np.random.default_rng(1).uniform(0.5, 2.0, len(y))
+    model = MetricAttentionRegressor("euclidean", n_neighbors=4, temperature=np.inf,
+                                     trend="linear").fit(X, y, sample_weight=weight)
+    ridge = RidgeCV(alphas=ALPHAS).fit(X, y, sample_weight=weight)
+    residual = y - ridge.predict(X)
+    # sample weights are also the keys' multiplicities of the weighted k-NN
+    queries = X[:40] + 0.25
+    expected = ridge.predict(queries) + MetricAttentionRegressor(
+        "euclidean", n_neighbors=4, temperature=np.inf, trend=None
+    ).fit(X, residual, sample_weight=weight).predict(queries)
+    np.testing.assert_allclose(model.predict(queries), expected, rtol=1e-10, atol=1e-10)
+    assert model.predict(queries).shape == expected.shape
+
+
+def test_trend_extrapolates_a_linear_target():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, size=(200, 2))
+    y = 3 * X[:, 0] - X[:, 1]
+    far = np.array([[1.5, 0.5], [-0.5, 0.5]])
+    kw = dict(metric="euclidean", n_neighbors=5, temperature=np.inf)
+    with_trend = MetricAttentionRegressor(trend="linear", **kw).fit(X, y).predict(far)
+    without = MetricAttentionRegressor(trend=None, **kw).fit(X, y).predict(far)
+    truth = 3 * far[:, 0] - far[:, 1]
+    assert np.abs(with_trend - truth).max() < 0.05 < np.abs(without - truth).min()
+
+
+def test_categorical_levels_enter_the_trend_one_hot():
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"size": rng.normal(size=150),
+                      "city": pd.Series(rng.choice(["a", "b", "c"], 150), dtype="category")})
+    y = 2 * X["size"].to_numpy() + X["city"].map({"a": 0.0, "b": 5.0, "c": -5.0}).to_numpy()
+    with pytest.warns(ConvergenceWarning):
+        model = cheap("MetricAttentionRegressor").fit(X, y)
+    # a level's effect is one coefficient of the trend: the exact offsets are recovered
+    assert model.score(X, y) > 0.999
+    unseen = X.iloc[:3].assign(city=pd.Categorical(["z"] * 3))
+    assert np.isfinite(model.predict(unseen)).all()
+
+
+def test_trend_needs_features_and_in_memory_data(data):
+    X, y = data
+    D = np.abs(X[:, None, 0] - X[None, :, 0])
+    with pytest.raises(ValueError, match="precomputed"):
+        MetricAttentionRegressor("precomputed", trend="linear", temperature=1.0).fit(D, y)
+    assert MetricAttentionRegressor("precomputed", temperature=1.0).fit(D, y).trend_ is None
+    with pytest.raises(ValueError, match="trend"):
+        MetricAttentionRegressor(trend="quadratic").fit(X, y)
+
+
+def test_radius_outliers_stay_nan_with_a_trend(data):
+    X, y = data
+    model = MetricAttentionRegressor("euclidean", radius=0.5, temperature=np.inf,
+                                     trend="linear").fit(X, y)
+    with pytest.warns(UserWarning, match="no neighbors"):
+        pred = model.predict(np.vstack([[100.0, 100.0, 100.0], X[0]]))
+    assert np.isnan(pred[0]) and np.isfinite(pred[1])
+
+
+def test_sample_weights_are_checked_before_the_trend_and_few_rows_fit_none(data):
+    X, y = data
+    weight = np.ones(len(y))
+    weight[0] = -1.0
+    with pytest.raises(ValueError, match="Negative values"):
+        MetricAttentionRegressor("euclidean", trend="linear").fit(X, y, sample_weight=weight)
+    weight = np.zeros(len(y))
+    weight[:2] = 1.0
+    model = MetricAttentionRegressor("euclidean", trend="linear", n_neighbors=2,
+                                     temperature=np.inf).fit(X, y, sample_weight=weight)
+    assert model.trend_ is None
+
+
+def test_the_trend_leaves_out_the_widest_categorical_columns():
+    # a column with thousands of levels would make the penalty search cubic in its width: the
+    # trend takes the narrow columns and leaves that one to the attention (found in review)
+    rng = np.random.default_rng(0)
+    n = 6000
+    X = pd.DataFrame({"x": rng.normal(size=n),
+                      "id": pd.Series(rng.integers(0, 3000, n).astype(str), dtype="category"),
+                      "kind": pd.Series(rng.choice(["a", "b"], n), dtype="category")})
+    y = 2 * X["x"].to_numpy() + (X["kind"] == "a").to_numpy()
+    model = MetricAttentionRegressor(max_iter=1, hidden_size=4, random_state=0,
+                                     early_stopping=False)
+    with pytest.warns(ConvergenceWarning):
+        model.fit(X, y)
+    width = model.trend_.coef_.shape[-1]
+    assert width <= 1024
+    encoder = model._strategy.input.encoder
+    assert width == encoder.n_numeric_out_ + encoder.cardinalities_[1]
+
+
+# the penalty RidgeCV would choose, found in one pass (neighbors/_trend.py)
 
 
 def _design(n, n_levels, n_numeric, seed, dense=False):
