@@ -215,12 +215,43 @@ def chunk_workers(n):
 
 def map_chunk_groups(fn, n_groups):
     """``[fn(g) for g in range(n_groups)]``: within :func:`chunk_workers`, on its workers,
-    each group on one thread (the results do not depend on the number of workers); elsewhere
-    (a differentiated ``attention`` call) in the calling thread on its threads."""
+    each group on one thread (the results do not depend on the number of workers; within
+    :func:`kept_workers`, the same threads from call to call); elsewhere (a differentiated
+    ``attention`` call) in the calling thread on its threads."""
     workers = min(getattr(_step, "workers", None) or 1, n_groups)
     if workers < 2:  # (within chunk_workers, the calling thread is on one thread already)
         return [fn(g) for g in range(n_groups)]
-    return list(map_blocks(fn, range(n_groups), workers))
+    pools = getattr(_kept, "pools", None)
+    if pools is None:
+        return list(map_blocks(fn, range(n_groups), workers))
+    pool = pools.get(workers) or pools.setdefault(workers, _Workers(workers))
+    for g in range(n_groups):
+        pool.submit(g, fn, g)
+    outcomes = [pool.outcome(g) for g in range(n_groups)]  # every one: none left behind
+    for ok, value in outcomes:
+        if not ok:
+            raise value
+    return [value for _, value in outcomes]
+
+
+_kept = threading.local()
+
+
+@contextlib.contextmanager
+def kept_workers():
+    """Within (a training loop), :func:`map_chunk_groups` called in this thread keeps its
+    worker threads from call to call instead of starting and joining them in each (two calls a
+    step); they are closed on leaving (the outermost context)."""
+    if getattr(_kept, "pools", None) is not None:
+        yield
+        return
+    _kept.pools = {}
+    try:
+        yield
+    finally:
+        pools, _kept.pools = _kept.pools, None
+        for pool in pools.values():
+            pool.close()
 
 
 def n_workers(spec):
@@ -284,12 +315,12 @@ def map_blocks(fn, starts, workers, grad=False):
                 result = fn(start)
             yield result
         return
-    pool = _Workers(fn, workers)
+    pool = _Workers(workers)
     try:
         handed = 0
         for i in range(len(starts)):
             while handed < min(len(starts), i + workers * _AHEAD_PER_WORKER):
-                pool.tasks.put((handed, starts[handed]))
+                pool.submit(handed, fn, starts[handed])
                 handed += 1
             yield pool.result(i)
     finally:
@@ -297,10 +328,11 @@ def map_blocks(fn, starts, workers, grad=False):
 
 
 class _Workers:
-    """Threads that run ``fn`` on one torch thread each, results by task number."""
+    """Threads that run the tasks submitted, ``fn(arg)``, on one torch thread each, results by
+    task number."""
 
-    def __init__(self, fn, workers):
-        self.fn, self.tasks, self.results = fn, queue.SimpleQueue(), {}
+    def __init__(self, workers):
+        self.tasks, self.results = queue.SimpleQueue(), {}
         self.done = threading.Condition()
         self.threads = [
             threading.Thread(target=self._work, name=f"skattention-{i}", daemon=True)
@@ -309,24 +341,31 @@ class _Workers:
         for thread in self.threads:
             thread.start()
 
+    def submit(self, number, fn, arg):
+        self.tasks.put((number, fn, arg))
+
     def _work(self):
         torch.get_num_threads()  # torch sets up a thread's count lazily: before the limit
         with one_thread():
             while (task := self.tasks.get()) is not None:
-                number, start = task
+                number, fn, arg = task
                 try:
                     with torch.no_grad():
-                        outcome = (True, self.fn(start))
+                        outcome = (True, fn(arg))
                 except BaseException as exc:  # re-raised in the caller
                     outcome = (False, exc)
                 with self.done:
                     self.results[number] = outcome
                     self.done.notify_all()
 
-    def result(self, number):
+    def outcome(self, number):
+        """``(ok, value)`` of task ``number`` once done: its result, or the error it raised."""
         with self.done:
             self.done.wait_for(lambda: number in self.results)
-            ok, value = self.results.pop(number)
+            return self.results.pop(number)
+
+    def result(self, number):
+        ok, value = self.outcome(number)
         if not ok:
             raise value
         return value

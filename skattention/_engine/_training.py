@@ -17,6 +17,7 @@ import math
 import torch
 
 from ._optimizers import Adam
+from ._parallel import kept_workers
 from ._scratch import reused_buffers
 
 
@@ -50,10 +51,11 @@ def run_training(model, optimizer, *, max_iter, batches, step, history=None, cal
     computes the minibatch's loss and gradients, returning ``(loss, weight)`` (the epoch loss is
     their weighted mean) or ``None`` to skip the minibatch; the optimizer step follows. After
     each epoch every callback runs, in order; training stops when one of them asks to. The
-    steps reuse their scratch buffers (:func:`reused_buffers`).
+    steps reuse their scratch buffers and worker threads (:func:`reused_buffers`,
+    :func:`kept_workers`).
     """
     history = history or TrainingHistory()
-    with reused_buffers():
+    with reused_buffers(), kept_workers():
         _epochs(model, optimizer, max_iter, batches, step, history, callbacks)
     for callback in callbacks:
         callback.on_train_end(history)

@@ -47,9 +47,9 @@ def pools(monkeypatch):
     started = []
     original = _parallel._Workers.__init__
 
-    def counting(self, fn, workers):
+    def counting(self, workers):
         started.append(workers)
-        original(self, fn, workers)
+        original(self, workers)
 
     monkeypatch.setattr(_parallel._Workers, "__init__", counting)
     return started
@@ -266,3 +266,38 @@ def test_cpu_threads_without_the_runtimes_handles_uses_threadpoolctl(monkeypatch
     with _parallel.cpu_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_a_training_loop_keeps_its_chunk_workers(pools):
+    # within kept_workers the chunk groups of every call run on one pool's worker threads, in
+    # order, an error reaches the caller and the pool serves the next call; outside, each call
+    # starts its own pool
+    import threading
+
+    from skattention._engine._parallel import chunk_workers, kept_workers, map_chunk_groups
+
+    def names(calls):
+        seen = set()
+        for _ in range(calls):
+            with chunk_workers(2):
+                out = map_chunk_groups(lambda g: (g, threading.get_ident()), 4)
+            assert [g for g, _ in out] == [0, 1, 2, 3]
+            seen |= {ident for _, ident in out}
+        return seen
+
+    before = threading.active_count()
+    with kept_workers():
+        kept = names(5)
+        assert pools == [2] and len(kept) <= 2 and threading.get_ident() not in kept
+
+        def fail(g):
+            if g == 2:
+                raise ValueError("group 2")
+            return g
+
+        with chunk_workers(2), pytest.raises(ValueError, match="group 2"):
+            map_chunk_groups(fail, 4)
+        assert names(1) <= kept and pools == [2]  # the same threads after the error
+    assert threading.active_count() == before  # closed on leaving
+    names(3)
+    assert pools == [2] * 4  # outside: a pool per call
