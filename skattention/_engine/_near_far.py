@@ -25,6 +25,11 @@ from ._softmax import OnlineSoftmax, flushed_exp, product_values
 
 # fewer queries than this take one block in the calling thread (the workers' start costs more)
 _MIN_WORKER_ROWS = 256
+# ... and so does a call whose pass over each group does fewer multiply-adds than this (its
+# queries that have the group near, times its keys and their dimension): the pass is a loop
+# of small kernels per group, and two such loops at once wait for each other's Python
+# (docs/performance.md, "The prototypes' check on one thread")
+_MIN_WORKER_GROUP_WORK = 1 << 21
 
 
 class GroupedKeys:
@@ -172,8 +177,7 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
     values_mm, prototypes_mm = grouped.products()
     scale = 1.0 / float(temperature)
     item = queries.element_size()
-    workers = (max(1, torch.get_num_threads())
-               if queries.device.type == "cpu" and n_q >= _MIN_WORKER_ROWS else 1)
+    workers = near_far_workers(queries, grouped)
     share = budget_bytes(working_memory) // workers
     # one block per worker (each loops over the groups once: the loop, not the products, is
     # the cost of small blocks), the prototypes' scores in chunks of the budget
@@ -200,6 +204,19 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
         return state.result()[:, :n_values]
 
     return torch.cat(list(map_blocks(block, range(0, n_q, rows), workers)))
+
+
+def near_far_workers(queries, grouped):
+    """The engine's workers for the near and far scores of ``queries`` over ``grouped``: the
+    caller's thread count on the CPU where the call is large enough (:data:`_MIN_WORKER_ROWS`,
+    :data:`_MIN_WORKER_GROUP_WORK`), else 1 (one block in the calling thread)."""
+    n_q, n_groups = queries.shape[0], max(grouped.n_groups, 1)
+    n_keys, dim = grouped.points.shape
+    group_work = n_q * min(grouped.n_near, n_groups) / n_groups * n_keys / n_groups * dim
+    if (queries.device.type != "cpu" or n_q < _MIN_WORKER_ROWS
+            or group_work < _MIN_WORKER_GROUP_WORK):
+        return 1
+    return max(1, torch.get_num_threads())
 
 
 def _few_queries(q, near, state, grouped, scale, values_mm):

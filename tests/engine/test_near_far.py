@@ -95,9 +95,18 @@ def test_zero_prior_groups_are_dropped_with_their_keys():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_a_query_does_not_depend_on_its_batch_or_the_threads(dtype):
+@pytest.mark.parametrize("workers", ["by work", "always"])
+def test_a_query_does_not_depend_on_its_batch_or_the_threads(monkeypatch, dtype, workers):
+    from skattention._engine import _near_far
+
     queries, _, _, _, grouped = _grouped(n=3000, n_groups=40, dtype=dtype)
-    queries = torch.cat([queries] * 8)  # 400 rows: the workers take blocks
+    queries = torch.cat([queries] * 8)  # 400 rows
+    # by work: this small call is one block in the calling thread; always: the workers take
+    # blocks of it
+    assert _near_far.near_far_workers(queries, grouped) == 1
+    if workers == "always":
+        monkeypatch.setattr(_near_far, "_MIN_WORKER_GROUP_WORK", 0)
+        assert _near_far.near_far_workers(queries, grouped) == torch.get_num_threads()
     whole = near_far_attention(queries, grouped, 0.7)
     for rows in (slice(3, 10), slice(100, 399)):
         assert torch.equal(near_far_attention(queries[rows], grouped, 0.7), whole[rows])
