@@ -44,7 +44,7 @@ _SCALE_MIN_LEVEL_COUNT = 20
 # ... and training also stops when the last n_iter_no_change epochs together improved the best
 # validation loss by less than this share of it: on many rows the averaged loss keeps falling
 # by hundredths of a percent an epoch after the test score has stopped (docs/performance.md)
-_SCALE_WINDOW_GAIN = 1e-3
+_SCALE_WINDOW_GAIN = 2e-3
 # ... and where at most this share of the rows are distinct, equal rows are one key
 _DISTINCT_SHARE = 0.9
 # the temperature is calibrated on at most this many validation rows (a scalar needs fewer)
