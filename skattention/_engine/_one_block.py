@@ -69,7 +69,9 @@ def self_mask(own, n_keys):
 
 def _outer_rows(a, b, out):
     """``a @ b`` into ``out`` for ``a`` with few columns: one broadcast pass per column, which
-    beats BLAS's product of such thin operands (docs/performance.md, "Engine design notes")."""
+    beat BLAS's product of such thin operands when the small steps' softmax was written; they
+    keep it (and their bits), though with torch 2.13 BLAS is now the faster here, as the large
+    steps use it (docs/performance.md, "Engine design notes")."""
     if a.shape[1] > 8:
         return torch.mm(a, b, out=out)
     torch.mul(a[:, :1], b[0], out=out)

@@ -153,8 +153,12 @@ class MetricAttentionRegressor(RegressorMixin, NeighborsQueryMixin, _BaseMetricA
         )
         self.trend_ = None
         # (a handful of weighted rows cannot tell a trend; _fit_attention rejects all-zero ones)
+        design = None
         if self._uses_trend() and np.count_nonzero(sample_weight) >= _MIN_TREND_ROWS:
             design = self._trend_design(X)
+        # (a design without columns, a single categorical column of more levels than the trend
+        # takes: no trend, the attention alone)
+        if design is not None and design.shape[1]:
             rows = slice(None)
             if X.shape[0] > _TREND_MAX_ROWS:
                 rng = check_random_state(self.random_state)

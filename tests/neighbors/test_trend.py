@@ -171,3 +171,15 @@ def test_the_penalty_follows_the_noise():
     quiet = gcv_penalty(X, y, np.ones(400), ALPHAS)
     noisy = gcv_penalty(X, y + 30.0 * rng.normal(size=400), np.ones(400), ALPHAS)
     assert noisy > quiet
+
+
+def test_a_design_without_columns_fits_no_trend():
+    # a single categorical column of more levels than the trend's width takes: no column is
+    # left for the trend, and the regressor propagates the targets alone (it raised before)
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"id": [f"l{i}" for i in rng.integers(0, 1500, 3000)]})
+    y = rng.normal(size=3000)
+    with pytest.warns(ConvergenceWarning):
+        model = MetricAttentionRegressor(random_state=0, max_iter=2).fit(X, y)
+    assert model.trend_ is None
+    assert np.isfinite(model.predict(X[:5])).all()
