@@ -17,7 +17,13 @@ from ._budget import budget_bytes, cache_row_slices, dense_plan, pair_bytes
 from ._inputs import check_prepared, checked_log_prior, checked_values, values_for_products
 from ._masks import mask_self
 from ._parallel import _mkl_threads, map_chunk_groups, rows_single_threaded
-from ._scores import NEG_INF, ROW_MULTIPLE, distance_logits, distance_logits_grads
+from ._scores import (
+    NEG_INF,
+    ROW_MULTIPLE,
+    distance_logits,
+    distance_logits_grads,
+    over_distances,
+)
 from ._scratch import scratch
 from ._softmax import flushed_exp, flushed_softmax, rows_times
 
@@ -289,9 +295,8 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
                                               (d_offset, sums["scale"], sums["prior"]),
                                               prescaled=True)
                 else:
-                    # e / d, 0 where d = 0 (distance_logits_grads' convention), then the
-                    # partial scores' gradient into d's buffer
-                    e.div_(d).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+                    # e / d (0 where d = 0), then the partial scores' gradient into d's buffer
+                    over_distances(e, d)
                     g = torch.mm(row_terms[rows], v_ones, out=d).mul_(e)
                     if need_offset:
                         torch.sum(g, 1, out=d_offset[rows]).neg_()
