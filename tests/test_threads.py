@@ -182,3 +182,43 @@ def test_n_jobs_sets_the_engine_threads_for_the_call(monkeypatch, n_jobs):
         clf.kneighbors(X[:5])
         assert torch.get_num_threads() == before  # restored after each call
     assert len(seen) >= 3 and set(seen) == {expected}
+
+
+def _recording(seen, function):
+    def call(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return function(*args, **kwargs)
+    return call
+
+
+@pytest.mark.parametrize("batch_size, expected", [(64, 1), (2048, 2)])
+def test_network_training_of_small_steps_runs_on_one_thread(monkeypatch, batch_size, expected):
+    # a small step's kernels are too short for a parallel region to pay (and each waited for a
+    # descheduled thread on a busy machine); a large step keeps the caller's threads
+    from skattention.nn import AttentionNetworkClassifier
+    from skattention.nn._ipn import IPN
+
+    seen = []
+    monkeypatch.setattr(IPN, "forward", _recording(seen, IPN.forward))
+    X = np.random.default_rng(0).normal(size=(2048, 4))
+    y = (X[:, 0] > 0).astype(int)
+    with threadpool_limits(limits=2, user_api="openmp"):
+        AttentionNetworkClassifier(max_iter=1, batch_size=batch_size, width=8,
+                                   random_state=0).fit(X, y)
+        assert torch.get_num_threads() == 2  # restored
+    assert seen and set(seen) == {expected}
+
+
+def test_kmeans_of_small_steps_runs_on_one_thread(monkeypatch):
+    import skattention._engine._anneal as anneal
+    import skattention._engine._cluster as cluster
+    from skattention import AttentionKMeans
+
+    seen = []
+    monkeypatch.setattr(cluster, "kmeans_step", _recording(seen, cluster.kmeans_step))
+    monkeypatch.setattr(anneal, "kmeans_step", cluster.kmeans_step)
+    X = np.random.default_rng(0).normal(size=(500, 3))
+    with threadpool_limits(limits=2, user_api="openmp"):
+        AttentionKMeans(3, random_state=0).fit(X)  # annealing, then Lloyd
+        assert torch.get_num_threads() == 2
+    assert len(seen) > 2 and set(seen) == {1}

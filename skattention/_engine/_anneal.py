@@ -13,6 +13,7 @@ import torch
 
 from ._budget import budget_bytes
 from ._cluster import inner_bar, kmeans_step, weighted_means
+from ._parallel import small_work_single_threaded
 from ._progress import write
 from ._rows import RowBlocks, as_row_blocks
 
@@ -88,6 +89,15 @@ def anneal(Xt, wt, k, init_centers, rng, verbose=0, shift=None):
     ``_cluster.kmeans_step``.
     """
     points = as_row_blocks(Xt, shift)
+    n_sample = min(points.shape[0], _ANNEAL_MAX_SAMPLES)
+    # a small sample's passes on one thread: too short for a parallel region to pay, and on a
+    # busy machine each of their kernels waited for a descheduled thread
+    with small_work_single_threaded(n_sample * k * points.shape[1], points.device):
+        return _anneal(points, wt, k, init_centers, rng, verbose)
+
+
+def _anneal(points, wt, k, init_centers, rng, verbose):
+    """:func:`anneal` of the points as row blocks."""
     n = points.shape[0]
     if n > _ANNEAL_MAX_SAMPLES:
         idx = torch.from_numpy(np.sort(rng.choice(n, _ANNEAL_MAX_SAMPLES, replace=False))).to(

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ._budget import budget_bytes, cpu_block_rows, plan_rows
+from ._parallel import small_work_single_threaded
 from ._progress import progress_bar, write
 from ._rows import as_row_blocks
 from ._scores import padded_rows
@@ -235,9 +236,15 @@ def _run(points, w, centers, T, max_iter, tol, verbose, on_iteration):
         return _centers_from_sums(points, w, centers, step, labels), converged
 
     desc = "soft k-means" if T > 0 else "Lloyd"
-    centers, n_iter = iterate_centers(em_step, centers, max_iter, tol, on_iteration, verbose, desc)
-    # Labels and inertia of the final centres (after strict convergence the labels cannot change).
-    step = kmeans_step(points, centers, w, update=False)
+    n, d = points.shape
+    # small steps on one thread: too short for a parallel region to pay, and on a busy machine
+    # each of their kernels waited for a descheduled thread
+    with small_work_single_threaded(n * centers.shape[0] * d, points.device):
+        centers, n_iter = iterate_centers(em_step, centers, max_iter, tol, on_iteration,
+                                          verbose, desc)
+        # Labels and inertia of the final centres (after strict convergence the labels
+        # cannot change).
+        step = kmeans_step(points, centers, w, update=False)
     inertia = float((step["min_sqdist"].double() * w.double()).sum())
     if verbose >= 2 and T == 0:
         write(f"  Lloyd: {n_iter} iterations, inertia {inertia:.6g}")

@@ -17,7 +17,7 @@ import math
 import torch
 
 from ._optimizers import Adam
-from ._parallel import kept_workers
+from ._parallel import SMALL_STEP_WORK, kept_workers, small_work_single_threaded
 from ._scratch import reused_buffers
 
 
@@ -165,10 +165,12 @@ class ProgressReport(Callback):
 
 
 def train_network(net, X, y, *, max_iter, batch_size, learning_rate, weight_decay, order,
-                  callbacks=()):
+                  callbacks=(), step_work=None):
     """Train the class logits ``net(X)`` against labels ``y`` by minibatch cross-entropy (Adam
     with L2 weight decay); ``order()`` gives each epoch's permutation of the samples. Returns
-    the :class:`TrainingHistory` (the loss curve: mean cross-entropy per epoch)."""
+    the :class:`TrainingHistory` (the loss curve: mean cross-entropy per epoch).
+    ``step_work``: the multiply-adds of a step's attention; a loop of small steps runs on one
+    thread (as the learned metrics' training does: :data:`SMALL_STEP_WORK`)."""
     optimizer = Adam(net.parameters(), lr=learning_rate, weight_decay=weight_decay,
                      decoupled=False)
 
@@ -178,7 +180,9 @@ def train_network(net, X, y, *, max_iter, batch_size, learning_rate, weight_deca
         batch_loss.backward()
         return float(batch_loss.detach()), idx.numel()
 
-    return run_training(
-        net, optimizer, max_iter=max_iter, step=step, callbacks=callbacks,
-        batches=lambda: order().split(batch_size),
-    )
+    with small_work_single_threaded(math.inf if step_work is None else step_work, X.device,
+                                    limit=SMALL_STEP_WORK):
+        return run_training(
+            net, optimizer, max_iter=max_iter, step=step, callbacks=callbacks,
+            batches=lambda: order().split(batch_size),
+        )

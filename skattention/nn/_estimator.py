@@ -194,6 +194,8 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
                     callbacks=[ProgressReport(bar, name, self.max_iter, self.verbose),
                                EarlyStopping(self.n_iter_no_change, self.tol),
                                EpochTasks(self, lambda: self._epoch_attributes(net, X))],
+                    # each block: a minibatch's scores and weighted values over itself
+                    step_work=self.n_blocks * batch_size**2 * 2 * self.width,
                 )
         warn_if_max_iter_reached(
             self, history.n_iter,
