@@ -30,10 +30,14 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     ``keys``: the training points' keys grouped around prototypes (:class:`GroupedKeys`) that
     the validation points attend to (:func:`near_far_attention`) instead of ``X``, ``values``
     and ``weight``. Returns the minimised objective: the validation loss, with that
-    pseudo-error."""
+    pseudo-error; ``nan``, the temperature kept, where every validation weight is zero (their
+    loss is 0/0 at every temperature: they judge none)."""
     X_val, values_val, weight_val = validation
     metric_map.eval()
-    queries, total = metric_map.query(X_val), weight_val.sum()
+    total = weight_val.sum()
+    if not float(total) > 0:
+        return math.nan
+    queries = metric_map.query(X_val)
 
     # Classes: one pseudo-error more, Laplace's rule of succession: the validation point
     # likeliest to be wrong counted once as if it were (the loss of its likeliest wrong class,

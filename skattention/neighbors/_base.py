@@ -221,6 +221,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         self.n_samples_fit_ = n_samples
         strategy = self._strategy
         dtype = strategy.compute_dtype(self.dtype, X.dtype)
+        _check_values_fit_dtype(self, values, dtype)
 
         def epoch_model(fitted_strategy, temperature):
             # the model as it stands after a training epoch, for scikit-learn's callbacks
@@ -426,6 +427,22 @@ def _check_distance_weighting(estimator, prior_weight):
         raise ValueError(
             f"weights={estimator.weights!r} needs equal weights of the training points: "
             "sample_weight and class_weight are not supported with it."
+        )
+
+
+def _check_values_fit_dtype(estimator, values, dtype):
+    """A clear error at fit for values (targets) that attention in ``dtype`` would overflow
+    summing over the training points, rather than a failing predict."""
+    if not values.size:
+        return
+    peak = float(np.abs(values).max())
+    limit = torch.finfo(dtype).max / values.shape[0]
+    if peak > limit:
+        raise ValueError(
+            f"{type(estimator).__name__}: y reaches {peak:.3g} in magnitude (less the trend, for "
+            f"a regressor), beyond what attention in {str(dtype).split('.')[-1]} can sum over "
+            f"{values.shape[0]} training points (up to {limit:.3g}); pass dtype='float64' or "
+            "rescale y."
         )
 
 

@@ -83,6 +83,7 @@ class TabularInput:
             rows = self.numeric_frame_rows(estimator, X)
             if rows is not None:
                 return rows
+        _check_frame_columns(estimator, X)
         # names and width through an empty object-typed copy: converting the frame itself
         # would cast its category columns to float when another column is a nullable dtype
         validate_data(estimator, X.iloc[:0].astype(object), reset=reset, ensure_min_samples=0,
@@ -155,6 +156,18 @@ class TabularInput:
     def linear_features(self, X, max_width):
         """Features of a linear model of encoded rows ``X`` (see the layouts)."""
         return self.layout.linear_features(X, max_width)
+
+
+def _check_frame_columns(estimator, X):
+    """check_array's errors for a frame without columns (its dtype probe of no column fails
+    first) and for complex columns (the object-typed copy that validate_data checks hides them;
+    a float conversion would drop their imaginary parts)."""
+    if X.shape[1] == 0:
+        raise ValueError(f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 "
+                         f"is required by {type(estimator).__name__}.")
+    complex_columns = [str(c) for c, d in X.dtypes.items() if pd.api.types.is_complex_dtype(d)]
+    if complex_columns:
+        raise ValueError(f"Complex data not supported: column(s) {complex_columns} of X.")
 
 
 def _numbers_only(dtypes):

@@ -4,6 +4,7 @@ mapped by it as keys."""
 
 import copy
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -140,7 +141,7 @@ class LearnedMetric(MetricStrategy):
         self._ready = {}
         fit = self._outcome(estimator, history, log_t, validation is not None)
         fit.map = self.map
-        _warn_if_not_converged(estimator, fit.n_iter - before)
+        _warn_if_not_converged(estimator, fit.n_iter - before, validation is not None)
         return fit
 
     @staticmethod
@@ -399,6 +400,14 @@ class _TrainingData:
         if indices is None:
             return None
         train_idx, val_idx = indices
+        if not bool((self.weight[val_idx] > 0).any()):
+            # its loss is 0/0: it can neither stop the training nor calibrate the temperature
+            warnings.warn(
+                "The validation split holds only rows of zero sample weight: it cannot judge "
+                "the training, so this fit trains on every row as early_stopping=False does "
+                "(stopping on the training loss, keeping the trained temperature).",
+                UserWarning, stacklevel=2)
+            return None
         validation = (self.X[val_idx], self.values[val_idx], self.weight[val_idx])
         self.X, self.values, self.weight = (self.X[train_idx], self.values[train_idx],
                                             self.weight[train_idx])
@@ -431,9 +440,9 @@ def _temperature(estimator, log_t):
     return float(torch.exp(log_t.detach()).cpu())
 
 
-def _warn_if_not_converged(estimator, epochs_run):
+def _warn_if_not_converged(estimator, epochs_run, validating):
     """ConvergenceWarning when this fit ran all ``max_iter`` epochs."""
-    monitored = "validation loss" if estimator.early_stopping else "training loss"
+    monitored = "validation loss" if validating else "training loss"
     warn_if_max_iter_reached(
         estimator, epochs_run,
         f"the {monitored} stopped improving by tol={estimator.tol} for "

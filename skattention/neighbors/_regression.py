@@ -197,6 +197,8 @@ class MetricAttentionRegressor(RegressorMixin, NeighborsQueryMixin, _BaseMetricA
         """What the attention's output is added to for encoded rows ``block``: the trend."""
         if getattr(self, "trend_", None) is None:
             return None
+        if block.shape[0] == 0:  # no query row (RidgeCV's predict refuses them)
+            return np.zeros((0, np.size(self.trend_.intercept_)))
         return self.trend_.predict(self._trend_design(block)).reshape(block.shape[0], -1)
 
     def _loo_loss(self, pred, rows, weight, values):

@@ -105,7 +105,12 @@ class Table:
         return out
 
     def name(self, j):
-        return str(self.frame.columns[j]) if self.is_frame else f"x{j}"
+        """Column ``j``'s name: the frame's, else the fitted one (an array of a frame's rows,
+        as predict's few-rows path passes it), else ``x<j>``."""
+        if self.is_frame:
+            return str(self.frame.columns[j])
+        names = getattr(self._encoder, "feature_names_in_", None)
+        return str(names[j]) if names is not None else f"x{j}"
 
     def kind(self, j):
         """'category' (category / string / object), 'bool' or 'number'."""
@@ -146,27 +151,60 @@ class Table:
                     f"column {self.name(j)!r} is numeric for this encoder but holds text {when} "
                     f"(e.g. {example!r}); declare it in categorical_features or fix its dtype."
                 )
-            series = converted
+            values = converted.astype("float64").to_numpy(na_value=np.nan)
+            reject_infinity(values)  # "inf" or np.inf in an object column, as in a float one
+            return values
         return series.astype("float64").to_numpy(na_value=np.nan)
 
-    def category_column(self, j):
-        """(values as an object or float array with NaN/None missing, holds-numbers flag)."""
+    def category_column(self, j, as_text=False):
+        """``(values, kind)`` of column ``j`` read as categorical. ``kind``: ``"numbers"``
+        (values a float array, NaN missing), ``"text"`` (an object array of strings, None
+        missing), ``"mixed"`` (numbers and strings, all as text: :func:`level_text`) or
+        ``None`` when every value is missing (no evidence either way). ``as_text``: numbers as
+        text too (a column whose levels were mixed at fit)."""
         if self.is_sparse:  # unreachable: categorical columns of sparse input are refused
             raise ValueError("sparse matrices have no categorical columns.")
-        if self.array is not None:  # numbers declared categorical in categorical_features
-            return self.array[:, j], True
-        series = self.frame.iloc[:, j]
-        if isinstance(series.dtype, pd.CategoricalDtype):
-            series = series.astype(object)
-        if pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(
-                series.dtype):
-            return series.astype("float64").to_numpy(na_value=np.nan), True
-        values = series.to_numpy(dtype=object, na_value=None)
+        if self.array is not None:  # numbers declared categorical, or an array of a frame
+            values = self.array[:, j]
+            if not as_text:
+                return values, _numbers_kind(values)
+            values = values.astype(object)
+        else:
+            series = self.frame.iloc[:, j]
+            if isinstance(series.dtype, pd.CategoricalDtype):
+                series = series.astype(object)
+            if (not as_text and pd.api.types.is_numeric_dtype(series.dtype)
+                    and not pd.api.types.is_bool_dtype(series.dtype)):
+                values = series.astype("float64").to_numpy(na_value=np.nan)
+                return values, _numbers_kind(values)
+            values = series.to_numpy(dtype=object, na_value=None)
         present = ~pd.isna(values)
-        if present.any() and all(isinstance(v, (Integral, float, np.number))
-                                 and not isinstance(v, bool) for v in values[present]):
-            return np.array([np.nan if v is None else float(v) for v in values]), True
         out = np.empty(values.shape[0], dtype=object)
         out[:] = None
-        out[present] = [str(v) for v in values[present]]
-        return out, False
+        if not present.any():
+            return out, None
+        numbers = [_is_number(v) for v in values[present]]
+        if all(numbers) and not as_text:
+            return np.array([np.nan if v is None else float(v) for v in values]), "numbers"
+        out[present] = [level_text(v) for v in values[present]]
+        return out, "mixed" if any(numbers) else "text"
+
+
+def _is_number(value):
+    """Whether a cell is a real number (a bool is not)."""
+    return isinstance(value, (Integral, float, np.number)) and not isinstance(value, bool)
+
+
+def _numbers_kind(values):
+    """``category_column``'s kind of a float column: ``None`` when every value is NaN."""
+    return "numbers" if not np.isnan(values).all() else None
+
+
+def level_text(value):
+    """A categorical cell as text: a number by its value (``1``, ``1.0`` and ``np.int64(1)``
+    are the level ``"1"``, whatever column dtype carried it), anything else as ``str``."""
+    if isinstance(value, Integral) and not isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value)

@@ -144,16 +144,19 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         )
         self._indicator_positions = np.flatnonzero(missing) if self.missing_indicators else []
         self.categories_ = []
-        self._level_is_numeric = []
+        # per categorical column: levels that are numbers; levels of numbers and strings
+        # (kept as text, so a number finds its level whatever carries it at prediction)
+        self._level_is_numeric, self._level_is_mixed = [], []
         categories_missing = []
         for j in self.categorical_columns_:
-            values, is_numeric = table.category_column(j)
+            values, kind = table.category_column(j)
             present = values[~isna(values)]
             categories_missing.append(present.size < values.size)
             levels, counts = np.unique(present, return_counts=True) if present.size else (
                 np.zeros(0, dtype=present.dtype), np.zeros(0, dtype=int))
             self.categories_.append(levels[counts >= self.min_frequency])
-            self._level_is_numeric.append(is_numeric)
+            self._level_is_numeric.append(kind == "numbers")
+            self._level_is_mixed.append(kind == "mixed")
         self.categories_missing_ = np.asarray(categories_missing, dtype=bool)
         self.cardinalities_ = np.asarray([lv.size + _FIRST_LEVEL for lv in self.categories_],
                                          dtype=int)
@@ -174,6 +177,8 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             return np.array([table.kind(j) == "category" for j in range(n)], dtype=bool)
         spec = np.asarray(spec)
         mask = np.zeros(n, dtype=bool)
+        if spec.size == 0 and spec.dtype.kind != "b":
+            return mask  # an empty list (float64 to NumPy): no categorical column, as in HGB
         if spec.dtype.kind == "b":
             if spec.shape != (n,):
                 raise ValueError(f"categorical_features mask has {spec.size} entries but X has "
@@ -315,15 +320,26 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
                 numeric[:, n_num + i] = np.isnan(table.numeric_column(j, self._numeric_kind[j]))
         codes = np.zeros((n, self.categorical_columns_.size), dtype=np.int64)
         for k, j in enumerate(self.categorical_columns_):
-            values, is_numeric = table.category_column(j)
-            if is_numeric != self._level_is_numeric[k] and self.categories_[k].size:
-                raise ValueError(
-                    f"categorical column {table.name(j)!r} held "
-                    f"{'numbers' if self._level_is_numeric[k] else 'strings'} at fit time but "
-                    f"holds {'numbers' if is_numeric else 'strings'} now."
-                )
-            codes[:, k] = _codes(values, self.categories_[k])
+            codes[:, k] = _codes(self._category_values(table, k, j), self.categories_[k])
         return TabularBlock(numeric, codes)
+
+    def _category_values(self, table, k, j):
+        """Input column ``j`` (categorical column ``k``) as its fitted levels read it: numbers,
+        or text (every value as text where the levels mixed numbers and strings). A column
+        whose values are all missing has the missing code whatever its dtype; one that held
+        strings at fit and only numbers now (or the reverse) is an error: the codes would
+        silently not match."""
+        mixed = self._level_is_mixed[k]
+        values, kind = table.category_column(j, as_text=mixed)
+        fitted = self._level_is_numeric[k]
+        if (kind is not None and not mixed and self.categories_[k].size
+                and (kind == "numbers") != fitted):
+            raise ValueError(
+                f"categorical column {table.name(j)!r} held "
+                f"{'numbers' if fitted else 'strings'} at fit time but holds "
+                f"{'strings' if fitted else 'numbers'} now."
+            )
+        return values
 
     def _encode_numeric_array(self, array, numeric):
         """The numeric block of a float array's rows (no quantile scaling) into ``numeric``."""

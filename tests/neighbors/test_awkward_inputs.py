@@ -1,0 +1,211 @@
+"""Inputs a fuzzing pass found mishandled by the tabular estimators: categorical columns whose
+prediction batch is all missing or mixes numbers and strings, empty and complex inputs,
+infinity in object columns, a validation split of zero weights, targets beyond float32."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from skattention import (
+    MetricAttentionClassifier,
+    MetricAttentionRegressor,
+    MetricAttentionTransformer,
+)
+from skattention._engine._calibration import calibrate_temperature
+from skattention._engine._maps import build_map
+from skattention.neighbors._tabular import MISSING_CODE, OTHER_CODE, _TabularEncoder
+
+pd = pytest.importorskip("pandas")
+
+FAST = dict(max_iter=3, random_state=0)
+
+
+def _frame(n=200):
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"num": rng.normal(size=n),
+                      "city": rng.choice(["Oslo", "Rome", "Paris"], n)})
+    return X, np.where(X.num > 0, "yes", "no")
+
+
+@pytest.fixture(scope="module")
+def clf():
+    X, y = _frame()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return MetricAttentionClassifier(**FAST).fit(X, y)
+
+
+# ------------------------------------------------------- categorical columns at prediction
+
+
+def test_an_all_missing_string_column_gets_the_missing_code(clf):
+    X, _ = _frame()
+    row = pd.DataFrame([{"num": 0.3, "city": np.nan}])  # pandas makes the column float64
+    assert row.dtypes["city"] == np.float64
+    reference = clf.predict_proba(pd.DataFrame({"num": [0.3], "city": [None]}))
+    np.testing.assert_array_equal(clf.predict_proba(row), reference)
+    # a batch whose column is all NaN: the same codes as the rows one at a time
+    batch = X[:20].assign(city=np.nan)
+    proba = clf.predict_proba(batch)
+    alone = np.vstack([clf.predict_proba(batch.iloc[i : i + 1]) for i in range(20)])
+    np.testing.assert_array_equal(alone, proba)
+    codes = clf._strategy.input.encoder.transform(batch).categories
+    assert (codes == MISSING_CODE).all()
+
+
+def test_an_all_missing_column_of_numeric_levels_gets_the_missing_code():
+    X, y = _frame()
+    rng = np.random.default_rng(1)
+    Xi = X.assign(city=pd.Categorical(rng.integers(0, 3, len(X))))
+    clf = MetricAttentionClassifier(**FAST).fit(Xi, y)
+    # one row missing in a batch that holds numbers: the reference
+    batch = Xi[:2].assign(city=pd.Categorical([np.nan, 1], categories=[0, 1, 2]))
+    expected = clf.predict_proba(batch)[:1]
+    for city in [pd.Categorical([np.nan], categories=[0, 1, 2]), [np.nan], [None]]:
+        np.testing.assert_array_equal(clf.predict_proba(Xi[:1].assign(city=city)), expected)
+    # an int column declared categorical, None at prediction
+    Xb = X.assign(b=rng.integers(0, 4, len(X)))
+    reg = MetricAttentionClassifier(categorical_features=["city", "b"], **FAST).fit(Xb, y)
+    mixed = reg.predict_proba(Xb[:2].assign(b=pd.array([None, 1], dtype=object)))
+    np.testing.assert_array_equal(reg.predict_proba(Xb[:1].assign(b=[None])), mixed[:1])
+
+
+def test_a_numbers_for_strings_error_names_the_real_column(clf):
+    X, _ = _frame()
+    # a single row (predict's few-rows path) and a batch name the same column
+    for rows in [X[:1].assign(city=[5]), X[:20].assign(city=5)]:
+        with pytest.raises(ValueError, match="'city' held strings at fit time but holds "
+                                             "numbers now"):
+            clf.predict(rows)
+
+
+def test_levels_mixing_numbers_and_strings_are_found_whatever_carries_them():
+    X, y = _frame()
+    Xm = X.assign(city=[1, 2, "other"] * 66 + [1, 2])
+    model = MetricAttentionClassifier(**FAST).fit(Xm, y)
+    encoder = model._strategy.input.encoder
+    assert list(encoder.categories_[0]) == ["1", "2", "other"]
+    expected = model.predict_proba(Xm[:3])
+    # the numbers alone, as int64 (one row or several), float64 with a missing value, object
+    for rows in [Xm[:1].assign(city=[1]), Xm[:3].assign(city=[1, 2, 1]),
+                 Xm[:3].assign(city=[1.0, 2.0, np.nan]),
+                 Xm[:3].assign(city=pd.Series([1, 2, "other"], dtype=object))]:
+        codes = encoder.transform(rows).categories[:, 0]
+        assert OTHER_CODE not in codes
+    np.testing.assert_array_equal(model.predict_proba(Xm[:1].assign(city=[1])), expected[:1])
+    np.testing.assert_array_equal(model.predict_proba(Xm[:2].assign(city=[1.0, 2.0])),
+                                  expected[:2])
+    # an unseen number is an unseen level, not an error
+    assert encoder.transform(Xm[:1].assign(city=[7])).categories[0, 0] == OTHER_CODE
+
+
+# ------------------------------------------------------------------ checks of X
+
+
+def test_an_empty_categorical_features_list_means_no_categorical_column():
+    X, y = _frame()
+    a = MetricAttentionClassifier("euclidean", categorical_features=[]).fit(X[["num"]], y)
+    b = MetricAttentionClassifier("euclidean", categorical_features=None).fit(X[["num"]], y)
+    np.testing.assert_array_equal(a._keys.inputs, b._keys.inputs)
+    assert not _TabularEncoder(categorical_features=[]).fit(X[["num"]]).categorical_.any()
+    with pytest.raises(ValueError, match="mask has 0 entries"):
+        _TabularEncoder(categorical_features=np.zeros(0, dtype=bool)).fit(X)
+
+
+@pytest.mark.parametrize("value", [np.inf, "inf", -np.inf])
+def test_infinity_in_an_object_column_is_scikit_learns_error(clf, value):
+    row = pd.DataFrame({"num": pd.Series([value], dtype=object), "city": ["Oslo"]})
+    with pytest.raises(ValueError, match="Input X contains infinity"):
+        clf.predict(row)
+    X, y = _frame()
+    with pytest.raises(ValueError, match="Input X contains infinity"):
+        clf.predict(X[:30].assign(num=pd.Series([value] + [0.5] * 29, dtype=object)))
+    numbers = X.assign(num=pd.Series([value] + list(X.num[1:]), dtype=object))
+    with pytest.raises(ValueError, match="Input X contains infinity"):
+        MetricAttentionClassifier(categorical_features=["city"], **FAST).fit(numbers, y)
+
+
+def test_complex_columns_are_rejected_as_complex_arrays_are(clf):
+    X, y = _frame()
+    with pytest.raises(ValueError, match="Complex data not supported"):
+        MetricAttentionClassifier(**FAST).fit(X[["num"]].to_numpy() + 1j, y)
+    with pytest.raises(ValueError, match=r"Complex data not supported: .*\['num'\]"):
+        MetricAttentionClassifier(**FAST).fit(X.assign(num=X.num + 1j), y)
+    for rows in [X[:2].assign(num=X.num[:2] + 100j), X[:40].assign(num=X.num[:40] + 0j)]:
+        with pytest.raises(ValueError, match="Complex data not supported"):
+            clf.predict(rows)
+
+
+def test_a_frame_without_columns_is_scikit_learns_error(clf):
+    X, y = _frame()
+    message = r"0 feature\(s\) \(shape=\(200, 0\)\) while a minimum of 1 is required"
+    for estimator in [MetricAttentionClassifier(), MetricAttentionTransformer()]:
+        with pytest.raises(ValueError, match=message):
+            estimator.fit(X[[]], y)
+    with pytest.raises(ValueError, match=r"0 feature\(s\) \(shape=\(3, 0\)\)"):
+        clf.predict(X[:3][[]])
+
+
+# ------------------------------------------------------------------ the regressor
+
+
+@pytest.mark.parametrize("two_outputs", [False, True])
+def test_regressor_predicts_no_rows_as_an_empty_array(two_outputs):
+    X, _ = _frame()
+    y = np.column_stack([X.num, -X.num]) if two_outputs else X.num.to_numpy()
+    reg = MetricAttentionRegressor(**FAST).fit(X, y)
+    assert reg.trend_ is not None  # the trend's RidgeCV refused no rows
+    out = reg.predict(X.iloc[:0])
+    assert out.shape == ((0, 2) if two_outputs else (0,)) and out.dtype == np.float64
+
+
+def test_targets_beyond_float32_fail_at_fit_not_at_predict():
+    X, _ = _frame()
+    with pytest.raises(ValueError, match="dtype='float64'"):
+        MetricAttentionRegressor(**FAST).fit(X, X.num * 1e100)
+    reg = MetricAttentionRegressor(dtype="float64", **FAST).fit(X, X.num * 1e100)
+    assert np.isfinite(reg.predict(X[:3])).all()
+    # ordinary targets are untouched
+    assert np.isfinite(MetricAttentionRegressor(**FAST).fit(X, X.num * 1e30).predict(X[:3])).all()
+
+
+# ------------------------------------------------------- a validation split of zero weights
+
+
+@pytest.mark.parametrize("estimator", [MetricAttentionClassifier, MetricAttentionRegressor])
+def test_a_validation_split_of_zero_weights_trains_as_without_early_stopping(estimator):
+    X, y = _frame()
+    w = np.zeros(len(X))
+    if estimator is MetricAttentionRegressor:
+        y = X.num.to_numpy()
+        w[:5] = 1  # rows that random_state=0 trains on, none of them held out
+    else:
+        w[[1, 2, 4, 6, 7, 8, 9, 10, 11, 12]] = 1  # the same for the stratified split
+    with pytest.warns(UserWarning, match="validation split holds only rows of zero"):
+        model = estimator(**FAST).fit(X, y, sample_weight=w)
+    assert model.validation_scores_ is None and model.best_validation_score_ is None
+    reference = estimator(early_stopping=False, **FAST).fit(X, y, sample_weight=w)
+    assert model.temperature_ == reference.temperature_
+    assert model.loss_curve_ == reference.loss_curve_
+    predict = getattr(model, "predict_proba", model.predict)
+    np.testing.assert_array_equal(
+        predict(X), getattr(reference, "predict_proba", reference.predict)(X))
+
+
+def test_calibration_on_zero_weights_keeps_the_temperature():
+    torch.manual_seed(0)
+    metric_map = build_map("tabular", n_components=4, n_numeric=2, cardinalities=[],
+                           numeric_embedding="none")
+    X = torch.randn(30, 2)
+    values = torch.nn.functional.one_hot(torch.arange(30) % 2).float()
+    log_t = torch.tensor(0.3)
+    validation = (torch.randn(5, 2), values[:5], torch.zeros(5))
+    loss = calibrate_temperature(metric_map, log_t, X, values, torch.ones(30), validation,
+                                 "log_loss")
+    assert math.isnan(loss) and float(log_t) == pytest.approx(0.3)
+    validation = (validation[0], validation[1], torch.ones(5))
+    assert math.isfinite(calibrate_temperature(metric_map, log_t, X, values, torch.ones(30),
+                                               validation, "log_loss"))
