@@ -9,7 +9,7 @@ import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
 
 from .._engine import attention, prepare_keys, progress_bar, resolve_device
 from ..utils._callbacks import begin_subtask, end_subtask, report_subtask
@@ -73,7 +73,9 @@ class AttentionDiffusionEmbedding(
         Space in which squared Euclidean distances are taken. A transformer (for example a
         :class:`~skattention.MetricAttentionTransformer`) maps the data first, so the diffusion
         runs in a learned metric: used as is when already fitted, else cloned and fitted on
-        ``(X, y)`` in ``fit`` (``metric_``).
+        ``(X, y)`` in ``fit`` (``metric_``). It receives ``X`` as given and checks it itself
+        (a :class:`~skattention.MetricAttentionTransformer` takes a DataFrame with strings,
+        categories and missing values); its output must be finite numbers.
     epsilon : float or "auto", default="auto"
         Kernel bandwidth, the attention temperature: ``exp(-f / epsilon)``. ``"auto"``: the
         Berry–Giannakis–Harlim bandwidth (where ``log sum_ij exp(-f_ij / epsilon)`` over each
@@ -248,8 +250,8 @@ class AttentionDiffusionEmbedding(
         -------
         self : object
         """
-        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
-        n = X.shape[0]
+        X = self._validate_X(X, reset=True)
+        n = _num_samples(X)
         if self.n_components >= n:
             raise ValueError(
                 f"n_components={self.n_components} must be smaller than n_samples={n}: the "
@@ -380,8 +382,7 @@ class AttentionDiffusionEmbedding(
         X_new : ndarray of shape (n_queries, n_components)
         """
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
-        Z = self._to_metric_space(X)
+        Z = self._to_metric_space(self._validate_X(X, reset=False))
         if self.n_neighbors_ is not None:
             return knn_nystrom(
                 Z, self._fit_Z, self._nystrom_values, n_neighbors=self.n_neighbors_,
@@ -399,6 +400,21 @@ class AttentionDiffusionEmbedding(
             progress=self.verbose,
         )
         return np.asarray(out, dtype=np.float64)
+
+    def _validate_X(self, X, reset):
+        """``X`` checked as floats, or, where ``metric`` is a transformer, only its width and
+        feature names: the transformer checks (and encodes) the raw table itself (a
+        :class:`~skattention.MetricAttentionTransformer` takes strings, categories and missing
+        values), and its output is what the engine needs as floats
+        (:meth:`_to_metric_space`)."""
+        if isinstance(self.metric, str):
+            return validate_data(self, X, reset=reset, dtype=[np.float64, np.float32],
+                                 ensure_min_samples=2 if reset else 1)
+        validate_data(self, X, reset=reset, skip_check_array=True)
+        if reset and _num_samples(X) < 2:
+            raise ValueError(f"Found array with {_num_samples(X)} sample(s) while a minimum of "
+                             f"2 is required by {type(self).__name__}.")
+        return X
 
     def _fit_metric(self, X, y):
         if isinstance(self.metric, str):

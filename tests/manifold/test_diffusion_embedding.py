@@ -5,11 +5,13 @@ import pathlib
 import pickle
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.datasets import make_blobs, make_s_curve
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.manifold import SpectralEmbedding
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -437,3 +439,29 @@ def test_dense_cholesky_runs_on_one_blas_thread_in_a_subprocess():
                            text=True, env=env, timeout=600)
     assert child.returncode == 0, child.stderr[-3000:]
     assert child.stdout.strip().endswith("done")
+
+
+def test_a_metric_transformer_sees_the_raw_table():
+    # a transformer that takes strings, categories and missing values gets the frame itself
+    # (its names included); only its output is checked as floats
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"num": rng.normal(size=150), "city": rng.choice(["Oslo", "Rome"], 150)})
+    X.loc[::9, "num"] = np.nan
+    y = np.where(X["num"].fillna(0) > 0, "yes", "no")
+    metric = MetricAttentionTransformer(n_components=3, max_iter=3, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no "X does not have valid feature names"
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        emb = AttentionDiffusionEmbedding(metric=metric, n_neighbors=None, random_state=0)
+        emb.fit(X, y)
+        np.testing.assert_allclose(emb.transform(X), emb.embedding_, rtol=1e-6, atol=1e-9)
+    assert list(emb.feature_names_in_) == ["num", "city"] and emb.n_features_in_ == 2
+    assert list(emb.metric_.feature_names_in_) == ["num", "city"]
+    manual = AttentionDiffusionEmbedding(n_neighbors=None, random_state=0).fit(
+        emb.metric_.transform(X))
+    np.testing.assert_allclose(emb.embedding_, manual.embedding_, rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="feature names should match"):
+        emb.transform(X[["city", "num"]])
+    with pytest.raises(ValueError, match="minimum of 2 is required"):
+        AttentionDiffusionEmbedding(metric=metric).fit(X[:1], y[:1])
