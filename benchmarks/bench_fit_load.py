@@ -12,6 +12,12 @@ wants every core, beside ``busy`` spinning processes, gets ``cores / (cores + bu
 wants): a fit that keeps its share of the machine takes at most that ratio. The load average
 of the machine before each row is recorded too (other programs than the competitors count:
 compare rows measured together).
+
+``--models`` adds the library's other fits (issue 33: every fit path): ``network``
+(``AttentionNetworkClassifier``, the same table, ``--epochs``), ``kmeans`` (``AttentionKMeans(8)``
+on 4 x ``--rows`` blob points of 16 features), ``meanshift`` (``AttentionMeanShift()`` on
+``--rows`` // 2 blob points of 4 features) and ``diffusion`` (``AttentionDiffusionEmbedding``
+of a ``--rows``-point swiss roll).
 """
 
 import argparse
@@ -31,15 +37,32 @@ from bench_load import busy_processes  # noqa: E402 (after sys.path)
 RESULTS = HERE / "results" / "fit_load.json"
 
 
-def _models(epochs):
+def _models(epochs, rows):
+    """``{name: (make, X, y)}``: each model's constructor and the table it fits."""
+    from sklearn.datasets import make_blobs, make_classification, make_swiss_roll
     from sklearn.ensemble import HistGradientBoostingClassifier
 
-    from skattention import MetricAttentionClassifier
+    from skattention import (
+        AttentionDiffusionEmbedding,
+        AttentionKMeans,
+        AttentionMeanShift,
+        AttentionNetworkClassifier,
+        MetricAttentionClassifier,
+    )
 
+    X, y = make_classification(rows, 20, n_informative=10, random_state=0)
+    blobs = make_blobs(4 * rows, 16, centers=8, random_state=0)[0]
+    small_blobs = make_blobs(max(rows // 2, 10), 4, centers=5, random_state=0)[0]
+    roll = make_swiss_roll(rows, random_state=0)[0]
     return {
-        "skattention": lambda: MetricAttentionClassifier(max_iter=epochs, early_stopping=False,
-                                                         tol=0.0, random_state=0),
-        "hgb": lambda: HistGradientBoostingClassifier(random_state=0),
+        "skattention": (lambda: MetricAttentionClassifier(max_iter=epochs, early_stopping=False,
+                                                          tol=0.0, random_state=0), X, y),
+        "hgb": (lambda: HistGradientBoostingClassifier(random_state=0), X, y),
+        "network": (lambda: AttentionNetworkClassifier(max_iter=epochs, random_state=0), X, y),
+        "kmeans": (lambda: AttentionKMeans(8, random_state=0), blobs, None),
+        "meanshift": (AttentionMeanShift, small_blobs, None),
+        "diffusion": (lambda: AttentionDiffusionEmbedding(n_components=2, random_state=0), roll,
+                      None),
     }
 
 
@@ -49,6 +72,9 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--busy", type=int, nargs="+", default=[0, 1, 3])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--models", nargs="+", default=["skattention", "hgb"],
+                        choices=["skattention", "hgb", "network", "kmeans", "meanshift",
+                                 "diffusion"])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -57,12 +83,11 @@ def main(argv=None):
 
     import warnings
 
-    from sklearn.datasets import make_classification
     from threadpoolctl import threadpool_info
 
     warnings.filterwarnings("ignore")  # the ConvergenceWarning of a fixed number of epochs
-    X, y = make_classification(args.rows, 20, n_informative=10, random_state=0)
-    models = _models(args.epochs)
+    every = _models(args.epochs, args.rows)
+    models = {name: every[name] for name in args.models}
     cores = os.cpu_count()
     rows, quiet = [], {}
     for busy in args.busy:
@@ -72,7 +97,7 @@ def main(argv=None):
             time.sleep(1.0 if busy else 0.0)
             times = {name: [] for name in models}
             for _ in range(args.repeats):
-                for name, make in models.items():
+                for name, (make, X, y) in models.items():
                     start = time.perf_counter()
                     make().fit(X, y)
                     times[name].append(time.perf_counter() - start)
@@ -90,7 +115,7 @@ def main(argv=None):
             rows.append(row)
             print(json.dumps(row), flush=True)
     out = {"machine": {"cpu": platform.processor() or platform.machine(), "cpus": cores},
-           "rows": args.rows, "epochs": args.epochs,
+           "rows": args.rows, "epochs": args.epochs, "models": args.models,
            "threadpools": [f"{p['internal_api']} {p.get('version')} threads={p['num_threads']}"
                            for p in threadpool_info()],
            "results": rows}

@@ -25,6 +25,7 @@ from ._kernels import (
     ball_sums,
     gaussian_kernel,
     gaussian_kernel_log_sums,
+    mean_kth_distance,
     sqdist_log_histogram,
 )
 from ._kinds import LEARNED_METRICS, METRICS, exact_f_of_pairs, metric_kind
@@ -70,6 +71,7 @@ __all__ = [
     "ball_sums",
     "gaussian_kernel",
     "gaussian_kernel_log_sums",
+    "mean_kth_distance",
     "sqdist_log_histogram",
     # k-means steps and iterations
     "RowBlocks",

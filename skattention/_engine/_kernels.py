@@ -152,6 +152,33 @@ def sqdist_log_histogram(queries, keys, *, n_bins=512, self_index=None, device="
     return np.linspace(lo, hi, n_bins + 1), counts.cpu().numpy(), n_zero
 
 
+
+@torch.no_grad()
+def mean_kth_distance(points, k, *, device="auto", working_memory=None):
+    """The mean over ``points`` of each one's distance to its ``k``-th nearest point, itself
+    counted as its nearest (scikit-learn's ``estimate_bandwidth`` with ``n_neighbors=k``, its
+    mean of each point's largest distance to its ``k`` nearest), as a float.
+
+    Blocks of points against every point (float64): the ``k``-th smallest of each row's fast
+    squared distances picks the neighbour, whose distance is then computed from the explicit
+    differences (a point's distance to itself or to its duplicates exactly 0).
+    """
+    X, prepared, budget = _setup(points, points, device, torch.float64, working_memory)
+    n = X.shape[0]
+    if not 1 <= k <= n:
+        raise ValueError(f"k={k} must be in [1, {n}] (the number of points).")
+    total = torch.zeros((), dtype=torch.float64, device=X.device)
+    for qs, qe, _, _, d2 in _sqdist_blocks(X, prepared, budget, "the k-th distances", 3,
+                                           whole_rows=True):
+        rows = torch.arange(qs, qe, device=X.device)
+        d2[rows - qs, rows] = 0.0  # the point itself (the fast form leaves a residue)
+        if d2.device.type == "cpu":  # NumPy's introselect: several times torch's kthvalue
+            kth = torch.from_numpy(np.argpartition(d2.numpy(), k - 1, axis=1)[:, k - 1])
+        else:
+            kth = d2.kthvalue(k, dim=1).indices
+        total += (X[qs:qe] - X[kth]).square_().sum(1).sqrt_().sum()
+    return float(total) / n
+
 def _histc(x, n_bins, lo, hi, deterministic=None):
     """``torch.histc`` as float64 counts. CUDA's histc has no deterministic implementation (it
     raises under ``torch.use_deterministic_algorithms(True)``); there, count with an integer
