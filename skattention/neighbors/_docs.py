@@ -199,7 +199,8 @@ CATEGORICAL = """categorical_features : "from_dtype", array-like of bool, int or
             default="from_dtype"
         Which columns of ``X`` are categorical, as in
         :class:`~sklearn.ensemble.HistGradientBoostingClassifier`. ``"from_dtype"``: the pandas
-        ``category``, string and object columns of a DataFrame (booleans count as numbers 0/1);
+        ``category``, string and object columns of a DataFrame (booleans count as numbers 0/1;
+        an object column of numbers alone is numeric);
         a boolean mask, column indices or (for a DataFrame) column names select them
         explicitly; ``None``: every column is numeric. Categorical columns enter one-hot (one
         column per training level, plus one for "missing" where the column had missing values

@@ -125,6 +125,16 @@ class Table:
             return "number"
         return "category"
 
+    def holds_numbers(self, j):
+        """Whether column ``j`` is an ``object`` column whose values present (one at least)
+        are all real numbers, not booleans or strings: numbers that lost their dtype (an
+        object array of a mixed frame, a ColumnTransformer's passthrough)."""
+        if self.array is not None or self.is_sparse or self.dtypes[j] != np.dtype(object):
+            return False
+        values = self.frame.iloc[:, j].to_numpy(dtype=object)
+        present = values[~pd.isna(values)]
+        return present.size > 0 and all(_is_number(v) for v in present)
+
     def numeric_column(self, j, fitted_kind):
         """Column ``j`` as float64 with NaN for missing values; a clear error for text."""
         if self.is_sparse:

@@ -54,8 +54,9 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
     categorical_features : "from_dtype", array-like of bool, int or str, or None, \
             default="from_dtype"
         Which columns are categorical. ``"from_dtype"``: pandas ``category``, string and object
-        columns (booleans are numbers 0/1). A boolean mask, column indices or (for DataFrames)
-        column names select them explicitly; ``None``: every column is numeric.
+        columns (booleans are numbers 0/1; an object column of numbers alone is numeric). A
+        boolean mask, column indices or (for DataFrames) column names select them explicitly;
+        ``None``: every column is numeric.
     numeric_scaling : {"robust", "quantile", "standard"} or None, default="robust"
         ``"robust"``: ``(x - median) / IQR`` (half the range when the IQR is 0) smoothly clipped,
         ``z / sqrt(1 + (z / 3)^2)`` (RealMLP's preprocessing); ``"quantile"``: through the
@@ -174,7 +175,8 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
                     f"categorical_features must be 'from_dtype', None, a boolean mask, indices or "
                     f"column names; got {spec!r}."
                 )
-            return np.array([table.kind(j) == "category" for j in range(n)], dtype=bool)
+            return np.array([table.kind(j) == "category" and not table.holds_numbers(j)
+                             for j in range(n)], dtype=bool)
         spec = np.asarray(spec)
         mask = np.zeros(n, dtype=bool)
         if spec.size == 0 and spec.dtype.kind != "b":

@@ -209,3 +209,19 @@ def test_calibration_on_zero_weights_keeps_the_temperature():
     validation = (validation[0], validation[1], torch.ones(5))
     assert math.isfinite(calibrate_temperature(metric_map, log_t, X, values, torch.ones(30),
                                                validation, "log_loss"))
+
+
+def test_object_columns_of_numbers_are_numeric():
+    # numbers that lost their dtype (X.to_numpy() of a mixed frame, a passthrough column)
+    X, _ = _frame()
+    y = 3 * X.num.to_numpy()
+    frame = MetricAttentionRegressor(**FAST).fit(X, y)
+    array = MetricAttentionRegressor(**FAST).fit(X.to_numpy(), y)
+    assert array._strategy.input.encoder.categorical_.tolist() == [False, True]
+    np.testing.assert_array_equal(array.predict(X.to_numpy()), frame.predict(X))
+    mixed = pd.DataFrame({"n": pd.Series([1, 2.5, None, 4] * 5, dtype=object),
+                          "t": pd.Series([1, "a", None, 2] * 5, dtype=object),
+                          "b": pd.Series([True, False, None, True] * 5, dtype=object),
+                          "none": pd.Series([None] * 20, dtype=object),
+                          "c": pd.Categorical([1, 2, 3, 4] * 5)})
+    assert _TabularEncoder().fit(mixed).categorical_.tolist() == [False, True, True, True, True]

@@ -196,7 +196,8 @@ def test_numpy_input_has_no_feature_names():
     assert enc.n_features_in_ == 2 and not hasattr(enc, "feature_names_in_")
     object_array = np.array([["a", 1.0], ["b", 2.0]], dtype=object)
     enc = _TabularEncoder().fit(object_array)
-    assert enc.categorical_.tolist() == [True, True]  # object columns are categorical
+    # object columns are categorical, unless they hold only numbers
+    assert enc.categorical_.tolist() == [True, False]
 
 
 def test_zero_rows_at_predict():
