@@ -18,7 +18,15 @@ def standardisation(X):
     ``X``'s dtype unless the scale overflows it.
     """
     mean = X.mean(0, dtype=np.float64).astype(X.dtype)
-    scale = X.std(0, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        scale = X.std(0, dtype=np.float64)
+    if not np.all(np.isfinite(scale)):
+        # the variance of values beyond ~1e154 overflows float64: the spread in units of each
+        # column's largest deviation (otherwise every row standardised to 0)
+        centred = X.astype(np.float64) - mean
+        peak = np.abs(centred).max(0)
+        peak = np.where(peak > 0, peak, 1.0)
+        scale = peak * (centred / peak).std(0)
     scale = scale.astype(X.dtype) if np.all(scale < np.finfo(X.dtype).max) else scale
     return mean, np.where(scale > 0, scale, 1.0)
 

@@ -1,5 +1,7 @@
 """IPN and AttentionNetworkClassifier: the inference rule, training, reproducibility."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -87,3 +89,16 @@ def test_verbose_writes_to_stderr_not_stdout(capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.count("AttentionNetworkClassifier epoch") == 2
+
+
+def test_network_of_huge_features_equals_it_rescaled():
+    # the variance of values of ~1e155 overflows float64: each column's spread is measured in
+    # units of its largest deviation instead (every row was standardised to 0 before)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2))
+    y = np.where(X[:, 0] > 0, "yes", "no")
+    make = partial(AttentionNetworkClassifier, max_iter=2, width=8, random_state=0)
+    huge = make().fit(X * 1e155, y).predict_proba(X[:20] * 1e155)
+    plain = make().fit(X, y).predict_proba(X[:20])
+    np.testing.assert_allclose(huge, plain, atol=1e-6)
+    assert np.ptp(huge[:, 0]) > 0.01
