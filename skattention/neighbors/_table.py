@@ -193,16 +193,35 @@ class Table:
         out[:] = None
         if not present.any():
             return out, None
-        numbers = [_is_number(v) for v in values[present]]
-        if all(numbers) and not as_text:
-            return np.array([np.nan if v is None else float(v) for v in values]), "numbers"
-        out[present] = [level_text(v) for v in values[present]]
-        return out, "mixed" if any(numbers) else "text"
+        cells = values[present]
+        # the cells' types, then one comparison pass per distinct type: a Python call per cell
+        # (isinstance, str) was most of the encoding of a table of text columns
+        codes, kinds = pd.factorize(_TYPE_OF(cells))
+        numbers = np.isin(codes, [i for i, kind in enumerate(kinds) if _is_number_type(kind)])
+        strings = np.isin(codes, [i for i, kind in enumerate(kinds) if kind is str])
+        if numbers.all() and not as_text:
+            out = np.full(values.shape[0], np.nan)
+            out[present] = [float(v) for v in cells]
+            return out, "numbers"
+        text = cells.copy()
+        others = ~strings
+        if others.any():
+            text[others] = [level_text(v) for v in cells[others]]
+        out[present] = text
+        return out, "mixed" if numbers.any() else "text"
 
 
 def _is_number(value):
     """Whether a cell is a real number (a bool is not)."""
-    return isinstance(value, (Integral, float, np.number)) and not isinstance(value, bool)
+    return _is_number_type(type(value))
+
+
+def _is_number_type(kind):
+    """Whether cells of the type ``kind`` are real numbers (booleans are not)."""
+    return issubclass(kind, (Integral, float, np.number)) and not issubclass(kind, bool)
+
+
+_TYPE_OF = np.frompyfunc(type, 1, 1)
 
 
 def _numbers_kind(values):

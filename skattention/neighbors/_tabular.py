@@ -153,8 +153,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             values, kind = table.category_column(j)
             present = values[~isna(values)]
             categories_missing.append(present.size < values.size)
-            levels, counts = np.unique(present, return_counts=True) if present.size else (
-                np.zeros(0, dtype=present.dtype), np.zeros(0, dtype=int))
+            levels, counts = _level_counts(present)
             self.categories_.append(levels[counts >= self.min_frequency])
             self._level_is_numeric.append(kind == "numbers")
             self._level_is_mixed.append(kind == "mixed")
@@ -396,6 +395,16 @@ class TabularBlock:
 
     def __len__(self):
         return self.numeric.shape[0]
+
+def _level_counts(present):
+    """``np.unique(present, return_counts=True)`` of a column's present values; text sorted
+    as its distinct values only (sorting every cell of an object array was slow)."""
+    if present.dtype != object:
+        return np.unique(present, return_counts=True)
+    codes, distinct = pd.factorize(present)
+    order = np.argsort(distinct)
+    return distinct[order], np.bincount(codes, minlength=distinct.size)[order]
+
 
 def _codes(values, levels):
     codes = np.full(values.shape[0], OTHER_CODE, dtype=np.int64)
