@@ -21,7 +21,7 @@ from ._attention import kneighbors
 from ._budget import ROW_MULTIPLE, budget_bytes
 from ._parallel import map_blocks
 from ._scores import PreparedKeys, distance_logits, padded_rows
-from ._softmax import OnlineSoftmax, flushed_exp, product_values
+from ._softmax import OnlineSoftmax, flushed_exp, partial_softmax, product_values
 
 # fewer queries than this take one block in the calling thread (the workers' start costs more)
 _MIN_WORKER_ROWS = 256
@@ -198,9 +198,7 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
         if n_q <= ROW_MULTIPLE:
             _few_queries(q, near, state, grouped, scale, values_mm)
         else:
-            for idx, k0, k1, s in _near_blocks(q, near, grouped, scale, share):
-                state.update_rows(idx, s[:idx.shape[0]].add_(grouped.log_prior[k0:k1]),
-                                  values_mm[k0:k1])
+            state.add_partials(*_near_partials(q, near, grouped, scale, share, values_mm))
         return state.result()[:, :n_values]
 
     return torch.cat(list(map_blocks(block, range(0, n_q, rows), workers)))
@@ -271,29 +269,58 @@ def _far_logits(q, grouped, scale):
     return near, far.scatter_(1, near, -math.inf)
 
 
-def _near_blocks(q, near, grouped, scale, budget):
+def _near_blocks(q, near, grouped, scale, budget, with_pairs=False):
     """``(rows, k0, k1, scores)`` for every group with queries among ``q`` that have it near,
     in chunks of its keys ``k0:k1`` within ``budget`` bytes: ``scores`` is ``scale`` times the
     scores of those queries (the rows ``rows`` of ``q``, padded to the row multiple) against
-    the keys, without their log-priors."""
+    the keys, without their log-priors. ``with_pairs``: ``(rows, pairs, k0, k1, scores)``,
+    ``pairs`` the positions of the (query, near group) pairs in ``near.reshape(-1)``."""
     keys = grouped.prepared()[0]
     q_keys = keys.prepare_queries(q)
-    query_of = torch.arange(q.shape[0], device=q.device).repeat_interleave(near.shape[1])
     group_of = near.reshape(-1)
     counts = torch.bincount(group_of, minlength=grouped.n_groups).tolist()
-    query_of = query_of[torch.argsort(group_of, stable=True)]
+    pair_order = torch.argsort(group_of, stable=True)
+    query_of = pair_order // near.shape[1]
     bounds = grouped.bounds.tolist()
     at = 0
     for g, count in enumerate(counts):
         if not count:
             continue
-        rows = query_of[at:at + count]
+        rows, pairs = query_of[at:at + count], pair_order[at:at + count]
         at += count
         z = padded_rows(q_keys[rows])
         width = max(1, budget // (3 * q.element_size() * z.shape[0]))
         for k0 in range(bounds[g], bounds[g + 1], width):
             k1 = min(bounds[g + 1], k0 + width)
-            yield rows, k0, k1, _logits(keys, z, k0, k1, scale)
+            s = _logits(keys, z, k0, k1, scale)
+            yield (rows, pairs, k0, k1, s) if with_pairs else (rows, k0, k1, s)
+
+
+def _near_partials(q, near, grouped, scale, budget, values_mm):
+    """The partial softmaxes of the queries ``q`` over each of their near groups (``near``):
+    ``(m, blocks)`` of shapes (queries x near groups) and (queries x near groups x values'
+    columns) for :meth:`OnlineSoftmax.add_partials`. Each group is a few kernels for all the
+    queries that have it near, with no update of their running state per group (the state's
+    gathers and scatters were most of a call's time); a group scored in chunks of its keys
+    (more than the budget holds) merges its chunks' partials as they come."""
+    n_pairs = near.numel()
+    m = q.new_full((n_pairs,), -math.inf)
+    blocks = values_mm.new_zeros((n_pairs, values_mm.shape[1]))
+    group_pairs = None
+    for rows, pairs, k0, k1, s in _near_blocks(q, near, grouped, scale, budget, True):
+        z = s[:rows.shape[0]].add_(grouped.log_prior[k0:k1])
+        part_m, part = partial_softmax(z, values_mm[k0:k1])
+        if pairs is not group_pairs:  # a group's first chunk (its chunks share the pairs)
+            group_pairs = pairs
+            m[pairs], blocks[pairs] = part_m, part
+            continue
+        new_m = torch.maximum(m[pairs], part_m)
+        shift = torch.where(torch.isfinite(new_m), new_m, 0.0)
+        w_old = flushed_exp(m[pairs] - shift).to(part.dtype)[:, None]
+        w_new = flushed_exp(part_m - shift).to(part.dtype)[:, None]
+        blocks[pairs] = blocks[pairs] * w_old + part * w_new
+        m[pairs] = new_m
+    return m.view(near.shape), blocks.view(*near.shape, values_mm.shape[1])
 
 
 class NearFarScores:

@@ -89,6 +89,22 @@ class OnlineSoftmax:
             self.l = self.l * alpha
             self.o = self.o * alpha[:, None]
 
+    def add_partials(self, m_parts, blocks):
+        """Add each row's partial softmaxes over parts of its keys (:func:`partial_softmax`):
+        ``m_parts`` (rows x parts) their largest logits, ``blocks`` (rows x parts x columns)
+        their weighted values; the parts weighted by ``exp(m_part - m)`` and summed in part
+        order (a row's result depends on its own parts alone)."""
+        if m_parts.shape[1] == 0:
+            return
+        new_m = torch.maximum(self.m, m_parts.amax(1))
+        shift = torch.where(torch.isfinite(new_m), new_m, 0.0)
+        alpha = batch_exp(self.m - shift)
+        w = flushed_exp(m_parts - shift[:, None]).to(blocks.dtype)  # a -inf part weighs 0
+        added = (blocks * w[:, :, None]).sum(1)
+        self.l = self.l * alpha + added[:, self.sums]
+        self.o = self.o * alpha[:, None] + added
+        self.m = new_m
+
     def single(self, z, v):
         """The whole softmax at once, when one key block holds every key (fewer ops to
         differentiate than the streaming update)."""
@@ -146,6 +162,20 @@ def flushed_softmax(z, row_max):
     Otherwise the same numbers: softmax subtracts each row's largest itself, here 0."""
     shifted = z - row_max.detach()[:, None]
     return torch.softmax(torch.nn.functional.threshold_(shifted, flush_below(z.dtype), NEG_INF), 1)
+
+
+def partial_softmax(z, v):
+    """``(m, block)`` of a block of logits ``z`` (overwritten) over some of its rows' keys:
+    each row's largest logit (``-inf`` where every key is masked) and :func:`rows_times` of
+    its weights ``exp(z - m)`` with the :func:`product_values` ``v`` (the weight sums in their
+    column of ones), for :meth:`OnlineSoftmax.add_partials`."""
+    m = z.amax(1)
+    shift = torch.where(torch.isfinite(m), m, 0.0)[:, None]
+    if z.shape[1] % _EXP_VECTOR == 0:
+        p = flushed_exp(z.sub_(shift), inplace=True)
+    else:
+        p = flushed_exp(z - shift)
+    return m, rows_times(p, v)
 
 
 def batch_exp(x):
