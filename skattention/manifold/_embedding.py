@@ -9,14 +9,14 @@ import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import attention, prepare_keys, progress_bar, resolve_device
 from ..utils._callbacks import begin_subtask, end_subtask, report_subtask
 from ..utils._device import DevicePortableMixin
 from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, HasMethods, Interval, StrOptions
-from ..utils._sklearn_compat import _fit_context
+from ..utils._sklearn_compat import _fit_context, _num_samples
 from ._eigen import resolve_eigen_solver, top_eigenpairs
 from ._nystrom import knn_nystrom
 from ._operator import (

@@ -330,7 +330,8 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         whose values are all missing has the missing code whatever its dtype; one that held
         strings at fit and only numbers now (or the reverse) is an error: the codes would
         silently not match."""
-        mixed = self._level_is_mixed[k]
+        # (an encoder pickled before mixed levels were kept as text has no such flags)
+        mixed = bool(getattr(self, "_level_is_mixed", [False] * (k + 1))[k])
         values, kind = table.category_column(j, as_text=mixed)
         fitted = self._level_is_numeric[k]
         if (kind is not None and not mixed and self.categories_[k].size
@@ -395,6 +396,7 @@ class TabularBlock:
 
     def __len__(self):
         return self.numeric.shape[0]
+
 
 def _level_counts(present):
     """``np.unique(present, return_counts=True)`` of a column's present values; text sorted

@@ -24,7 +24,7 @@ from sklearn.utils._param_validation import (
     StrOptions,
     validate_params,
 )
-from sklearn.utils.validation import _check_sample_weight
+from sklearn.utils.validation import _check_sample_weight, _num_samples
 
 try:
     from sklearn.callback import CallbackSupportMixin
@@ -41,6 +41,7 @@ __all__ = [
     "StrOptions",
     "_check_sample_weight",
     "_fit_context",
+    "_num_samples",
     "validate_params",
 ]
 
