@@ -214,7 +214,8 @@ def _returned(spec, result):
     if not bool(torch.isfinite(out).all()):
         raise ValueError(
             "attention produced non-finite values: the scores overflow the compute dtype at this "
-            "temperature; rescale the data, raise the temperature or use dtype=torch.float64."
+            "temperature; rescale the data, raise the temperature or use dtype=torch.float64 "
+            "(an estimator's dtype='float64')."
         )
     if spec.squeeze:
         out = out[:, 0]
@@ -287,4 +288,6 @@ def kneighbors(
 
 
 def _to_numpy(t):
+    if t.dtype in (torch.bfloat16,):  # NumPy has no bfloat16: the nearest wider type
+        t = t.float()
     return t.detach().cpu().numpy()

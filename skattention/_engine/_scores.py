@@ -111,7 +111,7 @@ class PreparedKeys:
             raise ValueError(
                 f"Key coordinates overflow the compute dtype once "
                 f"{'raised to the power p' if self.pairwise else 'squared'}; rescale the data "
-                f"or use dtype=torch.float64."
+                f"or use dtype=torch.float64 (an estimator's dtype='float64')."
             )
         self._remembered = {}
 

@@ -297,7 +297,7 @@ class AttentionKMeans(
             labels = np.argsort(order)[labels]
         warn_if_fewer_clusters(len(np.unique(labels)), self.n_clusters, stacklevel=2)
         self.cluster_centers_ = np.ascontiguousarray(centers)
-        self.labels_ = labels
+        self.labels_ = labels.astype(np.int32)  # KMeans' label dtype
         self.inertia_ = float(best.inertia)
         self.n_iter_ = int(best.n_anneal + best.n_iter)
         self.stopped_by_callback_ = stopped
@@ -338,7 +338,7 @@ class AttentionKMeans(
     def _labels_inertia(self, X, sample_weight=None, inertia=True):
         Xt, Ct, shift = self._tensors(X)
         step = kmeans_step(Xt, Ct, None, update=False, shift=shift)
-        labels = step["labels"].cpu().numpy()
+        labels = step["labels"].cpu().numpy().astype(np.int32)  # KMeans' label dtype
         if not inertia:
             return labels, None
         d2 = step["min_sqdist"].cpu().numpy().astype(np.float64)

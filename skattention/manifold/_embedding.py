@@ -91,15 +91,15 @@ class AttentionDiffusionEmbedding(
     diffusion_time : float >= 0, default=1
         Eigenvectors are scaled by ``eigenvalue ** diffusion_time``.
     n_neighbors : int, "auto" or None, default="auto"
-        ``None``: dense attention over all training points (an n x n operator). An int: a sparse
-        operator on the symmetric k-NN graph (``j`` is among the ``n_neighbors`` nearest points
-        of ``i``, itself included, or ``i`` is among ``j``'s), built by the engine's exact
-        neighbour search; new points attend to their ``n_neighbors`` nearest training points and
-        to those whose k-NN ball contains them. ``"auto"``: the dense operator while its
-        n x n float64 array fits in the working memory (``skattention.get_config()
-        ["working_memory"]``: up to 5,792 points at the default 256 MiB), else the k-NN graph
-        of 15 points (``n_neighbors_``), as :class:`~sklearn.manifold.SpectralEmbedding`
-        defaults to a nearest-neighbours affinity. An explicit ``None`` whose n x n array
+        ``None``: dense attention over all training points (an n x n operator). An int (at
+        least 2): a sparse operator on the symmetric k-NN graph (``j`` is among the
+        ``n_neighbors`` nearest points of ``i``, itself included, or ``i`` is among ``j``'s),
+        built by the engine's exact neighbour search; new points attend to their
+        ``n_neighbors`` nearest training points and to those whose k-NN ball contains them.
+        ``"auto"``: the dense operator while its n x n float64 array fits in the working
+        memory (``skattention.get_config()["working_memory"]``: up to 5,792 points at the
+        default 256 MiB), else the k-NN graph of 15 points (``n_neighbors_``), as
+        :class:`~sklearn.manifold.SpectralEmbedding` defaults to a nearest-neighbours affinity. An explicit ``None`` whose n x n array
         cannot fit in the memory available raises a ``MemoryError``.
     include_self : bool, default=True
         Keep each point's affinity with itself (``exp(0) = 1``): attention of a point over all
@@ -197,7 +197,8 @@ class AttentionDiffusionEmbedding(
         "epsilon": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
         "alpha": [Interval(Real, 0, 1, closed="both")],
         "diffusion_time": [Interval(Real, 0, None, closed="left")],
-        "n_neighbors": [Count(Integral, 1, None, closed="left"), StrOptions({"auto"}), None],
+        # a point's own neighbour alone gives no distance to take a bandwidth from
+        "n_neighbors": [Count(Integral, 2, None, closed="left"), StrOptions({"auto"}), None],
         "include_self": ["boolean"],
         "eigen_solver": [StrOptions({"auto", "dense", "arpack", "lobpcg", "amg"})],
         "eigen_tol": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],

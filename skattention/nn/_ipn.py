@@ -94,6 +94,10 @@ class IPN(nn.Module):
         -------
         logits : Tensor of shape (n, n_outputs)
         """
+        for name, t in (("x", x), ("context", context)):
+            if t is not None and t.ndim != 2:
+                raise ValueError(f"{name} must be 2-D (n, in_features) (IPN attends across the "
+                                 f"samples of one set); got {t.ndim}-D.")
         h = self.input(x)
         if context is None:
             for block in self.blocks:

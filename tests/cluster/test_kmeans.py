@@ -361,3 +361,12 @@ def test_verbose_draws_the_last_progress_line_once(monkeypatch, capfd, settings)
     assert lines[-1].startswith("AttentionKMeans fit: 100%")
     for done in range(total + 1):
         assert sum(f"| {done}/{total} [" in line for line in lines) == 1, err
+
+
+def test_labels_have_kmeans_dtype(blobs):
+    X, _ = blobs
+    km = AttentionKMeans(3, random_state=0, device="cpu").fit(X)
+    ref = KMeans(3, n_init=1, random_state=0).fit(X)
+    assert km.labels_.dtype == ref.labels_.dtype == np.int32
+    assert km.predict(X).dtype == ref.predict(X).dtype
+    assert km.fit_predict(X).dtype == np.int32

@@ -524,3 +524,10 @@ def test_averaging_dtype():
     grad = torch.zeros(4, dtype=f64, requires_grad=True)
     assert averaging_dtype(grad, math.inf, f32, cpu) == f32
     assert averaging_dtype(values, math.inf, torch.float16, cpu) == f64
+
+
+def test_bfloat16_attention_of_numpy_inputs_returns_float32():
+    # NumPy has no bfloat16: the result comes back in float32 instead of failing at the end
+    out = attention(np.ones((2, 3)), np.ones((4, 3)), np.ones((4, 1)), dtype=torch.bfloat16)
+    assert isinstance(out, np.ndarray) and out.dtype == np.float32
+    np.testing.assert_allclose(out, 1.0)

@@ -102,3 +102,8 @@ def test_network_of_huge_features_equals_it_rescaled():
     plain = make().fit(X, y).predict_proba(X[:20])
     np.testing.assert_allclose(huge, plain, atol=1e-6)
     assert np.ptp(huge[:, 0]) > 0.01
+
+
+def test_ipn_refuses_batched_sets():
+    with pytest.raises(ValueError, match="x must be 2-D"):
+        IPN(4, 3, width=8)(torch.randn(2, 10, 4))
