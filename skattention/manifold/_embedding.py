@@ -99,8 +99,9 @@ class AttentionDiffusionEmbedding(
         ``"auto"``: the dense operator while its n x n float64 array fits in the working
         memory (``skattention.get_config()["working_memory"]``: up to 5,792 points at the
         default 256 MiB), else the k-NN graph of 15 points (``n_neighbors_``), as
-        :class:`~sklearn.manifold.SpectralEmbedding` defaults to a nearest-neighbours affinity. An explicit ``None`` whose n x n array
-        cannot fit in the memory available raises a ``MemoryError``.
+        :class:`~sklearn.manifold.SpectralEmbedding` defaults to a nearest-neighbours affinity.
+        An explicit ``None`` whose n x n array cannot fit in the memory available raises a
+        ``MemoryError``.
     include_self : bool, default=True
         Keep each point's affinity with itself (``exp(0) = 1``): attention of a point over all
         training points, itself included. ``False`` drops it, as the graph Laplacian of
