@@ -471,6 +471,7 @@ def test_argument_errors_are_answered_before_torch_and_scikit_learn(tmp_path):
         (["compare", "--task", "ranking"], "invalid choice"),
         (["embed", "--epsilon", "-1"], "--epsilon must be a positive number"),
         (["cluster", "--data", str(table), "--n-clusters", "9"], "--n-clusters must be"),
+        (["compare", "--device", "tpu"], "'tpu' is not a device"),
     ]
     script = """if True:
         import contextlib, io, json, sys

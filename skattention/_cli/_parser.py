@@ -1,6 +1,7 @@
 """The argument parser of ``skattention`` and its three subcommands, with their examples."""
 
 import argparse
+import re
 
 from ._compare import DEFAULT_MODELS
 
@@ -165,7 +166,8 @@ def _add_data_arguments(parser, target_help):
                         help="text encoding of the CSV, e.g. latin-1 (default: UTF-8)")
     parser.add_argument("--max-samples", type=int, default=None, metavar="N",
                         help="use a random subset of N samples (seed 0) to go faster")
-    parser.add_argument("--device", default="auto", help="'auto', 'cpu' or 'cuda' (default: auto)")
+    parser.add_argument("--device", default="auto", type=_device_name,
+                        help="'auto', 'cpu', 'cuda' or 'cuda:N' (default: auto)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="report progress on standard error (each model and fold)")
 
@@ -176,3 +178,12 @@ def _add_output_arguments(parser, plot_help):
     )
     parser.add_argument("--plot", metavar="FILE.png",
                         help=f"write {plot_help}; the format follows the extension")
+
+
+def _device_name(text):
+    """A ``--device`` value of a valid form (checked before torch is imported, as every
+    option is; whether this machine has it is the estimators' check)."""
+    if not re.fullmatch(r"auto|(cpu|cuda|mps)(:\d+)?", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a device: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    return text
