@@ -35,6 +35,8 @@ sys.path.insert(0, str(HERE))
 from bench_load import busy_processes  # noqa: E402 (after sys.path)
 
 RESULTS = HERE / "results" / "fit_load.json"
+# where a run of other models than the default two is stored
+PATHS_RESULTS = HERE / "results" / "fit_load_paths.json"
 
 
 def _models(epochs, rows):
@@ -76,7 +78,9 @@ def main(argv=None):
                         choices=["skattention", "hgb", "network", "kmeans", "meanshift",
                                  "diffusion"])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
+    parser.add_argument("--out", type=pathlib.Path, default=None,
+                        help="default: results/fit_load.json, or results/fit_load_paths.json "
+                        "for other --models than the default two")
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.epochs, args.busy, args.repeats = 500, 1, [0, 1], 1
@@ -120,7 +124,9 @@ def main(argv=None):
                            for p in threadpool_info()],
            "results": rows}
     if not args.quick:
-        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        default = sorted(args.models) == ["hgb", "skattention"]
+        path = args.out or (RESULTS if default else PATHS_RESULTS)
+        path.write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

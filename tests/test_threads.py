@@ -203,8 +203,8 @@ def test_network_training_of_small_steps_runs_on_one_thread(monkeypatch, batch_s
     X = np.random.default_rng(0).normal(size=(2048, 4))
     y = (X[:, 0] > 0).astype(int)
     with threadpool_limits(limits=2, user_api="openmp"):
-        AttentionNetworkClassifier(max_iter=1, batch_size=batch_size, width=8,
-                                   random_state=0).fit(X, y)
+        AttentionNetworkClassifier(max_iter=1, batch_size=batch_size, width=8, random_state=0,
+                                   device="cpu").fit(X, y)
         assert torch.get_num_threads() == 2  # restored
     assert seen and set(seen) == {expected}
 
@@ -219,6 +219,6 @@ def test_kmeans_of_small_steps_runs_on_one_thread(monkeypatch):
     monkeypatch.setattr(anneal, "kmeans_step", cluster.kmeans_step)
     X = np.random.default_rng(0).normal(size=(500, 3))
     with threadpool_limits(limits=2, user_api="openmp"):
-        AttentionKMeans(3, random_state=0).fit(X)  # annealing, then Lloyd
+        AttentionKMeans(3, random_state=0, device="cpu").fit(X)  # annealing, then Lloyd
         assert torch.get_num_threads() == 2
     assert len(seen) > 2 and set(seen) == {1}

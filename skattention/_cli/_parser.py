@@ -167,7 +167,7 @@ def _add_data_arguments(parser, target_help):
     parser.add_argument("--max-samples", type=int, default=None, metavar="N",
                         help="use a random subset of N samples (seed 0) to go faster")
     parser.add_argument("--device", default="auto", type=_device_name,
-                        help="'auto', 'cpu', 'cuda' or 'cuda:N' (default: auto)")
+                        help="'auto', 'cpu', 'cuda', 'cuda:N' or 'mps' (default: auto)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="report progress on standard error (each model and fold)")
 
@@ -185,5 +185,5 @@ def _device_name(text):
     option is; whether this machine has it is the estimators' check)."""
     if not re.fullmatch(r"auto|(cpu|cuda|mps)(:\d+)?", text):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a device: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+            f"{text!r} is not a device: use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
     return text

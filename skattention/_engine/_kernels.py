@@ -152,16 +152,27 @@ def sqdist_log_histogram(queries, keys, *, n_bins=512, self_index=None, device="
     return np.linspace(lo, hi, n_bins + 1), counts.cpu().numpy(), n_zero
 
 
-
 @torch.no_grad()
 def mean_kth_distance(points, k, *, device="auto", working_memory=None):
     """The mean over ``points`` of each one's distance to its ``k``-th nearest point, itself
     counted as its nearest (scikit-learn's ``estimate_bandwidth`` with ``n_neighbors=k``, its
-    mean of each point's largest distance to its ``k`` nearest), as a float.
+    mean of each point's largest distance to its ``k`` nearest).
 
     Blocks of points against every point (float64): the ``k``-th smallest of each row's fast
     squared distances picks the neighbour, whose distance is then computed from the explicit
     differences (a point's distance to itself or to its duplicates exactly 0).
+
+    Parameters
+    ----------
+    points : array-like or Tensor of shape (n_points, n_features)
+    k : int
+        Which neighbour, from 1 (the point itself) to ``n_points``.
+    device, working_memory
+        As in :func:`skattention.attention`.
+
+    Returns
+    -------
+    mean : float
     """
     X, prepared, budget = _setup(points, points, device, torch.float64, working_memory)
     n = X.shape[0]
@@ -178,6 +189,7 @@ def mean_kth_distance(points, k, *, device="auto", working_memory=None):
             kth = d2.kthvalue(k, dim=1).indices
         total += (X[qs:qe] - X[kth]).square_().sum(1).sqrt_().sum()
     return float(total) / n
+
 
 def _histc(x, n_bins, lo, hi, deterministic=None):
     """``torch.histc`` as float64 counts. CUDA's histc has no deterministic implementation (it

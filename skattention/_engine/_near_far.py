@@ -197,8 +197,15 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
         near = torch.cat(nears)
         if n_q <= ROW_MULTIPLE:
             _few_queries(q, near, state, grouped, scale, values_mm)
-        else:
-            state.add_partials(*_near_partials(q, near, grouped, scale, share, values_mm))
+            return state.result()[:, :n_values]
+        # the partials of a chunk of rows (each near group's largest logit and weighted
+        # values, and their weighted copy in the merge) within a third of the share
+        per_row = 3 * max(near.shape[1], 1) * (values_mm.shape[1] + 1) * values_mm.element_size()
+        near_rows = max(ROW_MULTIPLE, share // 3 // per_row // ROW_MULTIPLE * ROW_MULTIPLE)
+        for i in range(0, q.shape[0], near_rows):
+            chunk = slice(i, min(q.shape[0], i + near_rows))
+            state.add_partials(*_near_partials(q[chunk], near[chunk], grouped, scale, share,
+                                               values_mm), rows=chunk)
         return state.result()[:, :n_values]
 
     return torch.cat(list(map_blocks(block, range(0, n_q, rows), workers)))
@@ -273,8 +280,9 @@ def _near_blocks(q, near, grouped, scale, budget, with_pairs=False):
     """``(rows, k0, k1, scores)`` for every group with queries among ``q`` that have it near,
     in chunks of its keys ``k0:k1`` within ``budget`` bytes: ``scores`` is ``scale`` times the
     scores of those queries (the rows ``rows`` of ``q``, padded to the row multiple) against
-    the keys, without their log-priors. ``with_pairs``: ``(rows, pairs, k0, k1, scores)``,
-    ``pairs`` the positions of the (query, near group) pairs in ``near.reshape(-1)``."""
+    the keys, without their log-priors. ``with_pairs``: ``(rows, pairs, k0, k1, scores,
+    first)``, ``pairs`` the positions of the (query, near group) pairs in
+    ``near.reshape(-1)``, ``first`` whether the chunk is its group's first."""
     keys = grouped.prepared()[0]
     q_keys = keys.prepare_queries(q)
     group_of = near.reshape(-1)
@@ -293,7 +301,7 @@ def _near_blocks(q, near, grouped, scale, budget, with_pairs=False):
         for k0 in range(bounds[g], bounds[g + 1], width):
             k1 = min(bounds[g + 1], k0 + width)
             s = _logits(keys, z, k0, k1, scale)
-            yield (rows, pairs, k0, k1, s) if with_pairs else (rows, k0, k1, s)
+            yield (rows, pairs, k0, k1, s, k0 == bounds[g]) if with_pairs else (rows, k0, k1, s)
 
 
 def _near_partials(q, near, grouped, scale, budget, values_mm):
@@ -306,12 +314,10 @@ def _near_partials(q, near, grouped, scale, budget, values_mm):
     n_pairs = near.numel()
     m = q.new_full((n_pairs,), -math.inf)
     blocks = values_mm.new_zeros((n_pairs, values_mm.shape[1]))
-    group_pairs = None
-    for rows, pairs, k0, k1, s in _near_blocks(q, near, grouped, scale, budget, True):
+    for rows, pairs, k0, k1, s, first in _near_blocks(q, near, grouped, scale, budget, True):
         z = s[:rows.shape[0]].add_(grouped.log_prior[k0:k1])
         part_m, part = partial_softmax(z, values_mm[k0:k1])
-        if pairs is not group_pairs:  # a group's first chunk (its chunks share the pairs)
-            group_pairs = pairs
+        if first:
             m[pairs], blocks[pairs] = part_m, part
             continue
         new_m = torch.maximum(m[pairs], part_m)

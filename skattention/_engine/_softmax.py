@@ -89,21 +89,23 @@ class OnlineSoftmax:
             self.l = self.l * alpha
             self.o = self.o * alpha[:, None]
 
-    def add_partials(self, m_parts, blocks):
-        """Add each row's partial softmaxes over parts of its keys (:func:`partial_softmax`):
-        ``m_parts`` (rows x parts) their largest logits, ``blocks`` (rows x parts x columns)
-        their weighted values; the parts weighted by ``exp(m_part - m)`` and summed in part
-        order (a row's result depends on its own parts alone)."""
+    def add_partials(self, m_parts, blocks, rows=slice(None)):
+        """Add each row's partial softmaxes over parts of its keys (:func:`partial_softmax`)
+        to the state's rows ``rows`` (a slice): ``m_parts`` (rows x parts) their largest
+        logits, ``blocks`` (rows x parts x columns) their weighted values; the parts weighted
+        by ``exp(m_part - m)`` and summed in part order (a row's result depends on its own
+        parts alone)."""
         if m_parts.shape[1] == 0:
             return
-        new_m = torch.maximum(self.m, m_parts.amax(1))
+        m = self.m[rows]
+        new_m = torch.maximum(m, m_parts.amax(1))
         shift = torch.where(torch.isfinite(new_m), new_m, 0.0)
-        alpha = batch_exp(self.m - shift)
+        alpha = batch_exp(m - shift)
         w = flushed_exp(m_parts - shift[:, None]).to(blocks.dtype)  # a -inf part weighs 0
         added = (blocks * w[:, :, None]).sum(1)
-        self.l = self.l * alpha + added[:, self.sums]
-        self.o = self.o * alpha[:, None] + added
-        self.m = new_m
+        self.l[rows] = self.l[rows] * alpha + added[:, self.sums]
+        self.o[rows] = self.o[rows] * alpha[:, None] + added
+        self.m[rows] = new_m
 
     def single(self, z, v):
         """The whole softmax at once, when one key block holds every key (fewer ops to

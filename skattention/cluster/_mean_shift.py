@@ -43,6 +43,7 @@ def _estimated_bandwidth(X, kernel, device):
     # the Gaussian with the per-coordinate variance of the uniform ball of that radius
     return r / math.sqrt(X.shape[1] + 2)
 
+
 class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, BaseEstimator):
     """Mean shift as repeated attention: the modes attend over the data and move to the output.
 

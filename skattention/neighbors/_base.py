@@ -218,10 +218,10 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
             _check_distance_weighting(self, prior_weight)
         with np.errstate(divide="ignore"):
             log_prior = np.log(prior_weight)
-        self.n_samples_fit_ = n_samples
         strategy = self._strategy
         dtype = strategy.compute_dtype(self.dtype, X.dtype)
         _check_values_fit_dtype(self, values, dtype)
+        self.n_samples_fit_ = n_samples
 
         def epoch_model(fitted_strategy, temperature):
             # the model as it stands after a training epoch, for scikit-learn's callbacks

@@ -425,10 +425,17 @@ def _distinct_rows(X):
 
 def _calibration_rows(validation, generator):
     """The validation ``(X, values, weight)`` that the temperature is calibrated on: all of
-    them, or ``_CALIBRATION_ROWS`` drawn at random."""
+    them, or ``_CALIBRATION_ROWS`` drawn at random among those of positive weight (the others
+    add nothing to the loss; a draw of them alone would calibrate nothing)."""
     n = validation[0].shape[0]
     if n <= _CALIBRATION_ROWS:
         return validation
+    weighted = (validation[2] > 0).nonzero().squeeze(1).cpu()
+    if weighted.numel() < n:
+        validation = tuple(part[weighted.to(part.device)] for part in validation)
+        n = weighted.numel()
+        if n <= _CALIBRATION_ROWS:
+            return validation
     rows = torch.randperm(n, generator=generator)[:_CALIBRATION_ROWS].sort().values
     return tuple(part[rows.to(part.device)] for part in validation)
 

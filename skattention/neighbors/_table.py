@@ -133,7 +133,7 @@ class Table:
             return False
         values = self.frame.iloc[:, j].to_numpy(dtype=object)
         present = values[~pd.isna(values)]
-        return present.size > 0 and all(_is_number(v) for v in present)
+        return present.size > 0 and bool(_cell_kinds(present)[0].all())
 
     def numeric_column(self, j, fitted_kind):
         """Column ``j`` as float64 with NaN for missing values; a clear error for text."""
@@ -194,11 +194,7 @@ class Table:
         if not present.any():
             return out, None
         cells = values[present]
-        # the cells' types, then one comparison pass per distinct type: a Python call per cell
-        # (isinstance, str) was most of the encoding of a table of text columns
-        codes, kinds = pd.factorize(_TYPE_OF(cells))
-        numbers = np.isin(codes, [i for i, kind in enumerate(kinds) if _is_number_type(kind)])
-        strings = np.isin(codes, [i for i, kind in enumerate(kinds) if kind is str])
+        numbers, strings = _cell_kinds(cells)
         if numbers.all() and not as_text:
             out = np.full(values.shape[0], np.nan)
             out[present] = [float(v) for v in cells]
@@ -222,6 +218,15 @@ def _is_number_type(kind):
 
 
 _TYPE_OF = np.frompyfunc(type, 1, 1)
+
+
+def _cell_kinds(cells):
+    """``(numbers, strings)``: which cells of an object array are real numbers and which are
+    strings. The cells' types are factorised and each distinct type classified once: a Python
+    call per cell (isinstance, str) was most of the encoding of a table of text columns."""
+    codes, kinds = pd.factorize(_TYPE_OF(cells))
+    numbers = np.isin(codes, [i for i, kind in enumerate(kinds) if _is_number_type(kind)])
+    return numbers, np.isin(codes, [i for i, kind in enumerate(kinds) if kind is str])
 
 
 def _numbers_kind(values):

@@ -194,8 +194,11 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
                     callbacks=[ProgressReport(bar, name, self.max_iter, self.verbose),
                                EarlyStopping(self.n_iter_no_change, self.tol),
                                EpochTasks(self, lambda: self._epoch_attributes(net, X))],
-                    # each block: a minibatch's scores and weighted values over itself
-                    step_work=self.n_blocks * batch_size**2 * 2 * self.width,
+                    # each block: a minibatch's scores and weighted values over itself; and
+                    # the dense layers (input, blocks, output)
+                    step_work=batch_size * (self.n_blocks * batch_size * 2 * self.width
+                                            + self.width * (X.shape[1] + self.classes_.size
+                                                            + 2 * self.n_blocks * self.width)),
                 )
         warn_if_max_iter_reached(
             self, history.n_iter,
