@@ -93,7 +93,7 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
         return _search(lambda log_ts: objectives(map_blocks(
             lambda start: grouped_block(start, log_ts), starts, workers)), log_temperature)
 
-    points, log_prior = metric_map.key(X), key_log_prior(weight)
+    points, log_prior = metric_map.chunked_keys(X), key_log_prior(weight)
     prepared = PreparedKeys(points, metric_map.kind)
     # [values, 1]^T: one product gives each row's weighted values and its normaliser
     values_1t = torch.cat([values, values.new_ones((values.shape[0], 1))], 1).T.contiguous()

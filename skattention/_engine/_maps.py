@@ -22,6 +22,7 @@ import math
 import torch
 from torch import nn
 
+from ._budget import budget_bytes, plan_rows
 from ._kinds import LEARNED_METRICS
 from ._parallel import _mkl_threads
 from ._scores import padded_rows
@@ -73,6 +74,22 @@ class MetricMap(nn.Module):
     def activation_width(self):
         """Floats per row held while mapping it (input, output and their temporaries)."""
         return 3 * (self.n_components + self.n_features)
+
+    def budget_rows(self, n_rows, itemsize, max_rows=None):
+        """Rows of ``n_rows`` mapped at once within the working memory: each holds its input
+        row and :meth:`activation_width` numbers of ``itemsize`` bytes (at most ``max_rows``)."""
+        row_bytes = itemsize * (self.n_features + self.activation_width())
+        return plan_rows(n_rows, row_bytes=row_bytes, budget=budget_bytes(None),
+                         max_rows=max_rows)
+
+    def chunked_keys(self, x, max_rows=None):
+        """``key(x)`` of many rows (a fit's training rows) in blocks of :meth:`budget_rows`:
+        mapped at once, a table's rows x periodic features held gigabytes."""
+        rows = self.budget_rows(x.shape[0], x.element_size(), max_rows)
+        # a short last block padded as ``images`` pads rows: one to three rows take another
+        # product path, rounded otherwise than among many
+        return torch.cat([self.key(padded_rows(x[s:s + rows]))[: min(rows, x.shape[0] - s)]
+                          for s in range(0, max(x.shape[0], 1), rows)])
 
     def training_images(self, matrices, rows_per_call):
         """``images(i, rows=None)``: the key images of ``matrices[i][rows]`` (every row for

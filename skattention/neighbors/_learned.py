@@ -14,9 +14,7 @@ from sklearn.utils import check_random_state
 from .._engine import (
     ProgressReport,
     batch_rows,
-    budget_bytes,
     build_map,
-    plan_rows,
     progress_bar,
     seeded_torch_rng,
     train_metric,
@@ -352,10 +350,7 @@ class LearnedMetric(MetricStrategy):
         out = np.empty((X.shape[0], self.map.n_components),
                        dtype=np.float32 if dtype == torch.float32 else np.float64)
         # per row: its tensor and the map's activations
-        item = torch.finfo(dtype).bits // 8
-        row_bytes = item * (X.shape[1] + self.map.activation_width())
-        rows = plan_rows(X.shape[0], row_bytes=row_bytes, budget=budget_bytes(),
-                         max_rows=_EMBED_CHUNK)
+        rows = self.map.budget_rows(X.shape[0], torch.finfo(dtype).bits // 8, _EMBED_CHUNK)
         with torch.no_grad():
             for start in range(0, X.shape[0], rows):
                 batch = slice(start, start + rows)

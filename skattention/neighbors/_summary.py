@@ -139,8 +139,7 @@ class FitPrototypes:
         if prototype_count(self.setting, self.X.shape[0]) is None:
             return
         self.metric_map.eval()
-        keys = torch.cat([self.metric_map.key(self.X[s:s + chunk])
-                          for s in range(0, self.X.shape[0], chunk)])
+        keys = self.metric_map.chunked_keys(self.X, max_rows=chunk)
         rows = torch.randperm(pool.shape[0], generator=generator)[:CHECK_QUERIES]
         queries = self.metric_map.query(pool[rows.to(pool.device)])
         distinct = None

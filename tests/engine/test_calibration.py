@@ -49,6 +49,7 @@ class _Identity:
         return self
 
     key = query = staticmethod(lambda X: X)
+    chunked_keys = staticmethod(lambda X, max_rows=None: X)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
