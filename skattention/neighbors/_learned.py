@@ -382,12 +382,22 @@ class LearnedMetric(MetricStrategy):
         return tags
 
 
+# sample weights whose largest is outside this range are trained divided by it
+_WEIGHT_SCALES = (1e-10, 1e10)
+
+
 class _TrainingData:
     """The training rows, values and weights as tensors, less the validation rows."""
 
     def __init__(self, X, values, weight, dtype, device):
         self.X = torch.as_tensor(X, dtype=dtype, device=device)
         self.values = torch.as_tensor(values, dtype=dtype, device=device)
+        weight = np.asarray(weight, dtype=np.float64)
+        peak = float(weight.max()) if weight.size else 0.0
+        if peak > 0 and not _WEIGHT_SCALES[0] <= peak <= _WEIGHT_SCALES[1]:
+            # their scale changes no softmax (a constant log-prior) and no weighted mean loss;
+            # weights of 1e-60 or 1e60 would underflow or overflow the training dtype
+            weight = weight / peak
         self.weight = torch.as_tensor(weight, dtype=dtype, device=device)
 
     def split(self, indices):

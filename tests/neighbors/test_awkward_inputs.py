@@ -225,3 +225,16 @@ def test_object_columns_of_numbers_are_numeric():
                           "none": pd.Series([None] * 20, dtype=object),
                           "c": pd.Categorical([1, 2, 3, 4] * 5)})
     assert _TabularEncoder().fit(mixed).categorical_.tolist() == [False, True, True, True, True]
+
+
+@pytest.mark.parametrize("scale", [1e-60, 1e50])
+def test_the_scale_of_sample_weights_does_not_matter(scale):
+    # weights of 1e-60 underflowed float32 ("All training sample weights are zero") and of
+    # 1e50 overflowed it ("Training diverged"); their scale changes no softmax
+    X, y = _frame()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        unit = MetricAttentionClassifier(**FAST).fit(X, y).predict_proba(X[:20])
+        scaled = MetricAttentionClassifier(**FAST).fit(
+            X, y, sample_weight=np.full(len(y), scale)).predict_proba(X[:20])
+    np.testing.assert_allclose(scaled, unit, atol=1e-5)
