@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from scipy.linalg import cho_factor, cho_solve
-from scipy.sparse.csgraph import reverse_cuthill_mckee
+from scipy.sparse.csgraph import connected_components, reverse_cuthill_mckee
 from scipy.sparse.linalg import LinearOperator, eigsh, splu
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
@@ -172,9 +172,9 @@ def _never_applied(n):
 
 
 def _lobpcg_pairs(A, sqrt_degree, k, tolerance, solver, random_state, progress, on_solve):
-    """LOBPCG (``solver="lobpcg"`` or ``"amg"``) for the ``k - 1`` smallest eigenpairs of the
-    Laplacian ``L = I - A`` orthogonal to the known null vector, which is prepended (the
-    eigenvalues returned are those of ``A``: ``1 - lambda``)."""
+    """LOBPCG (``solver="lobpcg"`` or ``"amg"``) for the smallest eigenpairs of the Laplacian
+    ``L = I - A`` orthogonal to its known null vectors (one per connected component of a sparse
+    graph), which are prepended (the eigenvalues returned are those of ``A``: ``1 - lambda``)."""
     top = sqrt_degree / np.linalg.norm(sqrt_degree)
     wanted = k - 1
     block = wanted + _GUARD_VECTORS
@@ -205,16 +205,41 @@ def _lobpcg_pairs(A, sqrt_degree, k, tolerance, solver, random_state, progress, 
             precondition = _amg_preconditioner(sp.identity(n) - sp.csr_matrix(A))
     if X is None or X.shape[1] < block:
         X = random_state.standard_normal((n, block))
-    lam, X = _iterate(apply, X, top, precondition, wanted, tolerance, progress, on_solve)
-    vectors = np.c_[top, X[:, :wanted]]
+    # A disconnected graph has eigenvalue 1 once per component (each component's sqrt(D));
+    # LOBPCG started from one null vector found the others only by chance: they are known,
+    # so they join the top vector as constraints (the eigenvalue-1 space spanned by the top
+    # vector and the rest of them, orthogonalised against it)
+    nulls = _null_vectors(L, top) if sp.issparse(A) else top[:, None]
+    wanted = k - min(k, nulls.shape[1])
+    if wanted:
+        lam, X = _iterate(apply, X[:, :wanted + _GUARD_VECTORS], nulls, precondition, wanted,
+                          tolerance, progress, on_solve)
+    else:
+        lam = np.zeros(0)
+    vectors = np.c_[nulls[:, :k], X[:, :wanted]] if wanted else nulls[:, :k]
     if order is not None:
         vectors[order] = vectors.copy()
-    return np.r_[1.0, 1.0 - lam[:wanted]], vectors
+    return np.r_[np.ones(min(k, nulls.shape[1])), 1.0 - lam[:wanted]], vectors
 
 
-def _iterate(apply, X, top, precondition, wanted, tolerance, progress, on_solve):
-    """:func:`lobpcg_smallest` with a progress bar of at most ``_MAX_ITER`` iterations (the
-    time left at most) and a ``ConvergenceWarning`` when they do not reach ``tolerance``."""
+def _null_vectors(L, top):
+    """An orthonormal basis of the Laplacian ``L``'s null space, ``top`` (its normalised
+    ``sqrt(D)``) first: each connected component's part of ``top``, orthogonalised against
+    ``top`` (one vector for a connected graph)."""
+    n_components, labels = connected_components(L, directed=False)
+    if n_components == 1:
+        return top[:, None]
+    parts = np.zeros((top.shape[0], n_components))
+    parts[np.arange(top.shape[0]), labels] = top
+    rest = parts - top[:, None] * (top @ parts)[None, :]
+    basis, _ = np.linalg.qr(rest)  # rank n_components - 1: the last column is noise
+    return np.c_[top, basis[:, :n_components - 1]]
+
+
+def _iterate(apply, X, nulls, precondition, wanted, tolerance, progress, on_solve):
+    """:func:`lobpcg_smallest` (orthogonal to the orthonormal columns of ``nulls``) with a
+    progress bar of at most ``_MAX_ITER`` iterations (the time left at most) and a
+    ``ConvergenceWarning`` when they do not reach ``tolerance``."""
     with progress_bar(progress, total=_MAX_ITER, desc=f"LOBPCG on {X.shape[0]:,} points",
                       unit="it", inner=True) as bar:
 
@@ -224,7 +249,7 @@ def _iterate(apply, X, top, precondition, wanted, tolerance, progress, on_solve)
                 on_solve()
 
         lam, X, residual, done = lobpcg_smallest(
-            apply, X, top[:, None], precondition, wanted, tolerance, _MAX_ITER, count
+            apply, X, nulls, precondition, wanted, tolerance, _MAX_ITER, count
         )
     if np.any(residual > tolerance(lam[:wanted])):
         warnings.warn(

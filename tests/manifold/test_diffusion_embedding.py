@@ -473,3 +473,20 @@ def test_a_single_neighbour_is_refused_by_name():
     t = np.random.default_rng(0).uniform(0, 6.28, 100)
     with pytest.raises(ValueError, match="n_neighbors"):
         AttentionDiffusionEmbedding(n_neighbors=1).fit(np.c_[np.cos(t), np.sin(t)])
+
+
+@pytest.mark.parametrize("n_blobs", [2, 3])
+def test_lobpcg_finds_every_unit_eigenvalue_of_a_disconnected_graph(n_blobs):
+    # one null vector of the Laplacian per connected component: LOBPCG started from the top
+    # one missed the others (eigenvalues [0.9704, 0.9649] where arpack gives [1, 0.9704])
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(100 * b, 0.1, (50, 2)) for b in range(n_blobs)])
+    settings = dict(n_components=n_blobs, n_neighbors=5, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Graph is not fully connected"
+        arpack = AttentionDiffusionEmbedding(eigen_solver="arpack", **settings).fit(X)
+        lobpcg = AttentionDiffusionEmbedding(eigen_solver="lobpcg", eigen_tol=1e-9,
+                                             **settings).fit(X)
+    np.testing.assert_allclose(lobpcg.eigenvalues_, arpack.eigenvalues_, rtol=0, atol=1e-6)
+    # the trivial top eigenvector is not an embedding coordinate: one unit eigenvalue fewer
+    assert np.sum(np.isclose(lobpcg.eigenvalues_, 1.0)) == n_blobs - 1
