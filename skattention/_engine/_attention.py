@@ -288,6 +288,6 @@ def kneighbors(
 
 
 def _to_numpy(t):
-    if t.dtype in (torch.bfloat16,):  # NumPy has no bfloat16: the nearest wider type
+    if t.dtype == torch.bfloat16:  # NumPy has no bfloat16: the nearest wider type
         t = t.float()
     return t.detach().cpu().numpy()

@@ -21,7 +21,13 @@ from ._attention import kneighbors
 from ._budget import ROW_MULTIPLE, budget_bytes
 from ._parallel import map_blocks
 from ._scores import PreparedKeys, distance_logits, padded_rows
-from ._softmax import OnlineSoftmax, flushed_exp, partial_softmax, product_values
+from ._softmax import (
+    OnlineSoftmax,
+    flushed_exp,
+    merged_partials,
+    partial_softmax,
+    product_values,
+)
 
 # fewer queries than this take one block in the calling thread (the workers' start costs more)
 _MIN_WORKER_ROWS = 256
@@ -320,12 +326,7 @@ def _near_partials(q, near, grouped, scale, budget, values_mm):
         if first:
             m[pairs], blocks[pairs] = part_m, part
             continue
-        new_m = torch.maximum(m[pairs], part_m)
-        shift = torch.where(torch.isfinite(new_m), new_m, 0.0)
-        w_old = flushed_exp(m[pairs] - shift).to(part.dtype)[:, None]
-        w_new = flushed_exp(part_m - shift).to(part.dtype)[:, None]
-        blocks[pairs] = blocks[pairs] * w_old + part * w_new
-        m[pairs] = new_m
+        m[pairs], blocks[pairs] = merged_partials(m[pairs], blocks[pairs], part_m, part)
     return m.view(near.shape), blocks.view(*near.shape, values_mm.shape[1])
 
 

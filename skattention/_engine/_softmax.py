@@ -180,6 +180,16 @@ def partial_softmax(z, v):
     return m, rows_times(p, v)
 
 
+def merged_partials(m_a, a, m_b, b):
+    """``(m, block)``: the :func:`partial_softmax` of the same rows over the keys of two parts,
+    ``(m_a, a)`` and ``(m_b, b)``, each rescaled to the larger of their largest logits."""
+    m = torch.maximum(m_a, m_b)
+    shift = torch.where(torch.isfinite(m), m, 0.0)
+    w_a = flushed_exp(m_a - shift).to(a.dtype)[:, None]
+    w_b = flushed_exp(m_b - shift).to(b.dtype)[:, None]
+    return m, a * w_a + b * w_b
+
+
 def batch_exp(x):
     """``exp(x)`` with every entry rounded as in any other batch: torch's vectorised ``exp``
     leaves a tensor's last ``numel % vector`` entries to a scalar loop, which rounds differently,

@@ -176,16 +176,18 @@ def _lobpcg_pairs(A, sqrt_degree, k, tolerance, solver, random_state, progress, 
     ``L = I - A`` orthogonal to its known null vectors (one per connected component of a sparse
     graph), which are prepended (the eigenvalues returned are those of ``A``: ``1 - lambda``)."""
     top = sqrt_degree / np.linalg.norm(sqrt_degree)
-    wanted = k - 1
-    block = wanted + _GUARD_VECTORS
     n = A.shape[0]
-    X = order = None
+    nulls, order, start_block = top[:, None], None, None
     if sp.issparse(A):
         # Nodes renumbered along the graph (reverse Cuthill-McKee): the rows a product with
         # the graph gathers then lie close in memory, where the data's order scatters them.
         order = reverse_cuthill_mckee(A.tocsr(), symmetric_mode=True)
         L = (sp.identity(n, format="csr") - A).tocsr()[order][:, order].tocsr()
         top = top[order]
+        # A disconnected graph has eigenvalue 1 once per component (each component's
+        # sqrt(D)); LOBPCG started from one null vector found the others only by chance: they
+        # are known, so they join the top vector as constraints
+        nulls = _null_vectors(L, top)
 
         def apply(V):
             return L @ V
@@ -194,7 +196,7 @@ def _lobpcg_pairs(A, sqrt_degree, k, tolerance, solver, random_state, progress, 
             precondition = _amg_preconditioner(L)
         else:
             precondition = laplacian_multigrid(L, top, random_state)
-            X = precondition.start_block(block)
+            start_block = precondition.start_block
     else:
 
         def apply(V):
@@ -203,23 +205,18 @@ def _lobpcg_pairs(A, sqrt_degree, k, tolerance, solver, random_state, progress, 
         precondition = None
         if solver == "amg":
             precondition = _amg_preconditioner(sp.identity(n) - sp.csr_matrix(A))
+    known = min(k, nulls.shape[1])
+    wanted, block = k - known, k - known + _GUARD_VECTORS
+    X = None if start_block is None else start_block(block)
     if X is None or X.shape[1] < block:
         X = random_state.standard_normal((n, block))
-    # A disconnected graph has eigenvalue 1 once per component (each component's sqrt(D));
-    # LOBPCG started from one null vector found the others only by chance: they are known,
-    # so they join the top vector as constraints (the eigenvalue-1 space spanned by the top
-    # vector and the rest of them, orthogonalised against it)
-    nulls = _null_vectors(L, top) if sp.issparse(A) else top[:, None]
-    wanted = k - min(k, nulls.shape[1])
+    lam = np.zeros(0)
     if wanted:
-        lam, X = _iterate(apply, X[:, :wanted + _GUARD_VECTORS], nulls, precondition, wanted,
-                          tolerance, progress, on_solve)
-    else:
-        lam = np.zeros(0)
-    vectors = np.c_[nulls[:, :k], X[:, :wanted]] if wanted else nulls[:, :k]
+        lam, X = _iterate(apply, X, nulls, precondition, wanted, tolerance, progress, on_solve)
+    vectors = np.c_[nulls[:, :known], X[:, :wanted]]
     if order is not None:
         vectors[order] = vectors.copy()
-    return np.r_[np.ones(min(k, nulls.shape[1])), 1.0 - lam[:wanted]], vectors
+    return np.r_[np.ones(known), 1.0 - lam[:wanted]], vectors
 
 
 def _null_vectors(L, top):

@@ -207,11 +207,6 @@ class Table:
         return out, "mixed" if numbers.any() else "text"
 
 
-def _is_number(value):
-    """Whether a cell is a real number (a bool is not)."""
-    return _is_number_type(type(value))
-
-
 def _is_number_type(kind):
     """Whether cells of the type ``kind`` are real numbers (booleans are not)."""
     return issubclass(kind, (Integral, float, np.number)) and not issubclass(kind, bool)
