@@ -22,6 +22,7 @@ from .._engine import (
 from ..utils._callbacks import EpochTasks
 from ..utils._convergence import warn_if_max_iter_reached
 from ..utils._device import _cuda_nondeterministic
+from ._distinct_rows import distinct_row_ids
 from ._input import TabularInput
 from ._strategy import TORCH_DTYPES, MetricFit, MetricStrategy
 from ._summary import FitPrototypes, summarize
@@ -422,10 +423,9 @@ class _TrainingData:
 
 
 def _distinct_rows(X):
-    """The distinct row of each row of ``X`` (``torch.unique``'s inverse) where at most
+    """The distinct row of each row of ``X`` (:func:`distinct_row_ids`) where at most
     ``_DISTINCT_SHARE`` of the rows are distinct, else ``None``."""
-    distinct, inverse = torch.unique(X, dim=0, return_inverse=True)
-    return inverse if distinct.shape[0] <= _DISTINCT_SHARE * X.shape[0] else None
+    return distinct_row_ids(X, _DISTINCT_SHARE)
 
 
 def _calibration_rows(validation, generator):

@@ -40,13 +40,17 @@ def test_recomputed_block_has_the_values_and_gradients_of_the_whole_block(
         monkeypatch, learned_scale, prior, masked, n):
     want_out, want_grads = _step(monkeypatch, False, learned_scale, prior, masked, n)
     out, grads = _step(monkeypatch, True, learned_scale, prior, masked, n)
-    torch.testing.assert_close(out, want_out, rtol=1e-10, atol=1e-12)
-    # Unmasked, each query meets its own key at a distance of rounding noise (1e-8), where
-    # the partial scores' gradient (divided by the distance) is that noise magnified: the
-    # two paths, which sum the keys' gradients in other orders and fold the row factors in
-    # elsewhere, differ there by a few 1e-10 on gradients of order 1e-2.
+    # Unmasked, each query meets its own key at a distance of rounding noise: the square root
+    # of a squared distance of about 1e-16 (the two paths' products round it differently, as
+    # the CPU's BLAS does: 1.5e-8 apart on an AMD EPYC, equal on Intel), which moves the own
+    # key's weight, and so the outputs, by up to about 1e-8.
+    torch.testing.assert_close(out, want_out, rtol=1e-10, atol=1e-12 if masked else 1e-7)
+    # There too the partial scores' gradient (divided by the distance) is that noise
+    # magnified: the two paths, which sum the keys' gradients in other orders and fold the row
+    # factors in elsewhere, differ there by a few 1e-10 (Intel) to a few 1e-8 (AMD EPYC) on
+    # gradients of order 1e-2.
     for got, want in zip(grads, want_grads, strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10 if masked else 2e-9)
+        torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10 if masked else 1e-7)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

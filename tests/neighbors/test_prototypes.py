@@ -13,7 +13,8 @@ from sklearn.datasets import make_classification, make_regression
 from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 from skattention._engine import build_map, calibrate_temperature
 from skattention._engine._metric_training import _EpochBatches
-from skattention.neighbors import _learned, _summary
+from skattention.neighbors import _distinct_rows, _learned, _summary
+from skattention.neighbors._distinct_rows import unique_row_ids
 
 FAST = {"max_iter": 3, "random_state": 0}
 pytestmark = pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
@@ -225,3 +226,27 @@ def test_few_distinct_rows_are_the_prototypes_and_attention_over_them_is_exact(s
     assert clf.prototype_error_ < 1e-6
     assert clf._keys.summary.n_near == 0
     np.testing.assert_allclose(clf.predict_proba(X), exact.predict_proba(X), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_distinct_rows_by_hash_are_torch_uniques_inverse(dtype, monkeypatch):
+    """The distinct rows found by hashing are ``torch.unique(dim=0)``'s inverse (lexicographic
+    ranks), -0.0 and 0.0 one value; NaN and a hash shared by different rows take
+    ``torch.unique`` itself; more distinct rows than the share give ``None``."""
+    rng = np.random.default_rng(0)
+    X = rng.integers(-2, 3, size=(3000, 5)).astype(dtype) * 0.5
+    X[::7, 1] = -0.0
+    X[::11, 1] = 0.0
+    expected = torch.unique(torch.from_numpy(X), dim=0, return_inverse=True)[1]
+    assert int(expected.max()) + 1 < 0.9 * X.shape[0]
+    assert torch.equal(_learned._distinct_rows(torch.from_numpy(X)), expected)
+    assert _learned._distinct_rows(torch.from_numpy(rng.normal(size=(500, 3)))) is None
+    with_nan = X.copy()
+    with_nan[3, 2] = np.nan
+    assert torch.equal(_learned._distinct_rows(torch.from_numpy(with_nan)),
+                       unique_row_ids(torch.from_numpy(with_nan), 0.9))
+    # every row hashed alike: the check of the rows against their hash's first row finds it
+    real_unique = np.unique
+    monkeypatch.setattr(_distinct_rows.np, "unique",
+                        lambda h, **kw: real_unique(h * np.uint64(0), **kw))
+    assert torch.equal(_learned._distinct_rows(torch.from_numpy(X)), expected)
