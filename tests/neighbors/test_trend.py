@@ -163,6 +163,11 @@ def test_the_trend_is_ridgecv_at_its_own_penalty(case):
     assert got.alpha_ == want.alpha_
     np.testing.assert_allclose(got.coef_, want.coef_, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(got.intercept_, want.intercept_, rtol=1e-9, atol=1e-12)
+    assert np.shape(got.coef_) == np.shape(want.coef_)
+    assert np.shape(got.intercept_) == np.shape(want.intercept_)
+    np.testing.assert_allclose(got.best_score_, want.best_score_, rtol=1e-9)
+    np.testing.assert_allclose(got.predict(X[:50]), want.predict(X[:50]), rtol=1e-9,
+                               atol=1e-12)
 
 
 def test_the_penalty_follows_the_noise():
