@@ -10,7 +10,7 @@ from ._metric_training import _LOG_EPS, key_log_prior, soft_neighbour_loss
 from ._near_far import near_far_bytes, near_far_scores
 from ._parallel import map_blocks
 from ._scores import PreparedKeys
-from ._softmax import flush_below, flushed_exp
+from ._softmax import LOG2E, flush_below, flushed_exp2
 
 # Temperature calibration: a grid over log T around the trained value, then two finer grids
 # around the best point so far (each step a fifth of the last one's, the best point not scored
@@ -94,6 +94,7 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
             lambda start: grouped_block(start, log_ts), starts, workers)), log_temperature)
 
     points, log_prior = metric_map.chunked_keys(X), key_log_prior(weight)
+    log_prior2 = None if log_prior is None else log_prior * LOG2E
     prepared = PreparedKeys(points, metric_map.kind)
     # [values, 1]^T: one product gives each row's weighted values and its normaliser
     values_1t = torch.cat([values, values.new_ones((values.shape[0], 1))], 1).T.contiguous()
@@ -130,17 +131,19 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
         if log_prior is None:  # max(scores / T) = max(scores) / T: one shift for every T
             shifted = chunk - chunk.amax(1, keepdim=True)
             lowest = float(shifted.min())
+        # the logits in base 2 (LOG2E folded into the temperature and the prior:
+        # flushed_exp2)
         for j, log_t in enumerate(log_ts):
             if log_prior is None:
-                torch.mul(shifted, math.exp(-log_t), out=z)
-                # no weight of the chunk is near the flush at this temperature: exp alone, the
-                # same weights as flushed_exp's three passes
-                p = (z.exp_() if lowest * math.exp(-log_t) > low + 1.0
-                     else flushed_exp(z, inplace=True))
+                torch.mul(shifted, math.exp(-log_t) * LOG2E, out=z)
+                # no weight of the chunk is near the flush at this temperature: exp2 alone,
+                # the same weights as flushed_exp2's three passes
+                p = (z.exp2_() if lowest * math.exp(-log_t) > low + 1.0
+                     else flushed_exp2(z))
             else:
-                torch.add(log_prior, chunk, alpha=math.exp(-log_t), out=z)
+                torch.add(log_prior2, chunk, alpha=math.exp(-log_t) * LOG2E, out=z)
                 z.sub_(z.amax(1, keepdim=True))
-                p = flushed_exp(z, inplace=True)
+                p = flushed_exp2(z)
             # values^T @ p^T, the fast form for a few values (docs/performance.md, "Fit")
             out[j] = (values_1t @ p.T).T
 

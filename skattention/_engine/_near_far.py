@@ -22,8 +22,9 @@ from ._budget import ROW_MULTIPLE, budget_bytes
 from ._parallel import map_blocks
 from ._scores import PreparedKeys, distance_logits, padded_rows
 from ._softmax import (
+    LOG2E,
     OnlineSoftmax,
-    flushed_exp,
+    flushed_exp2,
     merged_partials,
     partial_softmax,
     product_values,
@@ -350,8 +351,9 @@ class NearFarScores:
         near = torch.add(self.near_prior, self.near, alpha=scale)
         m = torch.maximum(far.amax(1), near.amax(1))
         shift = torch.where(m.isinf(), 0.0, m)[:, None]
-        w_far = flushed_exp(far.sub_(shift), inplace=True)
-        w_near = flushed_exp(near.sub_(shift), inplace=True)
+        # base 2: exp2 is the faster exponential (flushed_exp2)
+        w_far = flushed_exp2(far.sub_(shift).mul_(LOG2E))
+        w_near = flushed_exp2(near.sub_(shift).mul_(LOG2E))
         total = w_far.sum(1) + w_near.sum(1)
         out = w_far @ g.prototype_values + torch.bmm(w_near[:, None, :],
                                                      self.near_values)[:, 0]

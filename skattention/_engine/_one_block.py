@@ -25,7 +25,7 @@ from ._scores import (
     over_distances,
 )
 from ._scratch import scratch
-from ._softmax import flushed_exp, flushed_softmax, rows_times
+from ._softmax import LOG2E, flushed_exp, flushed_exp2, flushed_softmax, rows_times
 
 
 def single_block_attention(prepared, q, v, scale, log_prior, mask=None):
@@ -201,7 +201,8 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
         torch.neg(keys.detach(), out=k_rows[:, :dim])
         torch.neg(key_offset.detach(), out=k_rows[:, dim])
         k_rows[:, dim + 1] = 1.0
-        prior = None if prior is None else prior.detach()
+        # the logits in base 2 (LOG2E folded into the scale and the prior: flushed_exp2)
+        prior = None if prior is None else prior.detach() * LOG2E
         v_t = v.detach().T.contiguous()
         groups = _chunk_groups(n, keys.shape[0], q.device)
         buffers = [scratch(("recomputed", g, 0), (chunks[0].stop - chunks[0].start,
@@ -228,23 +229,25 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
     def _exp(e, d, q_rows, k_rows, scale, prior, mask, rows, shift, first=False):
         """The unnormalised weights ``exp(logit - shift)`` of a chunk's rows into ``e`` and
         their distances into ``d`` (``e`` itself in the forward). The rows' ``shift`` (their
-        largest logit) is set by the forward (``first``) and used by the backward."""
+        largest logit, in base 2 as the logits and ``prior`` are here) is set by the forward
+        (``first``) and used by the backward."""
         squared = torch.mm(q_rows, k_rows.T, out=d)
         if mask is not None:
             mask(squared, rows, math.inf)
+        scale2 = scale * LOG2E
         if prior is None and first:
             torch.amin(squared, 1, keepdim=True, out=shift)
-            shift.clamp_(min=0).sqrt_().mul_(scale)
+            shift.clamp_(min=0).sqrt_().mul_(scale2)
         # a masked key's distance finite (no 0 * inf in the scale's gradient), its weight 0
         distances = squared.clamp_(min=0, max=torch.finfo(e.dtype).max).sqrt_()
         if prior is None:  # the nearest key's logit, -scale * its distance, is the largest
-            z = torch.add(shift, distances, alpha=-scale, out=e)
+            z = torch.add(shift, distances, alpha=-scale2, out=e)
         else:
-            z = torch.add(prior, distances, alpha=-scale, out=e)
+            z = torch.add(prior, distances, alpha=-scale2, out=e)
             if first:
                 torch.amax(z, 1, keepdim=True, out=shift)
             z.sub_(shift)
-        return flushed_exp(z, inplace=True)
+        return flushed_exp2(z)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
