@@ -26,9 +26,10 @@ def distinct_row_ids(X, max_share):
     hashed = np.zeros(n, dtype=np.uint64)
     for start in range(0, n, _HASH_ROWS):
         part = hashed[start:start + _HASH_ROWS]
-        for column in bits[start:start + _HASH_ROWS].T:  # FNV-style, modulo 2^64
+        for column in bits[start:start + _HASH_ROWS].T:  # modulo 2^64
             part ^= column
-            part *= np.uint64(0x100000001B3)
+            part *= np.uint64(0x9E3779B97F4A7C15)
+            part ^= part >> np.uint64(29)  # the high bits mixed down (a product only moves up)
     _, first, inverse = np.unique(hashed, return_index=True, return_inverse=True)
     if first.shape[0] > max_share * n:
         return None  # (a shared hash only merges rows: the rows are at least this distinct)

@@ -239,7 +239,17 @@ def test_distinct_rows_by_hash_are_torch_uniques_inverse(dtype, monkeypatch):
     X[::11, 1] = 0.0
     expected = torch.unique(torch.from_numpy(X), dim=0, return_inverse=True)[1]
     assert int(expected.max()) + 1 < 0.9 * X.shape[0]
+    fallbacks = []
+    monkeypatch.setattr(_distinct_rows, "unique_row_ids",
+                        lambda X, share: fallbacks.append(1) or unique_row_ids(X, share))
     assert torch.equal(_learned._distinct_rows(torch.from_numpy(X)), expected)
+    # small integers of many columns (their float64 bits differ in the high bits only) hash
+    # apart: no fallback
+    grid = np.column_stack([rng.integers(0, 60, 20000), rng.integers(0, 4, (20000, 2)),
+                            rng.integers(1900, 1910, 20000)]).astype(dtype)
+    assert torch.equal(_learned._distinct_rows(torch.from_numpy(grid)),
+                       torch.unique(torch.from_numpy(grid), dim=0, return_inverse=True)[1])
+    assert not fallbacks
     assert _learned._distinct_rows(torch.from_numpy(rng.normal(size=(500, 3)))) is None
     with_nan = X.copy()
     with_nan[3, 2] = np.nan
