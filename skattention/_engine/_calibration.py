@@ -106,9 +106,8 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
     # short for a parallel region to pay); their terms are added in block order.
     per_row = 3 * prepared.n_keys * points.element_size()
     block = max(1, budget_bytes(None) // per_row)
-    whole = None
-    if block >= queries.shape[0]:  # one block: its scores serve every grid
-        whole = prepared.logits(prepared.prepare_queries(queries), 0, prepared.n_keys, scale=1.0)
+    whole = (prepared.logits(prepared.prepare_queries(queries), 0, prepared.n_keys, scale=1.0)
+             if block >= queries.shape[0] else None)  # one block: scores for every grid
     block = max(1, min(block // workers, -(-queries.shape[0] // workers)))
     starts = range(0, queries.shape[0], block)
 
