@@ -165,7 +165,8 @@ def flushed_exp2(z2):
     subtracted): ``exp2(z2)`` with the weights at most ``exp(flush_below)`` set to 0. torch's
     ``exp2`` is several times faster than its ``exp`` on some CPUs (docs/performance.md, "The
     training step's exponential"), and a caller that computes its logits itself folds the
-    factor into them."""
+    factor into them. In place: for tensors outside autograd (scratch buffers, no-grad
+    passes)."""
     low = flush_below(z2.dtype)
     p = z2.clamp_min_((low - 1.0) * LOG2E).exp2_()
     return torch.nn.functional.threshold_(p, math.exp(low), 0.0)

@@ -31,9 +31,12 @@ def fit_trend(design, values, sample_weight, alphas):
     trend = RidgeCV(alphas=[float(alphas[best])])
     trend.alpha_ = float(alphas[best])
     trend.best_score_ = -float(gcv.squared[best]) / (gcv.y.shape[0] * gcv.n_targets)
-    one_output = np.ndim(values) == 1
-    trend.coef_ = coef[:, 0] if one_output else coef.T
-    trend.intercept_ = float(intercept[0]) if one_output else intercept
+    # RidgeCV's shapes and dtype: one target's coefficients flat, a 1-D target's intercept a
+    # scalar, float32 for a float32 design
+    dtype = np.float32 if design.dtype == np.float32 else np.float64
+    trend.coef_ = (coef[:, 0] if gcv.n_targets == 1 else coef.T).astype(dtype)
+    intercept = intercept.astype(dtype)
+    trend.intercept_ = intercept[0] if np.ndim(values) == 1 else intercept
     trend.n_features_in_ = design.shape[1]
     return trend
 

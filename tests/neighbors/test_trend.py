@@ -149,25 +149,32 @@ def _design(n, n_levels, n_numeric, seed, dense=False):
     return (X.toarray() if dense else X), y, rng
 
 
-@pytest.mark.parametrize("case", ["sparse", "dense", "weighted", "two outputs", "wide",
-                                  "many rows"])
+@pytest.mark.parametrize("case", ["sparse", "dense", "weighted", "two outputs", "one column",
+                                  "wide", "many rows", "float32"])
 def test_the_trend_is_ridgecv_at_its_own_penalty(case):
     n, levels = {"wide": (60, 150), "many rows": (9000, 40)}.get(case, (700, 30))
     X, y, rng = _design(n, levels, 4, seed=len(case), dense=case == "dense")
     weight = rng.uniform(0.2, 3.0, n) if case == "weighted" else np.ones(n)
     if case == "two outputs":
         y = np.column_stack([y, 2.0 * y + rng.normal(size=n)])
+    if case == "one column":  # as the regressor passes a single target
+        y = y[:, None]
+    if case == "float32":
+        X, y = X.astype(np.float32), y.astype(np.float32)
     want = RidgeCV(alphas=ALPHAS).fit(X, y, sample_weight=weight)
     assert ALPHAS[0] < want.alpha_ < ALPHAS[-1]  # a choice, not the grid's end
     got = fit_trend(X, y, weight, ALPHAS)
     assert got.alpha_ == want.alpha_
-    np.testing.assert_allclose(got.coef_, want.coef_, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(got.intercept_, want.intercept_, rtol=1e-9, atol=1e-12)
+    # float32: RidgeCV computes in float32, the trend in float64 then rounds to it
+    rtol, atol = (1e-5, 1e-5) if case == "float32" else (1e-9, 1e-12)
+    np.testing.assert_allclose(got.coef_, want.coef_, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(got.intercept_, want.intercept_, rtol=rtol, atol=atol)
     assert np.shape(got.coef_) == np.shape(want.coef_)
     assert np.shape(got.intercept_) == np.shape(want.intercept_)
-    np.testing.assert_allclose(got.best_score_, want.best_score_, rtol=1e-9)
-    np.testing.assert_allclose(got.predict(X[:50]), want.predict(X[:50]), rtol=1e-9,
-                               atol=1e-12)
+    assert got.coef_.dtype == want.coef_.dtype
+    np.testing.assert_allclose(got.best_score_, want.best_score_, rtol=rtol)
+    np.testing.assert_allclose(got.predict(X[:50]), want.predict(X[:50]), rtol=rtol,
+                               atol=atol)
 
 
 def test_the_penalty_follows_the_noise():
