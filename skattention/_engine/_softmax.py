@@ -56,15 +56,16 @@ class OnlineSoftmax:
         self.m[rows], self.l[rows], self.o[rows] = part.m, part.l, part.o
 
     def add_shifted(self, z, v, redo):
-        """Add a block of logits given less the running shift ``m`` (``z - m``, one product:
-        :func:`shifted_logit_keys`), overwritten by its exponential: no max pass, no
-        subtraction pass. A row whose block sum exceeds ``_LARGE_SUM`` (an entry above the
-        shift by more than ``log(_LARGE_SUM)``, up to exp's overflow) is redone by
+        """Add a block of logits given less the running shift ``m`` and in base 2 (``(z - m) *
+        LOG2E``, one product: :func:`shifted_logit_keys`), overwritten by its exponential
+        (:func:`flushed_exp2`): no max pass, no subtraction pass. A row whose block sum
+        exceeds ``_LARGE_SUM`` (an entry above the shift by more than ``log(_LARGE_SUM)``, up
+        to exp's overflow) is redone by
         :meth:`update` on the logits ``redo(rows)`` gives for those rows alone (each row's
         result depends on its own data only): its weights then stay at most 1, as in the plain
         path, so a weighted sum overflows no sooner than there. A row whose running sum grows
         large over several blocks folds it into its shift."""
-        p = flushed_exp(z, inplace=z.shape[1] % _EXP_VECTOR == 0)
+        p = flushed_exp2(z, inplace=z.shape[1] % _EXP_VECTOR == 0)
         block = rows_times(p, v)
         block_l = block[:, self.sums]
         ok = block_l <= _LARGE_SUM  # False for inf and NaN too
@@ -160,15 +161,19 @@ def flushed_exp(z, inplace=False):
 LOG2E = 1.4426950408889634  # log2(e): exp(z) = exp2(z * LOG2E)
 
 
-def flushed_exp2(z2):
-    """:func:`flushed_exp` in place of logits in base 2 (``z * LOG2E``; their row's largest
-    subtracted): ``exp2(z2)`` with the weights at most ``exp(flush_below)`` set to 0. torch's
-    ``exp2`` is several times faster than its ``exp`` on some CPUs (docs/performance.md, "The
-    training step's exponential"), and a caller that computes its logits itself folds the
-    factor into them. In place: for tensors outside autograd (scratch buffers, no-grad
-    passes)."""
+def flushed_exp2(z2, inplace=True):
+    """:func:`flushed_exp` of logits in base 2 (``z * LOG2E``; their row's largest, or a
+    running shift at most that, subtracted): ``exp2(z2)`` with the weights at most
+    ``exp(flush_below)`` set to 0. torch's ``exp2`` is several times faster than its ``exp``
+    on some CPUs (docs/performance.md, "The training step's exponential"), and a caller that
+    computes its logits itself folds the factor into them. In place (``inplace``, as
+    :func:`flushed_exp` takes it) only for tensors outside autograd (scratch buffers, no-grad
+    passes); else rounded alike in any batch (:func:`batch_exp`)."""
     low = flush_below(z2.dtype)
-    p = z2.clamp_min_((low - 1.0) * LOG2E).exp2_()
+    if inplace:
+        p = z2.clamp_min_((low - 1.0) * LOG2E).exp2_()
+    else:
+        p = batch_exp(z2.clamp_min((low - 1.0) * LOG2E), torch.exp2)
     return torch.nn.functional.threshold_(p, math.exp(low), 0.0)
 
 
@@ -205,15 +210,15 @@ def merged_partials(m_a, a, m_b, b):
     return m, a * w_a + b * w_b
 
 
-def batch_exp(x):
-    """``exp(x)`` with every entry rounded as in any other batch: torch's vectorised ``exp``
-    leaves a tensor's last ``numel % vector`` entries to a scalar loop, which rounds differently,
-    and which entries those are depends on the number of rows. Rows padded to whole vectors
-    never have such a tail."""
+def batch_exp(x, exp=torch.exp):
+    """``exp(x)`` (or ``exp2``) with every entry rounded as in any other batch: torch's
+    vectorised ``exp`` leaves a tensor's last ``numel % vector`` entries to a scalar loop, which
+    rounds differently, and which entries those are depends on the number of rows. Rows padded
+    to whole vectors never have such a tail."""
     pad = -x.shape[-1] % _EXP_VECTOR
     if pad == 0:
-        return torch.exp(x)
-    return torch.exp(torch.nn.functional.pad(x, (0, pad)))[..., : x.shape[-1]]
+        return exp(x)
+    return exp(torch.nn.functional.pad(x, (0, pad)))[..., : x.shape[-1]]
 
 
 def product_values(v):

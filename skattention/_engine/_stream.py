@@ -18,7 +18,7 @@ from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
 from ._results import backend_result, empty_rows
 from ._scores import NEG_INF, ROW_MULTIPLE
-from ._softmax import OnlineSoftmax
+from ._softmax import LOG2E, OnlineSoftmax
 from ._topk import TopK
 
 
@@ -230,9 +230,10 @@ def _shift_keys_fit(spec):
 
 
 def shifted_logit_keys(prepared, scale, log_prior):
-    """Keys ``[coef * scale * k, scale * offset + log_prior, 1]`` (the squared kinds), so that
-    the queries of :func:`shifted_queries`, ``[q, 1, -shift]``, give a block's logits less a
-    per-row shift in one product; transposed, ``(d + 2, n_keys)``, as ``PreparedKeys.keys_t``."""
+    """Keys ``LOG2E * [coef * scale * k, scale * offset + log_prior, 1]`` (the squared kinds),
+    so that the queries of :func:`shifted_queries`, ``[q, 1, -shift]``, give a block's logits
+    less a per-row shift, in base 2 (``OnlineSoftmax.add_shifted``'s ``exp2``), in one product;
+    transposed, ``(d + 2, n_keys)``, as ``PreparedKeys.keys_t``."""
     keys_t, d = prepared.keys_t, prepared.dim
     out = keys_t.new_empty((d + 2, keys_t.shape[1]))
     torch.mul(keys_t, prepared.coef * scale, out=out[:d])
@@ -244,7 +245,7 @@ def shifted_logit_keys(prepared, scale, log_prior):
     if log_prior is not None:
         bias.add_(log_prior)
     out[d + 1] = 1.0
-    return out
+    return out.mul_(LOG2E)
 
 
 def shifted_queries(q):
