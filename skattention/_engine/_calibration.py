@@ -10,7 +10,7 @@ from ._metric_training import _LOG_EPS, key_log_prior, soft_neighbour_loss
 from ._near_far import near_far_bytes, near_far_scores
 from ._parallel import map_blocks
 from ._scores import PreparedKeys
-from ._softmax import LOG2E, flush_below, flushed_exp2
+from ._softmax import LOG2E, flush_below, flushed_exp
 
 # Temperature calibration: a grid over log T around the trained value, then two finer grids
 # around the best point so far (each step a fifth of the last one's, the best point not scored
@@ -131,18 +131,18 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
             shifted = chunk - chunk.amax(1, keepdim=True)
             lowest = float(shifted.min())
         # the logits in base 2 (LOG2E folded into the temperature and the prior:
-        # flushed_exp2)
+        # flushed_exp's base2)
         for j, log_t in enumerate(log_ts):
             if log_prior is None:
                 torch.mul(shifted, math.exp(-log_t) * LOG2E, out=z)
                 # no weight of the chunk is near the flush at this temperature: exp2 alone,
-                # the same weights as flushed_exp2's three passes
+                # the same weights as flushed_exp's three passes
                 p = (z.exp2_() if lowest * math.exp(-log_t) > low + 1.0
-                     else flushed_exp2(z))
+                     else flushed_exp(z, inplace=True, base2=True))
             else:
                 torch.add(log_prior2, chunk, alpha=math.exp(-log_t) * LOG2E, out=z)
                 z.sub_(z.amax(1, keepdim=True))
-                p = flushed_exp2(z)
+                p = flushed_exp(z, inplace=True, base2=True)
             # values^T @ p^T, the fast form for a few values (docs/performance.md, "Fit")
             out[j] = (values_1t @ p.T).T
 

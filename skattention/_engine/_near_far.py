@@ -24,7 +24,7 @@ from ._scores import PreparedKeys, distance_logits, padded_rows
 from ._softmax import (
     LOG2E,
     OnlineSoftmax,
-    flushed_exp2,
+    flushed_exp,
     merged_partials,
     partial_softmax,
     product_values,
@@ -283,13 +283,13 @@ def _far_logits(q, grouped, scale):
     return near, far.scatter_(1, near, -math.inf)
 
 
-def _near_blocks(q, near, grouped, scale, budget, with_pairs=False):
-    """``(rows, k0, k1, scores)`` for every group with queries among ``q`` that have it near,
-    in chunks of its keys ``k0:k1`` within ``budget`` bytes: ``scores`` is ``scale`` times the
-    scores of those queries (the rows ``rows`` of ``q``, padded to the row multiple) against
-    the keys, without their log-priors. ``with_pairs``: ``(rows, pairs, k0, k1, scores,
-    first)``, ``pairs`` the positions of the (query, near group) pairs in
-    ``near.reshape(-1)``, ``first`` whether the chunk is its group's first."""
+def _near_blocks(q, near, grouped, scale, budget):
+    """``(rows, pairs, k0, k1, scores, first)`` for every group with queries among ``q`` that
+    have it near, in chunks of its keys ``k0:k1`` within ``budget`` bytes: ``scores`` is
+    ``scale`` times the scores of those queries (the rows ``rows`` of ``q``, padded to the row
+    multiple) against the keys, without their log-priors; ``pairs`` the positions of those
+    (query, near group) pairs in ``near.reshape(-1)``; ``first`` whether the chunk is its
+    group's first."""
     keys = grouped.prepared()[0]
     q_keys = keys.prepare_queries(q)
     group_of = near.reshape(-1)
@@ -307,8 +307,7 @@ def _near_blocks(q, near, grouped, scale, budget, with_pairs=False):
         width = max(1, budget // (3 * q.element_size() * z.shape[0]))
         for k0 in range(bounds[g], bounds[g + 1], width):
             k1 = min(bounds[g + 1], k0 + width)
-            s = _logits(keys, z, k0, k1, scale)
-            yield (rows, pairs, k0, k1, s, k0 == bounds[g]) if with_pairs else (rows, k0, k1, s)
+            yield rows, pairs, k0, k1, _logits(keys, z, k0, k1, scale), k0 == bounds[g]
 
 
 def _near_partials(q, near, grouped, scale, budget, values_mm):
@@ -321,7 +320,7 @@ def _near_partials(q, near, grouped, scale, budget, values_mm):
     n_pairs = near.numel()
     m = q.new_full((n_pairs,), -math.inf)
     blocks = values_mm.new_zeros((n_pairs, values_mm.shape[1]))
-    for rows, pairs, k0, k1, s, first in _near_blocks(q, near, grouped, scale, budget, True):
+    for rows, pairs, k0, k1, s, first in _near_blocks(q, near, grouped, scale, budget):
         z = s[:rows.shape[0]].add_(grouped.log_prior[k0:k1])
         part_m, part = partial_softmax(z, values_mm[k0:k1])
         if first:
@@ -351,9 +350,9 @@ class NearFarScores:
         near = torch.add(self.near_prior, self.near, alpha=scale)
         m = torch.maximum(far.amax(1), near.amax(1))
         shift = torch.where(m.isinf(), 0.0, m)[:, None]
-        # base 2: exp2 is the faster exponential (flushed_exp2)
-        w_far = flushed_exp2(far.sub_(shift).mul_(LOG2E))
-        w_near = flushed_exp2(near.sub_(shift).mul_(LOG2E))
+        # base 2: exp2 is the faster exponential (flushed_exp's base2)
+        w_far = flushed_exp(far.sub_(shift).mul_(LOG2E), inplace=True, base2=True)
+        w_near = flushed_exp(near.sub_(shift).mul_(LOG2E), inplace=True, base2=True)
         total = w_far.sum(1) + w_near.sum(1)
         out = w_far @ g.prototype_values + torch.bmm(w_near[:, None, :],
                                                      self.near_values)[:, 0]
@@ -371,8 +370,8 @@ def near_far_scores(queries, grouped, working_memory=None):
     prior = far.new_zeros((n_q, width))
     values = far.new_zeros((n_q, width, n_values))
     filled = torch.zeros(n_q, dtype=torch.long, device=queries.device)
-    for rows, k0, k1, s in _near_blocks(queries, near, grouped, 1.0,
-                                        budget_bytes(working_memory)):
+    for rows, _, k0, k1, s, _ in _near_blocks(queries, near, grouped, 1.0,
+                                              budget_bytes(working_memory)):
         cols = filled[rows][:, None] + torch.arange(k1 - k0, device=queries.device)
         scores[rows[:, None], cols] = s[:rows.shape[0]]
         prior[rows[:, None], cols] = grouped.log_prior[k0:k1]

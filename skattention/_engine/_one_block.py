@@ -25,7 +25,7 @@ from ._scores import (
     over_distances,
 )
 from ._scratch import scratch
-from ._softmax import LOG2E, flushed_exp, flushed_exp2, flushed_softmax, rows_times
+from ._softmax import LOG2E, flushed_exp, flushed_softmax, rows_times
 
 
 def single_block_attention(prepared, q, v, scale, log_prior, mask=None):
@@ -201,7 +201,8 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
         torch.neg(keys.detach(), out=k_rows[:, :dim])
         torch.neg(key_offset.detach(), out=k_rows[:, dim])
         k_rows[:, dim + 1] = 1.0
-        # the logits in base 2 (LOG2E folded into the scale and the prior: flushed_exp2)
+        # the logits in base 2 (LOG2E folded into the scale and the prior: flushed_exp's
+        # base2)
         prior = None if prior is None else prior.detach() * LOG2E
         v_t = v.detach().T.contiguous()
         groups = _chunk_groups(n, keys.shape[0], q.device)
@@ -247,7 +248,7 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
             if first:
                 torch.amax(z, 1, keepdim=True, out=shift)
             z.sub_(shift)
-        return flushed_exp2(z)
+        return flushed_exp(z, inplace=True, base2=True)
 
     @staticmethod
     @torch.autograd.function.once_differentiable

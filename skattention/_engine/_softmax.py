@@ -58,14 +58,14 @@ class OnlineSoftmax:
     def add_shifted(self, z, v, redo):
         """Add a block of logits given less the running shift ``m`` and in base 2 (``(z - m) *
         LOG2E``, one product: :func:`shifted_logit_keys`), overwritten by its exponential
-        (:func:`flushed_exp2`): no max pass, no subtraction pass. A row whose block sum
+        (:func:`flushed_exp` in base 2): no max pass, no subtraction pass. A row whose block sum
         exceeds ``_LARGE_SUM`` (an entry above the shift by more than ``log(_LARGE_SUM)``, up
         to exp's overflow) is redone by
         :meth:`update` on the logits ``redo(rows)`` gives for those rows alone (each row's
         result depends on its own data only): its weights then stay at most 1, as in the plain
         path, so a weighted sum overflows no sooner than there. A row whose running sum grows
         large over several blocks folds it into its shift."""
-        p = flushed_exp2(z, inplace=z.shape[1] % _EXP_VECTOR == 0)
+        p = flushed_exp(z, inplace=z.shape[1] % _EXP_VECTOR == 0, base2=True)
         block = rows_times(p, v)
         block_l = block[:, self.sums]
         ok = block_l <= _LARGE_SUM  # False for inf and NaN too
@@ -136,12 +136,15 @@ def flush_below(dtype):
     return -600.0 if dtype == torch.float64 else -60.0
 
 
-def flushed_exp(z, inplace=False):
+def flushed_exp(z, inplace=False, base2=False):
     """``exp(z)`` of logits less their row's largest (or less a running shift at most that),
     with the weights at most ``exp(flush_below)`` set to 0; in place when ``inplace`` (the
     caller knows the rows fill whole exp vectors or need not be rounded alike in any batch),
     else as :func:`batch_exp`, rounded alike in any batch (:func:`flushed_softmax` for
-    ``torch.softmax``, whose exponential is fast on ``-inf``).
+    ``torch.softmax``, whose exponential is fast on ``-inf``). ``base2``: the logits are in
+    base 2 (``z * LOG2E``) and their ``exp2`` is taken, several times faster than ``exp`` on
+    some CPUs (docs/performance.md, "The training step's exponential"); a caller that computes
+    its logits itself folds the factor into them.
 
     torch's ``exp`` is many times slower on arguments whose results are subnormal or 0 and on
     ``-inf`` than on normal ones, and so are products with subnormal weights
@@ -150,31 +153,17 @@ def flushed_exp(z, inplace=False):
     the weights at most the cut's exponential are then zeroed: three fast passes whatever the
     values."""
     low = flush_below(z.dtype)
+    clamp = (low - 1.0) * LOG2E if base2 else low - 1.0
     if inplace:
-        p = z.clamp_min_(low - 1.0).exp_()
+        z = z.clamp_min_(clamp)
+        p = z.exp2_() if base2 else z.exp_()
     else:
-        p = batch_exp(z.clamp_min(low - 1.0))
+        p = batch_exp(z.clamp_min(clamp), torch.exp2 if base2 else torch.exp)
     zero = torch.nn.functional.threshold if p.requires_grad else torch.nn.functional.threshold_
     return zero(p, math.exp(low), 0.0)
 
 
 LOG2E = 1.4426950408889634  # log2(e): exp(z) = exp2(z * LOG2E)
-
-
-def flushed_exp2(z2, inplace=True):
-    """:func:`flushed_exp` of logits in base 2 (``z * LOG2E``; their row's largest, or a
-    running shift at most that, subtracted): ``exp2(z2)`` with the weights at most
-    ``exp(flush_below)`` set to 0. torch's ``exp2`` is several times faster than its ``exp``
-    on some CPUs (docs/performance.md, "The training step's exponential"), and a caller that
-    computes its logits itself folds the factor into them. In place (``inplace``, as
-    :func:`flushed_exp` takes it) only for tensors outside autograd (scratch buffers, no-grad
-    passes); else rounded alike in any batch (:func:`batch_exp`)."""
-    low = flush_below(z2.dtype)
-    if inplace:
-        p = z2.clamp_min_((low - 1.0) * LOG2E).exp2_()
-    else:
-        p = batch_exp(z2.clamp_min((low - 1.0) * LOG2E), torch.exp2)
-    return torch.nn.functional.threshold_(p, math.exp(low), 0.0)
 
 
 def flushed_softmax(z, row_max):
@@ -193,10 +182,7 @@ def partial_softmax(z, v):
     column of ones), for :meth:`OnlineSoftmax.add_partials`."""
     m = z.amax(1)
     shift = torch.where(torch.isfinite(m), m, 0.0)[:, None]
-    if z.shape[1] % _EXP_VECTOR == 0:
-        p = flushed_exp(z.sub_(shift), inplace=True)
-    else:
-        p = flushed_exp(z - shift)
+    p = flushed_exp(z.sub_(shift), inplace=z.shape[1] % _EXP_VECTOR == 0)
     return m, rows_times(p, v)
 
 
