@@ -18,7 +18,7 @@ import math
 import torch
 
 from ._attention import kneighbors
-from ._budget import ROW_MULTIPLE, budget_bytes
+from ._budget import CPU_BLOCK_ENTRIES, ROW_MULTIPLE, budget_bytes
 from ._parallel import map_blocks
 from ._scores import PreparedKeys, distance_logits, padded_rows
 from ._softmax import (
@@ -125,6 +125,9 @@ def group_keys(points, values, log_prior, centres, kind, n_near, row_groups=None
         log_mass[keep].to(log_prior.dtype), kind, n_near)
 
 
+_POOLED_ROWS = 16384  # rows of a chunk of pooled()'s float64 sums
+
+
 def pooled(labels, n_labels, log_prior, *columns):
     """``(mass, log_mass, means)`` of rows pooled by ``labels`` (in ``range(n_labels)``): each
     label's summed prior weight (relative to the largest prior), the log of its summed prior
@@ -135,9 +138,14 @@ def pooled(labels, n_labels, log_prior, *columns):
     weight = torch.exp(log_prior.to(wide) - top)
     mass = weight.new_zeros(n_labels).index_add_(0, labels, weight)
     divisor = torch.where(mass > 0, mass, 1.0)[:, None]
-    means = [weight.new_zeros((n_labels, c.shape[1])).index_add_(
-        0, labels, weight[:, None] * c.to(wide)) / divisor for c in columns]
-    return mass, torch.log(mass) + top, means
+    sums = [weight.new_zeros((n_labels, c.shape[1])) for c in columns]
+    # in row chunks: a float64 copy of every key (and its weighted copy) was the largest
+    # allocation of a fit on many rows; index_add_ adds a label's rows in their order either way
+    for start in range(0, labels.shape[0], _POOLED_ROWS):
+        rows = slice(start, start + _POOLED_ROWS)
+        for total, c in zip(sums, columns, strict=True):
+            total.index_add_(0, labels[rows], weight[rows, None] * c[rows].to(wide))
+    return mass, torch.log(mass) + top, [total / divisor for total in sums]
 
 
 def distinct_keys(points, values, log_prior, row_groups):
@@ -189,8 +197,12 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
     # one block per worker (each loops over the groups once: the loop, not the products, is
     # the cost of small blocks), the prototypes' scores in chunks of the budget
     rows = -(-n_q // workers)
-    far_rows = max(ROW_MULTIPLE, share // (3 * item * max(n_groups, 1)) // ROW_MULTIPLE
-                   * ROW_MULTIPLE)
+    far_entries = share // (3 * item)
+    if queries.device.type == "cpu":
+        # a cache-sized block of prototype scores: larger ones only hold more memory (every
+        # row is its own softmax state)
+        far_entries = min(far_entries, CPU_BLOCK_ENTRIES)
+    far_rows = max(ROW_MULTIPLE, far_entries // max(n_groups, 1) // ROW_MULTIPLE * ROW_MULTIPLE)
 
     def block(start):
         q = queries[start:min(n_q, start + rows)]

@@ -54,5 +54,7 @@ _CALIBRATION_ROWS = 2048
 # epoch), whose validation loss is smooth enough to stop after n_iter_no_change=3 epochs
 # without improvement (chosen on the tabular benchmark's DEV sets: docs/performance.md).
 _AVERAGE_DECAY = 0.9
-# Rows mapped at once by the learned map (fewer when working_memory is smaller).
-_EMBED_CHUNK = 65536
+# Rows mapped at once by the learned map (fewer when working_memory is smaller): a row of the
+# tabular map holds a few thousand numbers of activations, and larger chunks were slower too
+# (their fresh pages), not only larger (docs/performance.md, "Peak memory at scale")
+_EMBED_CHUNK = 8192

@@ -128,6 +128,38 @@ def test_small_budgets_chunk_the_keys_of_a_group():
     torch.testing.assert_close(chunked, whole, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cache_sized_prototype_blocks_give_the_same_bits(monkeypatch, dtype):
+    # on the CPU a worker's prototype scores come in blocks of at most CPU_BLOCK_ENTRIES (not
+    # the whole working memory): each row is its own softmax state, so any block gives the
+    # same outputs
+    from skattention._engine import _near_far
+
+    queries, _, _, _, grouped = _grouped(n=3000, n_groups=40, dtype=dtype)
+    queries = torch.cat([queries] * 8)
+    whole = near_far_attention(queries, grouped, 0.7)
+    monkeypatch.setattr(_near_far, "CPU_BLOCK_ENTRIES", 40 * 12)  # 12 rows a block
+    assert torch.equal(near_far_attention(queries, grouped, 0.7), whole)
+
+
+def test_pooled_sums_in_row_chunks_give_the_same_bits(monkeypatch):
+    # the prototypes' float64 weighted means are summed in chunks of rows (a float64 copy of
+    # every key was a fit's largest allocation): index_add_ adds a label's rows in order
+    from skattention._engine import _near_far
+
+    g = torch.Generator().manual_seed(1)
+    labels = torch.randint(0, 7, (1000,), generator=g)
+    log_prior = torch.randn(1000, generator=g)
+    points = torch.randn(1000, 5, generator=g)
+    values = torch.rand(1000, 2, generator=g, dtype=torch.float64)
+    whole = _near_far.pooled(labels, 9, log_prior, points, values)
+    monkeypatch.setattr(_near_far, "_POOLED_ROWS", 37)
+    chunked = _near_far.pooled(labels, 9, log_prior, points, values)
+    for a, b in zip([*whole[:2], *whole[2]], [*chunked[:2], *chunked[2]], strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(whole[0][7:], torch.zeros(2, dtype=torch.float64))  # labels 7, 8: none
+
+
 def test_no_queries_and_no_near_groups():
     queries, keys, values, log_prior, grouped = _grouped(n_near=0)
     assert near_far_attention(queries[:0], grouped, 1.0).shape == (0, 2)
