@@ -195,12 +195,12 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
     workers = near_far_workers(queries, grouped)
     share = budget_bytes(working_memory) // workers
     # one block per worker (each loops over the groups once: the loop, not the products, is
-    # the cost of small blocks), the prototypes' scores in chunks of the budget
+    # the cost of small blocks), the prototypes' scores in chunks of the budget (cache-sized
+    # on the CPU)
     rows = -(-n_q // workers)
     far_entries = share // (3 * item)
     if queries.device.type == "cpu":
-        # a cache-sized block of prototype scores: larger ones only hold more memory (every
-        # row is its own softmax state)
+        # larger blocks only hold more memory: every row is its own softmax state
         far_entries = min(far_entries, CPU_BLOCK_ENTRIES)
     far_rows = max(ROW_MULTIPLE, far_entries // max(n_groups, 1) // ROW_MULTIPLE * ROW_MULTIPLE)
 
