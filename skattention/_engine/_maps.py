@@ -105,7 +105,8 @@ class MappedRows:
         self.metric_map, self.matrices = metric_map, matrices
 
     def __call__(self, i, rows=None):
-        return self.metric_map.key(self.matrices[i] if rows is None else self.matrices[i][rows])
+        return self.metric_map.key(self.matrices[i] if rows is None
+                                   else self.matrices[i].index_select(0, rows))
 
 
 class LinearMap(MetricMap):
@@ -359,7 +360,8 @@ class TabulatedRows:
 
     def __call__(self, i, rows=None):
         m = self.metric_map
-        x = self.matrices[i] if rows is None else self.matrices[i][rows]
+        # index_select: a gather of whole rows, several times faster than indexing
+        x = self.matrices[i] if rows is None else self.matrices[i].index_select(0, rows)
         angular = m.angular()
         weight = m.linear.weight.view(m.n_components, m.n_numeric, -1)
         # index_select rather than indexing: its backward adds in a fixed order (indexing's
@@ -367,7 +369,7 @@ class TabulatedRows:
         features = m.periodic_features(angular.index_select(0, self.value_column)
                                        * self.values[:, None])
         # int32 in memory; a long index adds rows back twice as fast
-        codes = (self.codes[i] if rows is None else self.codes[i][rows]).long()
+        codes = (self.codes[i] if rows is None else self.codes[i].index_select(0, rows)).long()
         out = m.linear.bias.expand(x.shape[0], -1)
         if self.n_few:
             few = slice(0, self.n_few_values)

@@ -266,13 +266,13 @@ class _MinibatchStep:
         minibatch and one row per group of the other candidates, carrying the group's summed
         weight and weighted mean values (the minibatch's points stay apart: each is excluded
         from its own keys, its duplicates are not); groups of zero weight are left out."""
-        prior = None if self.log_prior is None else self.log_prior[cand]
+        prior = None if self.log_prior is None else self.log_prior.index_select(0, cand)
         if self.row_groups is None or not batch_first or cand.numel() <= n_batch:
-            return cand, self.values[cand], prior
+            return cand, self.values.index_select(0, cand), prior
         others = cand[n_batch:]
         groups, inverse = torch.unique(self.row_groups[others], return_inverse=True)
         if groups.numel() == others.numel():
-            return cand, self.values[cand], prior
+            return cand, self.values.index_select(0, cand), prior
         if prior is None:  # unit weights: log-priors of 0
             prior = self.values.new_zeros(cand.numel())
         first, values, log_mass = distinct_rows(self.values[others], prior[n_batch:], inverse)
@@ -342,8 +342,8 @@ class _Validation:
         metric_map.eval()
         queries = (self.images(1) if metric_map.symmetric
                    else metric_map.query(self.validation[0]))
-        images, values = self.images(0, keys), self.values[keys]
-        prior = None if self.log_prior is None else self.log_prior[keys]
+        images, values = self.images(0, keys), self.values.index_select(0, keys)
+        prior = None if self.log_prior is None else self.log_prior.index_select(0, keys)
         temperature = float(torch.exp(self.log_temperature))
         if self.on_workers:
             with chunk_workers(torch.get_num_threads()):
