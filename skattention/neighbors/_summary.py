@@ -74,12 +74,16 @@ def prototype_count(setting, n_keys):
     return count if count < n_keys else None
 
 
-def summary_error(grouped, keys, queries, values, log_prior, metric, temperature, loss):
+def summary_error(grouped, queries, temperature, loss):
     """The mean difference (:func:`output_error`) between the held-out ``queries``' attention
-    over ``grouped`` and over every key."""
-    kwargs = {"metric": metric, "temperature": temperature, "device": keys.device,
-              "dtype": keys.dtype}
-    exact = attention(queries, keys, values, log_prior=log_prior, **kwargs)
+    over ``grouped`` and over every key. Every key is the grouped keys themselves (the keys in
+    their groups' order, equal rows kept as one, zero-weight groups left out: the same
+    attention, summed in another order), already prepared for :func:`near_far_attention`: a
+    second preparation of the keys was a fit's largest allocation on many rows."""
+    points = grouped.points
+    exact = attention(queries, grouped.prepared()[0], grouped.values,
+                      log_prior=grouped.log_prior, metric=grouped.kind, temperature=temperature,
+                      device=points.device, dtype=points.dtype)
     return output_error(near_far_attention(queries, grouped, temperature), exact, loss)
 
 
@@ -111,7 +115,7 @@ def choose_prototypes(setting, keys, queries, values, log_prior, metric, tempera
     else:
         centres = prototype_centres(keys, count, generator)
         grouped = summarize(keys, values, log_prior, centres, metric, row_groups=row_groups)
-    error = summary_error(grouped, keys, queries, values, log_prior, metric, temperature, loss)
+    error = summary_error(grouped, queries, temperature, loss)
     if setting != "auto" or error <= TOLERANCE:
         return centres, error, grouped
     return None, None, None
@@ -153,7 +157,7 @@ class FitPrototypes:
             self.metric_map.kind, float(torch.exp(log_t)), self.loss, generator, distinct,
             row_groups)
         if self.centres is not None:
-            self._check = grouped, keys, queries
+            self._check = grouped, queries
             self.n_near = grouped.n_near
 
     def calibrate(self, log_t, validation):
@@ -166,11 +170,9 @@ class FitPrototypes:
                               validation, self.loss, keys=over)
         if not self._check:
             return
-        grouped, keys, queries = self._check
+        grouped, queries = self._check
         with torch.no_grad():
-            self.error = summary_error(grouped, keys, queries, self.values,
-                                       torch.log(self.weight), self.metric_map.kind,
-                                       float(torch.exp(log_t)), self.loss)
+            self.error = summary_error(grouped, queries, float(torch.exp(log_t)), self.loss)
         if self.setting == "auto" and self.error > TOLERANCE:
             self.centres = self.error = self._check = None
             if over is not None:
