@@ -1,15 +1,14 @@
 """Scores s(q, k) = -f(q, k) for the supported pseudo-metrics, computed blockwise.
 
-Squared-Euclidean scores use the identity of docs/theory.md ("Computing it exactly"): -||q - k||^2
-= 2 q.k - ||k||^2 - ||q||^2, and the
-per-query term ||q||^2 is constant along a softmax row, so blocks hold the *partial* score
-2 q.k - ||k||^2 computed by one ``addmm``. Keys are centred first (squared distances are
-translation invariant) to limit cancellation.
+Squared-Euclidean scores use the identity of docs/theory.md ("Computing it exactly"):
+-||q - k||^2 = 2 q.k - ||k||^2 - ||q||^2, and the per-query term ||q||^2 is constant along a
+softmax row, so blocks hold the *partial* score 2 q.k - ||k||^2 computed by one ``addmm``. Keys
+are centred first (squared distances are translation invariant) to limit cancellation.
 
-Euclidean scores (``"euclidean"``, -||q - k||, the non-squared distance of ModernNCA) need the
-whole distance, so their blocks add the per-query term back and take a square root
-(:meth:`PreparedKeys.to_scores`); everything that selects keys (k-NN, radius, ``T = 0``) works on
-the squared distances as for ``"sqeuclidean"``, which order keys the same way.
+Euclidean scores (``"euclidean"``, -||q - k||, ModernNCA's non-squared distance) need the whole
+distance: their blocks add the per-query term back and take a square root
+(:meth:`PreparedKeys.to_scores`); what selects keys (k-NN, radius, ``T = 0``) works on the
+squared distances as for ``"sqeuclidean"``, which order keys the same way.
 
 These fast scores are rounded (the centring, the matmul); selections are never decided on them
 alone. :meth:`PreparedKeys.margin` bounds their rounding error and :meth:`PreparedKeys.exact_f` /
@@ -22,7 +21,7 @@ import math
 
 import torch
 
-from ._budget import CPU_BLOCK_ENTRIES, ROW_MULTIPLE, plan_rows
+from ._budget import CPU_BLOCK_ENTRIES, PREPARED_ROWS, ROW_MULTIPLE, plan_rows
 from ._kinds import (
     DISTANCE_KINDS,
     PAIRWISE_KINDS,
@@ -60,20 +59,21 @@ class PreparedKeys:
     """
 
     def __init__(self, keys, metric, check_finite=True):
-        self.metric = metric
-        self.n_features = keys.shape[1]
+        self.metric, self.n_features = metric, keys.shape[1]
         self.phi = metric if callable(metric) else None
         self.kind, self.p = metric_kind(metric)
         if self.phi is not None:
             keys = _apply_phi(self.phi, keys, "keys")
         # The keys as given (mapped by phi): exact distances are differences of these.
         self.raw = keys
+        centred_in_place = self.is_distance and not keys.requires_grad
         if self.is_distance:
-            self.shift = keys.mean(0)
-            keys = keys - self.shift
-            # -||k||^2, the per-key offset of the partial score.
-            self.key_offset = -(keys * keys).sum(1)
-            self.coef = 2.0
+            # -||k||^2, the per-key offset; outside autograd by chunks of rows (PREPARED_ROWS)
+            self.shift, self.coef = keys.mean(0), 2.0
+            parts = [keys - self.shift] if not centred_in_place else (
+                part - self.shift for part in keys.split(PREPARED_ROWS))
+            self.key_offset = torch.cat([-(c * c).sum(1) for c in parts])
+            keys = keys if centred_in_place else parts[0]
         else:
             self.shift = None
             self.key_offset = None
@@ -90,13 +90,14 @@ class PreparedKeys:
             # with a few query rows MKL packs a transposed operand on every call, and the
             # contiguous form gave a row the same rounding among 4 rows as among 1,024 in every
             # shape tried, where the transposed view did not from 96 dimensions in float32
-            # (torch's MKL, docs/performance.md, "Batch independence"). For the distance kinds
-            # the offsets are one more row of the same matrix: an addmm's bias is a copy into
-            # every score block before the product (docs/performance.md, "Engine design
-            # notes").
+            # (docs/performance.md, "Batch independence"). For the distance kinds the offsets
+            # are one more row of the same matrix: an addmm's bias is a copy into every score
+            # block before the product (docs/performance.md, "Engine design notes").
             rows = keys.shape[1] + (self.key_offset is not None)
             self.keys_t = keys.new_empty((rows, keys.shape[0]))
             self.keys_t[: keys.shape[1]] = keys.T
+            if centred_in_place:  # centred here, in place: no centred copy of every key
+                self.keys_t[: keys.shape[1]].sub_(self.shift[:, None])
             if self.key_offset is not None:
                 self.keys_t[-1] = self.key_offset
                 self.keys_aug_t, self.keys_t = self.keys_t, self.keys_t[:-1]
@@ -105,7 +106,7 @@ class PreparedKeys:
         # (``check_finite=False``: a training step, whose keys are the map's images of checked
         # inputs and whose loss is checked instead: the two passes and their reductions are a
         # noticeable part of a step)
-        if check_finite and (not bool(torch.isfinite(keys).all()) or (
+        if check_finite and (not bool(torch.isfinite(self.keys).all()) or (
             self.key_offset is not None and not bool(torch.isfinite(self.key_offset).all())
         ) or (self.pairwise and not math.isfinite(self._as_dtype(self.max_key_sq)))):
             raise ValueError(
@@ -124,8 +125,7 @@ class PreparedKeys:
             return 0.0
         if self.pairwise:
             return float(power_sums(self.raw.detach().double(), self.p).max())
-        key_sq = -self.key_offset if self.key_offset is not None else (
-            self.keys * self.keys).sum(1)
+        key_sq = -self.key_offset if self.key_offset is not None else (self.keys * self.keys).sum(1)
         return float(key_sq.detach().max())
 
     def _as_dtype(self, value):
