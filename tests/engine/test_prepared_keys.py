@@ -242,3 +242,27 @@ def test_prepared_keys_remember_values_per_averaging_dtype(data):
         assert torch.equal(exact, attention(Q, keys, V, n_neighbors=3, temperature=np.inf,
                                             dtype="float32"))
         assert torch.equal(soft, attention(Q, keys, V, temperature=1.0, dtype="float32"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("metric", ["sqeuclidean", "euclidean"])
+def test_keys_prepared_by_chunks_of_rows_give_the_same_bits(monkeypatch, dtype, metric):
+    # outside autograd the keys are centred in place in their transposed copy and their offsets
+    # computed by chunks of rows: the same numbers as from one centred copy of every key
+    from skattention._engine import _scores
+
+    g = torch.Generator().manual_seed(3)
+    keys = torch.randn(1001, 7, generator=g, dtype=dtype) * 5 + 2
+    whole = _scores.PreparedKeys(keys, metric)
+    monkeypatch.setattr(_scores, "PREPARED_ROWS", 10)
+    chunked = _scores.PreparedKeys(keys, metric)
+    assert torch.equal(chunked.keys_aug_t, whole.keys_aug_t)
+    centred = keys - keys.mean(0)
+    assert torch.equal(chunked.keys, centred)
+    assert torch.equal(chunked.key_offset, -(centred * centred).sum(1))
+    # under autograd the centred keys are a tensor of the graph, as before
+    grad_keys = keys.clone().requires_grad_()
+    prepared = _scores.PreparedKeys(grad_keys, metric)
+    assert torch.equal(prepared.key_offset.detach(), whole.key_offset)
+    prepared.key_offset.sum().backward()
+    assert torch.allclose(grad_keys.grad, -2 * centred + 2 * centred.mean(0))
