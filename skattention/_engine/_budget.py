@@ -31,9 +31,10 @@ CPU_BLOCK_ENTRIES = 1 << 20
 # and its logits): a quarter of the above stays in cache.
 _CPU_ROW_PASS_ENTRIES = CPU_BLOCK_ENTRIES // 4
 _CPU_KEY_BLOCK = 1024
-# Keys per chunk of their preparation's per-key offsets (``PreparedKeys``): a centred copy of
-# every key and its square at once were a preparation's largest allocations.
-PREPARED_ROWS = 16384
+# Rows per chunk of a pass over every key that would otherwise hold a copy of all of them at
+# once (the offsets of ``PreparedKeys``, the float64 sums of ``_near_far.pooled``): such
+# copies were the largest allocations of a fit on many rows.
+KEY_CHUNK_ROWS = 16384
 # Dense attention over at most this many keys: one key block on the CPU (``plan_blocks``); up
 # to here whole rows cost no more than key blocks, beyond it they do (docs/performance.md,
 # "Engine design notes").

@@ -18,7 +18,7 @@ import math
 import torch
 
 from ._attention import kneighbors
-from ._budget import CPU_BLOCK_ENTRIES, ROW_MULTIPLE, budget_bytes
+from ._budget import CPU_BLOCK_ENTRIES, KEY_CHUNK_ROWS, ROW_MULTIPLE, budget_bytes
 from ._parallel import map_blocks
 from ._scores import PreparedKeys, distance_logits, padded_rows
 from ._softmax import (
@@ -125,9 +125,6 @@ def group_keys(points, values, log_prior, centres, kind, n_near, row_groups=None
         log_mass[keep].to(log_prior.dtype), kind, n_near)
 
 
-_POOLED_ROWS = 16384  # rows of a chunk of pooled()'s float64 sums
-
-
 def pooled(labels, n_labels, log_prior, *columns):
     """``(mass, log_mass, means)`` of rows pooled by ``labels`` (in ``range(n_labels)``): each
     label's summed prior weight (relative to the largest prior), the log of its summed prior
@@ -139,10 +136,10 @@ def pooled(labels, n_labels, log_prior, *columns):
     mass = weight.new_zeros(n_labels).index_add_(0, labels, weight)
     divisor = torch.where(mass > 0, mass, 1.0)[:, None]
     sums = [weight.new_zeros((n_labels, c.shape[1])) for c in columns]
-    # in row chunks: a float64 copy of every key (and its weighted copy) was the largest
-    # allocation of a fit on many rows; index_add_ adds a label's rows in their order either way
-    for start in range(0, labels.shape[0], _POOLED_ROWS):
-        rows = slice(start, start + _POOLED_ROWS)
+    # in row chunks (no float64 copy of every key): index_add_ adds a label's rows in their
+    # order either way
+    for start in range(0, labels.shape[0], KEY_CHUNK_ROWS):
+        rows = slice(start, start + KEY_CHUNK_ROWS)
         for total, c in zip(sums, columns, strict=True):
             total.index_add_(0, labels[rows], weight[rows, None] * c[rows].to(wide))
     return mass, torch.log(mass) + top, [total / divisor for total in sums]

@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from ._budget import CPU_BLOCK_ENTRIES, PREPARED_ROWS, ROW_MULTIPLE, plan_rows
+from ._budget import CPU_BLOCK_ENTRIES, KEY_CHUNK_ROWS, ROW_MULTIPLE, plan_rows
 from ._kinds import (
     DISTANCE_KINDS,
     PAIRWISE_KINDS,
@@ -66,17 +66,17 @@ class PreparedKeys:
             keys = _apply_phi(self.phi, keys, "keys")
         # The keys as given (mapped by phi): exact distances are differences of these.
         self.raw = keys
-        centred_in_place = self.is_distance and not keys.requires_grad
         if self.is_distance:
-            # -||k||^2, the per-key offset; outside autograd by chunks of rows (PREPARED_ROWS)
             self.shift, self.coef = keys.mean(0), 2.0
-            parts = [keys - self.shift] if not centred_in_place else (
-                part - self.shift for part in keys.split(PREPARED_ROWS))
-            self.key_offset = torch.cat([-(c * c).sum(1) for c in parts])
-            keys = keys if centred_in_place else parts[0]
+            # -||k||^2, the per-key offset; outside autograd by chunks, centred in keys_t below
+            if keys.requires_grad:
+                keys = keys - self.shift
+                self.key_offset = -(keys * keys).sum(1)
+            else:
+                self.key_offset = torch.cat([-(c * c).sum(1) for c in (
+                    part - self.shift for part in keys.split(KEY_CHUNK_ROWS))])
         else:
-            self.shift = None
-            self.key_offset = None
+            self.shift = self.key_offset = None
             self.coef = 1.0
             if self.kind == "cosine":
                 keys = unit_rows(keys)
@@ -96,7 +96,7 @@ class PreparedKeys:
             rows = keys.shape[1] + (self.key_offset is not None)
             self.keys_t = keys.new_empty((rows, keys.shape[0]))
             self.keys_t[: keys.shape[1]] = keys.T
-            if centred_in_place:  # centred here, in place: no centred copy of every key
+            if self.is_distance:  # centred here, in place: no centred copy of every key
                 self.keys_t[: keys.shape[1]].sub_(self.shift[:, None])
             if self.key_offset is not None:
                 self.keys_t[-1] = self.key_offset

@@ -153,7 +153,7 @@ def test_pooled_sums_in_row_chunks_give_the_same_bits(monkeypatch):
     points = torch.randn(1000, 5, generator=g)
     values = torch.rand(1000, 2, generator=g, dtype=torch.float64)
     whole = _near_far.pooled(labels, 9, log_prior, points, values)
-    monkeypatch.setattr(_near_far, "_POOLED_ROWS", 37)
+    monkeypatch.setattr(_near_far, "KEY_CHUNK_ROWS", 37)
     chunked = _near_far.pooled(labels, 9, log_prior, points, values)
     for a, b in zip([*whole[:2], *whole[2]], [*chunked[:2], *chunked[2]], strict=True):
         assert torch.equal(a, b)

@@ -254,7 +254,7 @@ def test_keys_prepared_by_chunks_of_rows_give_the_same_bits(monkeypatch, dtype, 
     g = torch.Generator().manual_seed(3)
     keys = torch.randn(1001, 7, generator=g, dtype=dtype) * 5 + 2
     whole = _scores.PreparedKeys(keys, metric)
-    monkeypatch.setattr(_scores, "PREPARED_ROWS", 10)
+    monkeypatch.setattr(_scores, "KEY_CHUNK_ROWS", 10)
     chunked = _scores.PreparedKeys(keys, metric)
     assert torch.equal(chunked.keys_aug_t, whole.keys_aug_t)
     centred = keys - keys.mean(0)
