@@ -24,7 +24,7 @@ from ._scores import (
     distance_logits_grads,
     over_distances,
 )
-from ._scratch import scratch
+from ._scratch import claim, reusing_buffers, scratch
 from ._softmax import LOG2E, flushed_exp, flushed_softmax, rows_times
 
 
@@ -184,6 +184,11 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
     the weights first, so the chunk's passes need two buffers (kept from step to step within a
     training loop: :func:`reused_buffers`).
 
+    Within a training loop (:func:`reused_buffers`) the forward keeps the block's distances
+    in a buffer reused from step to step, and its backward (if no other call has claimed
+    that buffer since) computes the weights from them, without the product and the square
+    root again: the same numbers, one (rows x keys) write and read instead of a product.
+
     The chunks are cut into :data:`CHUNK_GROUPS` runs, each computed on one thread, on the
     workers of :func:`chunk_workers` where the caller set them: the keys' gradient is the sum
     of the runs' sums in their order, whatever the number of workers."""
@@ -209,13 +214,19 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
         buffers = [scratch(("recomputed", g, 0), (chunks[0].stop - chunks[0].start,
                                                   keys.shape[0]), q)
                    for g, chunks in enumerate(groups)]
+        # within a training loop the distances are kept for the backward (a buffer reused
+        # from step to step): it then skips their product and square root
+        kept = (scratch(_KEPT_DISTANCES, (n, keys.shape[0]), q)
+                if reusing_buffers() and any(ctx.needs_input_grad) else None)
+        ctx.kept = None if kept is None else (kept, claim(_KEPT_DISTANCES))
         out = q.new_empty((n, v.shape[1]))
         shift, row_sum = q.new_empty((n, 1)), q.new_empty((n, 1))
 
         def run(group):  # each run writes its own rows
             for rows in groups[group]:
                 e = buffers[group][:rows.stop - rows.start]
-                _RecomputedEuclideanSoftmax._exp(e, e, q_rows[rows], k_rows, ctx.scale, prior,
+                d = e if kept is None else kept[rows]
+                _RecomputedEuclideanSoftmax._exp(e, d, q_rows[rows], k_rows, ctx.scale, prior,
                                                  mask, rows, shift[rows], first=True)
                 torch.sum(e, 1, keepdim=True, out=row_sum[rows])
                 torch.nn.functional.linear(e, v_t, out=out[rows])
@@ -227,20 +238,25 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
         return out
 
     @staticmethod
-    def _exp(e, d, q_rows, k_rows, scale, prior, mask, rows, shift, first=False):
+    def _exp(e, d, q_rows, k_rows, scale, prior, mask, rows, shift, first=False,
+             distances=False):
         """The unnormalised weights ``exp(logit - shift)`` of a chunk's rows into ``e`` and
-        their distances into ``d`` (``e`` itself in the forward). The rows' ``shift`` (their
-        largest logit, in base 2 as the logits and ``prior`` are here) is set by the forward
-        (``first``) and used by the backward."""
-        squared = torch.mm(q_rows, k_rows.T, out=d)
-        if mask is not None:
-            mask(squared, rows, math.inf)
+        their distances into ``d`` (``e`` itself in the forward without kept distances), or
+        from them where ``d`` holds them already (``distances``: those the forward kept). The
+        rows' ``shift`` (their largest logit, in base 2 as the logits and ``prior`` are here)
+        is set by the forward (``first``) and used by the backward."""
         scale2 = scale * LOG2E
-        if prior is None and first:
-            torch.amin(squared, 1, keepdim=True, out=shift)
-            shift.clamp_(min=0).sqrt_().mul_(scale2)
-        # a masked key's distance finite (no 0 * inf in the scale's gradient), its weight 0
-        distances = squared.clamp_(min=0, max=torch.finfo(e.dtype).max).sqrt_()
+        if distances:
+            distances = d
+        else:
+            squared = torch.mm(q_rows, k_rows.T, out=d)
+            if mask is not None:
+                mask(squared, rows, math.inf)
+            if prior is None and first:
+                torch.amin(squared, 1, keepdim=True, out=shift)
+                shift.clamp_(min=0).sqrt_().mul_(scale2)
+            # a masked key's distance finite (no 0 * inf in the scale's gradient), its weight 0
+            distances = squared.clamp_(min=0, max=torch.finfo(e.dtype).max).sqrt_()
         if prior is None:  # the nearest key's logit, -scale * its distance, is the largest
             z = torch.add(shift, distances, alpha=-scale2, out=e)
         else:
@@ -272,6 +288,8 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
         # the scale's and the prior's gradients need the logits' gradient apart: a third buffer
         apart = need_scale or need_prior
         groups = _chunk_groups(n, n_keys, q_rows.device)
+        # the forward's distances, unless another call has taken their buffer since
+        kept = ctx.kept[0] if ctx.kept is not None and ctx.kept[1].release() else None
         buffers = [[scratch(("recomputed", g, i), (chunks[0].stop - chunks[0].start, n_keys),
                             q_rows) for i in range(3 if apart else 2)]
                    for g, chunks in enumerate(groups)]
@@ -288,8 +306,11 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
                     "v": v_t.new_zeros(v_t.shape[::-1]) if need_v else None}
             for rows in groups[group]:
                 e, d, *rest = (b[:rows.stop - rows.start] for b in buffers[group])
+                if kept is not None:
+                    d = kept[rows]
                 _RecomputedEuclideanSoftmax._exp(e, d, q_rows[rows], k_rows, ctx.scale, prior,
-                                                 ctx.mask, rows, shift[rows])
+                                                 ctx.mask, rows, shift[rows],
+                                                 distances=kept is not None)
                 if need_v:
                     sums["v"].addmm_(e.T, d_out_s[rows])
                 if apart:
@@ -326,6 +347,7 @@ class _RecomputedEuclideanSoftmax(torch.autograd.Function):
 
 
 CHUNK_GROUPS = 4
+_KEPT_DISTANCES = ("recomputed", "distances")
 """Runs of row chunks of :class:`_RecomputedEuclideanSoftmax`: enough for two workers to
 share them out unevenly when one is slowed (a busy machine), few enough that their separate
 sums of the keys' gradient cost little."""

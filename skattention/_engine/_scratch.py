@@ -26,6 +26,35 @@ def reused_buffers():
         _held.buffers = before
 
 
+def reusing_buffers():
+    """Whether :func:`scratch` called in this thread now keeps its buffers (within
+    :func:`reused_buffers`)."""
+    return getattr(_held, "buffers", None) is not None
+
+
+class Claim:
+    """The latest use of the buffer kept under a key (:func:`claim`): a use that spans two
+    calls (a forward pass's kept values read by its backward) finds with :meth:`release`
+    whether another use has taken the buffer in between."""
+
+    def __init__(self, owners, key):
+        self.owners, self.key = owners, key
+        owners[key] = self
+
+    def release(self):
+        """True (once) if no later claim of the buffer was made, and the buffer is free."""
+        held = self.owners.get(self.key) is self
+        if held:
+            del self.owners[self.key]
+        return held
+
+
+def claim(key):
+    """A :class:`Claim` of the buffer kept under ``key`` in this thread (within
+    :func:`reused_buffers`), which ends every earlier claim of it."""
+    return Claim(_held.buffers.setdefault(("claims",), {}), key)
+
+
 def scratch(key, shape, like):
     """An uninitialised tensor of ``shape`` with the dtype and device of ``like``: within
     :func:`reused_buffers`, a view of the buffer kept under ``key`` (grown when too small),

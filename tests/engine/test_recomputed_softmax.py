@@ -86,3 +86,45 @@ def test_recomputed_block_with_reused_buffers_is_the_same_and_keeps_its_gradient
     assert torch.equal(out, want_out)
     for got, again, want in zip(grads, kept, want_grads, strict=True):
         assert torch.equal(got, want) and torch.equal(got, again)
+
+
+@pytest.mark.parametrize("learned_scale", [False, True])
+@pytest.mark.parametrize("prior", [False, True])
+def test_distances_kept_for_the_backward_give_the_same_bits(monkeypatch, learned_scale, prior):
+    # within a training loop the forward keeps its distances for the backward (which then
+    # skips their product and square root): the same operations on the same numbers
+    from skattention._engine._scratch import reused_buffers
+
+    want = _step(monkeypatch, True, learned_scale, prior, True, n=5000, dtype=torch.float32,
+                 n_queries=400)
+    with reused_buffers():
+        got = _step(monkeypatch, True, learned_scale, prior, True, n=5000,
+                    dtype=torch.float32, n_queries=400)
+    for a, b in zip([want[0], *want[1]], [got[0], *got[1]], strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_forward_whose_kept_distances_were_taken_recomputes_them(monkeypatch):
+    # two forwards before their backwards: the second takes the kept distances' buffer, so
+    # the first backward computes its distances again (and gets its own gradients)
+    from skattention._engine._scratch import reused_buffers
+
+    monkeypatch.setattr(_one_block, "RECOMPUTED_MIN_PAIRS", 0)
+    g = torch.Generator().manual_seed(1)
+
+    def graph():
+        keys = torch.randn(3000, 6, generator=g).requires_grad_()
+        v = torch.randn(3000, 2, generator=g)
+        prepared = PreparedKeys(keys, "euclidean", check_finite=False)
+        out = single_block_attention(prepared, prepared.centre(keys[:200] * 1.0), v, 0.7,
+                                     None, self_mask(torch.arange(200), 3000))
+        return keys, out.sum()
+
+    first, second = graph(), graph()
+    want = [torch.autograd.grad(loss, keys) for keys, loss in (first, second)]
+    g.manual_seed(1)  # the same draws again
+    with reused_buffers():
+        first, second = graph(), graph()
+        got = [torch.autograd.grad(loss, keys) for keys, loss in (first, second)]
+    for a, b in zip(want, got, strict=True):
+        assert torch.equal(a[0], b[0])

@@ -42,3 +42,17 @@ def test_buffers_are_kept_per_thread():
         thread.join()
         assert seen["other"] != mine.data_ptr()
         assert scratch("k", (16, 16), like).data_ptr() == mine.data_ptr()
+
+
+def test_a_claim_is_released_once_and_only_if_no_later_claim_was_made():
+    from skattention._engine._scratch import claim, reusing_buffers
+
+    assert not reusing_buffers()
+    with reused_buffers():
+        assert reusing_buffers()
+        first = claim("kept")
+        second = claim("kept")  # takes the buffer
+        other = claim("another")
+        assert not first.release()
+        assert second.release() and not second.release()  # once
+        assert other.release()
