@@ -374,9 +374,9 @@ def distance_logits(partial, offset, scale, prior=None, d_out=None, z_out=None):
     return d, (z if prior is None else z.add_(prior))
 
 
-def over_distances(t, d):
-    """``t / d`` in place, 0 where ``d = 0`` (one pass; ``where`` would be three)."""
-    return t.div_(d).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+def over_distances(t, d, out=None):
+    """``t / d`` in place or into ``out``, 0 where ``d = 0`` (one pass; ``where``: three)."""
+    return torch.div(t, d, out=t if out is None else out).nan_to_num_(0.0, 0.0, 0.0)
 
 
 def distance_logits_grads(dz, d, scale, needs, prescaled=False):

@@ -1,22 +1,22 @@
-"""The training step's softmax over a block never stored whole (``_one_block``): the same
+"""The training step's softmax over a block never stored whole (``_recomputed``): the same
 values and gradients as the block computed whole."""
 
 import pytest
 import torch
 
-from skattention._engine import _one_block
+from skattention._engine import _one_block, _recomputed
 from skattention._engine._one_block import self_mask, single_block_attention
 from skattention._engine._scores import PreparedKeys
 
 
 def _step(monkeypatch, recomputed, learned_scale, prior, masked, n=300, dtype=torch.float64,
-          n_queries=120):
+          n_queries=120, value_grad=True):
     monkeypatch.setattr(_one_block, "RECOMPUTED_MIN_PAIRS", 0 if recomputed else 1 << 60)
     g = torch.Generator().manual_seed(0)
     X = torch.randn(n, 5, generator=g, dtype=dtype)
     X[7] = X[3]  # a duplicate: distance 0, gradient 0 there
     W = torch.randn(5, 4, generator=g, dtype=dtype, requires_grad=True)
-    v = torch.randn(n, 2, generator=g, dtype=dtype, requires_grad=True)
+    v = torch.randn(n, 2, generator=g, dtype=dtype, requires_grad=value_grad)
     log_t = torch.tensor(0.3, dtype=dtype, requires_grad=learned_scale)
     log_prior = (torch.randn(n, generator=g, dtype=dtype).requires_grad_() if prior
                  else None)
@@ -28,7 +28,8 @@ def _step(monkeypatch, recomputed, learned_scale, prior, masked, n=300, dtype=to
     out = single_block_attention(prepared, prepared.centre(queries), v, scale, log_prior,
                                  self_mask(own, n) if masked else None)
     loss = (out * torch.linspace(-1, 1, out.numel(), dtype=dtype).reshape(out.shape)).sum()
-    leaves = [W, v] + ([log_t] if learned_scale else []) + ([log_prior] if prior else [])
+    leaves = ([W] + ([v] if value_grad else []) + ([log_t] if learned_scale else [])
+              + ([log_prior] if prior else []))
     return out.detach(), torch.autograd.grad(loss, leaves)
 
 
@@ -59,7 +60,7 @@ def test_recomputed_block_is_the_same_on_any_number_of_workers(monkeypatch, dtyp
     # keys' gradients apart and added in the runs' order, on 1, 2 or 3 workers alike
     from skattention._engine._parallel import chunk_workers
 
-    assert len(_one_block._chunk_groups(400, 5000, torch.device("cpu"))) == 4
+    assert len(_recomputed._chunk_groups(400, 5000, torch.device("cpu"))) == 4
     runs = []
     for workers in (1, 2, 3):
         with chunk_workers(workers):
@@ -90,16 +91,21 @@ def test_recomputed_block_with_reused_buffers_is_the_same_and_keeps_its_gradient
 
 @pytest.mark.parametrize("learned_scale", [False, True])
 @pytest.mark.parametrize("prior", [False, True])
-def test_distances_kept_for_the_backward_give_the_same_bits(monkeypatch, learned_scale, prior):
+@pytest.mark.parametrize("value_grad", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_distances_kept_for_the_backward_give_the_same_bits(monkeypatch, learned_scale, prior,
+                                                             value_grad, dtype):
     # within a training loop the forward keeps its distances for the backward (which then
-    # skips their product and square root): the same operations on the same numbers
+    # skips their product and square root), or, without the scale's, the prior's and the
+    # values' gradients (a training step), the weights over the distances: the same
+    # operations on the same numbers
     from skattention._engine._scratch import reused_buffers
 
-    want = _step(monkeypatch, True, learned_scale, prior, True, n=5000, dtype=torch.float32,
-                 n_queries=400)
+    want = _step(monkeypatch, True, learned_scale, prior, True, n=5000, dtype=dtype,
+                 n_queries=400, value_grad=value_grad)
     with reused_buffers():
-        got = _step(monkeypatch, True, learned_scale, prior, True, n=5000,
-                    dtype=torch.float32, n_queries=400)
+        got = _step(monkeypatch, True, learned_scale, prior, True, n=5000, dtype=dtype,
+                    n_queries=400, value_grad=value_grad)
     for a, b in zip([want[0], *want[1]], [got[0], *got[1]], strict=True):
         assert torch.equal(a, b)
 
