@@ -35,10 +35,11 @@ class RecomputedEuclideanSoftmax(torch.autograd.Function):
     the weights first, so the chunk's passes need two buffers (kept from step to step within a
     training loop: :func:`reused_buffers`).
 
-    Within a training loop (:func:`reused_buffers`) the forward keeps the block's distances
-    in a buffer reused from step to step, and its backward (if no other call has claimed
-    that buffer since) computes the weights from them, without the product and the square
-    root again: the same numbers, one (rows x keys) write and read instead of a product.
+    Within a training loop (:func:`reused_buffers`) the forward keeps, in a (rows x keys)
+    buffer reused from step to step, the weights over the distances where the backward needs
+    no scale, prior or values gradient (a training step's: it then starts from them), else
+    the distances (it then skips their product and square root); a backward whose buffer
+    another call has claimed since computes them again. The same numbers either way.
 
     The chunks are cut into :data:`CHUNK_GROUPS` runs, each computed on one thread, on the
     workers of :func:`chunk_workers` where the caller set them: the keys' gradient is the sum
@@ -69,9 +70,9 @@ class RecomputedEuclideanSoftmax(torch.autograd.Function):
         # from step to step): it then skips their product and square root
         kept = (scratch(_KEPT_DISTANCES, (n, keys.shape[0]), q)
                 if reusing_buffers() and any(ctx.needs_input_grad) else None)
-        # ... or, where the backward needs no weights apart (no scale, prior or values
-        # gradient: a training step's), the weights over the distances it multiplies by
-        over = kept is not None and not any(ctx.needs_input_grad[4:7])
+        # ... or, where the backward needs no weights apart, the weights over the distances
+        need_scale, need_prior, need_v = ctx.needs_input_grad[4:7]
+        over = kept is not None and not (need_scale or need_prior or need_v)
         ctx.kept = None if kept is None else (kept, claim(_KEPT_DISTANCES), over)
         out = q.new_empty((n, v.shape[1]))
         shift, row_sum = q.new_empty((n, 1)), q.new_empty((n, 1))
@@ -95,14 +96,14 @@ class RecomputedEuclideanSoftmax(torch.autograd.Function):
 
     @staticmethod
     def _exp(e, d, q_rows, k_rows, scale, prior, mask, rows, shift, first=False,
-             distances=False):
+             from_kept=False):
         """The unnormalised weights ``exp(logit - shift)`` of a chunk's rows into ``e`` and
         their distances into ``d`` (``e`` itself in the forward without kept distances), or
-        from them where ``d`` holds them already (``distances``: those the forward kept). The
-        rows' ``shift`` (their largest logit, in base 2 as the logits and ``prior`` are here)
-        is set by the forward (``first``) and used by the backward."""
+        from the distances ``d`` holds (``from_kept``: those the forward kept). The rows'
+        ``shift`` (their largest logit, in base 2 as the logits and ``prior`` are here) is set
+        by the forward (``first``) and used by the backward."""
         scale2 = scale * LOG2E
-        if distances:
+        if from_kept:
             distances = d
         else:
             squared = torch.mm(q_rows, k_rows.T, out=d)
@@ -172,15 +173,15 @@ class RecomputedEuclideanSoftmax(torch.autograd.Function):
                     d = kept[rows]
                 RecomputedEuclideanSoftmax._exp(e, d, q_rows[rows], k_rows, ctx.scale, prior,
                                                  ctx.mask, rows, shift[rows],
-                                                 distances=kept is not None)
+                                                 from_kept=kept is not None)
                 if need_v:
                     sums["v"].addmm_(e.T, d_out_s[rows])
                 if apart:
                     # the logits' gradient times scale / 2, then the partial scores'
                     dz = torch.mm(row_terms[rows], v_ones, out=rest[0]).mul_(e)
                     g = chunk_distance_grads(dz, d, ctx.scale, rows,
-                                              (d_offset, sums["scale"], sums["prior"]),
-                                              prescaled=True)
+                                             (d_offset, sums["scale"], sums["prior"]),
+                                             prescaled=True)
                 else:
                     # e / d (0 where d = 0), then the partial scores' gradient into d's buffer
                     over_distances(e, d)
