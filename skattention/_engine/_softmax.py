@@ -3,7 +3,9 @@ blocks, exponentials that flush negligible weights to 0, and the products of wei
 values that round a row alike in any batch.
 """
 
+import functools
 import math
+import platform
 
 import torch
 
@@ -211,12 +213,37 @@ def product_values(v):
     """Values (n, d) as :func:`rows_times` multiplies them, prepared once per call or per
     prepared keys: a column of ones appended (column ``d``: a product then also gives each
     row's weight sum, which :class:`OnlineSoftmax` reads there instead of summing its block in
-    a pass of its own: docs/performance.md, "float64"), and in
-    float64 zero columns up to a multiple of 8 (the kernel pairs rows unless the columns fill
-    whole vectors of 8). Callers slice the first ``d`` columns off their results."""
+    a pass of its own: docs/performance.md, "float64"), and in float64 zero columns up to a
+    multiple of :func:`float64_value_columns` (the kernel pairs rows unless the columns fill
+    whole vectors). Callers slice the first ``d`` columns off their results."""
     ones = v.new_ones((v.shape[0], 1))
-    pad = -(v.shape[1] + 1) % 8 if v.dtype == torch.float64 else 0
+    pad = (-(v.shape[1] + 1) % float64_value_columns(v.device)
+           if v.dtype == torch.float64 else 0)
     return torch.cat([v, ones, v.new_zeros((v.shape[0], pad))], 1)
+
+
+@functools.cache
+def float64_value_columns(device):
+    """The multiple of columns float64 values are padded to for products on ``device``: 8
+    (MKL's AVX-512 kernel rounds a row alike in any batch only with whole vectors of 8
+    columns), and 12 on AMD processors, where MKL runs its AVX2 kernel: every multiple of 4
+    rounds a row alike there, and 12 columns multiply two to three times faster than 8 or
+    16 (docs/performance.md, "Float64 values on AMD")."""
+    if device.type != "cpu" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return 8
+    return 12 if "AuthenticAMD" in _cpu_vendor() else 8
+
+
+def _cpu_vendor():
+    """The CPU's vendor string (Linux's ``/proc/cpuinfo``, else the platform's), or ``""``."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 def rows_times(p, v_mm):
