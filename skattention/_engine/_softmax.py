@@ -213,25 +213,27 @@ def product_values(v):
     """Values (n, d) as :func:`rows_times` multiplies them, prepared once per call or per
     prepared keys: a column of ones appended (column ``d``: a product then also gives each
     row's weight sum, which :class:`OnlineSoftmax` reads there instead of summing its block in
-    a pass of its own: docs/performance.md, "float64"), and in float64 zero columns up to a
-    multiple of :func:`float64_value_columns` (the kernel pairs rows unless the columns fill
-    whole vectors). Callers slice the first ``d`` columns off their results."""
+    a pass of its own: docs/performance.md, "float64"), and zero columns up to a multiple of
+    :func:`value_columns` (the kernel rounds a row alike in any batch only with whole
+    vectors). Callers slice the first ``d`` columns off their results."""
     ones = v.new_ones((v.shape[0], 1))
-    pad = (-(v.shape[1] + 1) % float64_value_columns(v.device)
-           if v.dtype == torch.float64 else 0)
+    pad = -(v.shape[1] + 1) % value_columns(v.dtype, v.device)
     return torch.cat([v, ones, v.new_zeros((v.shape[0], pad))], 1)
 
 
 @functools.cache
-def float64_value_columns(device):
-    """The multiple of columns float64 values are padded to for products on ``device``: 8
-    (MKL's AVX-512 kernel rounds a row alike in any batch only with whole vectors of 8
-    columns), and 12 on AMD processors, where MKL runs its AVX2 kernel: every multiple of 4
-    rounds a row alike there, and 12 columns multiply two to three times faster than 8 or
-    16 (docs/performance.md, "Float64 values on AMD")."""
-    if device.type != "cpu" or platform.machine().lower() not in ("x86_64", "amd64"):
-        return 8
-    return 12 if "AuthenticAMD" in _cpu_vendor() else 8
+def value_columns(dtype, device):
+    """The multiple of columns values of ``dtype`` are padded to for products on ``device``.
+    float64: 8 (MKL's AVX-512 kernel rounds a row alike in any batch only with whole vectors
+    of 8 columns). On AMD processors MKL runs its AVX2 kernel: there every multiple of 4
+    columns rounds a row alike (and, in float32, 5-7 and 9-11 columns do not), and 12 float64
+    or 16 float32 columns multiply two to three times faster than fewer
+    (docs/performance.md, "Float64 values on AMD"). Else 1 (float32 as it is)."""
+    amd = (device.type == "cpu" and platform.machine().lower() in ("x86_64", "amd64")
+           and "AuthenticAMD" in _cpu_vendor())
+    if dtype == torch.float64:
+        return 12 if amd else 8
+    return 16 if amd and dtype == torch.float32 else 1
 
 
 def _cpu_vendor():
