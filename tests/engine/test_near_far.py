@@ -121,6 +121,21 @@ def test_a_query_does_not_depend_on_its_batch_or_the_threads(monkeypatch, dtype,
         torch.set_num_threads(previous)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_query_over_small_groups_does_not_depend_on_its_place_in_the_batch(dtype):
+    # groups of a few keys (products of some widths round a row by its place among the
+    # block's rows on some CPUs' kernels: such spans are scored wider); the rows 37-73 of the
+    # batch first alone, then among the others, where each group's block holds other
+    # queries before them
+    queries, _, _, _, grouped = _grouped(n=600, d=8, n_groups=75, n_near=4, dtype=dtype)
+    sizes = (grouped.bounds[1:] - grouped.bounds[:-1]).tolist()
+    assert any(size % 4 for size in sizes)
+    queries = torch.cat([queries] * 8)  # 400 rows
+    whole = near_far_attention(queries, grouped, 0.7)
+    for rows in (slice(37, 74), slice(5, 30), slice(101, 397)):
+        assert torch.equal(near_far_attention(queries[rows], grouped, 0.7), whole[rows])
+
+
 def test_small_budgets_chunk_the_keys_of_a_group():
     queries, _, _, _, grouped = _grouped(n=3000, n_groups=4, n_near=2)
     whole = near_far_attention(queries, grouped, 0.5)
