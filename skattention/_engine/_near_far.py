@@ -19,8 +19,9 @@ import torch
 
 from ._attention import kneighbors
 from ._budget import CPU_BLOCK_ENTRIES, KEY_CHUNK_ROWS, ROW_MULTIPLE, budget_bytes
+from ._distance_logits import distance_logits
 from ._parallel import map_blocks
-from ._scores import PreparedKeys, distance_logits, padded_rows
+from ._scores import PreparedKeys, padded_rows
 from ._softmax import (
     LOG2E,
     OnlineSoftmax,
@@ -316,24 +317,7 @@ def _near_blocks(q, near, grouped, scale, budget):
         width = max(1, budget // (3 * q.element_size() * z.shape[0]))
         for k0 in range(bounds[g], bounds[g + 1], width):
             k1 = min(bounds[g + 1], k0 + width)
-            yield rows, pairs, k0, k1, _span_scores(keys, z, k0, k1, scale), k0 == bounds[g]
-
-
-# A product with a number of key columns that is not a multiple of this rounds a query row
-# by its place among the block's rows on some CPUs (MKL's AVX2 kernels on AMD processors:
-# float32 5-7 and 9-11 columns, float64 odd ones), and a group's queries are placed by the
-# batch: such spans are scored over a span of whole multiples around them, then sliced.
-_SPAN_MULTIPLE = 4
-
-
-def _span_scores(keys, z, k0, k1, scale):
-    """:func:`_logits` of the prepared query rows ``z`` against the keys ``k0:k1``, computed
-    over a multiple of :data:`_SPAN_MULTIPLE` keys (a wider span around them, sliced)."""
-    width = -(-(k1 - k0) // _SPAN_MULTIPLE) * _SPAN_MULTIPLE
-    if width == k1 - k0 or keys.n_keys < width:
-        return _logits(keys, z, k0, k1, scale)
-    lo = max(0, min(k0, keys.n_keys - width))
-    return _logits(keys, z, lo, lo + width, scale)[:, k0 - lo:k1 - lo].contiguous()
+            yield rows, pairs, k0, k1, _logits(keys, z, k0, k1, scale), k0 == bounds[g]
 
 
 def _near_partials(q, near, grouped, scale, budget, values_mm):

@@ -14,11 +14,12 @@ import math
 import torch
 
 from ._budget import budget_bytes, cache_row_slices, dense_plan, pair_bytes
+from ._distance_logits import distance_logits
 from ._inputs import check_prepared, checked_log_prior, checked_values, values_for_products
 from ._masks import mask_self
 from ._parallel import _mkl_threads, rows_single_threaded
 from ._recomputed import RecomputedEuclideanSoftmax, chunk_distance_grads
-from ._scores import NEG_INF, ROW_MULTIPLE, distance_logits
+from ._scores import NEG_INF, ROW_MULTIPLE
 from ._softmax import flushed_exp, flushed_softmax, rows_times
 
 

@@ -10,8 +10,8 @@ import math
 import torch
 
 from ._budget import cache_row_slices
+from ._distance_logits import distance_logits_grads, over_distances
 from ._parallel import map_chunk_groups
-from ._scores import distance_logits_grads, over_distances
 from ._scratch import claim, reusing_buffers, scratch
 from ._softmax import LOG2E, flushed_exp
 

@@ -21,7 +21,15 @@ import math
 
 import torch
 
-from ._budget import CPU_BLOCK_ENTRIES, KEY_CHUNK_ROWS, ROW_MULTIPLE, plan_rows
+from ._budget import (
+    CPU_BLOCK_ENTRIES,
+    KEY_CHUNK_ROWS,
+    ROW_MULTIPLE,
+    plan_rows,
+    span_columns,
+    span_stop,
+)
+from ._distance_logits import EuclideanLogits, distance_logits, sqrt_zero_grad
 from ._kinds import (
     DISTANCE_KINDS,
     PAIRWISE_KINDS,
@@ -84,7 +92,7 @@ class PreparedKeys:
         # copy into the score block); None under autograd and for "dot"
         self.keys_aug_t = None
         if keys.requires_grad:  # training: products take the transposed view
-            self.keys, self.keys_t = keys, keys.T
+            self.keys, self.keys_t, self.wide_t = keys, keys.T, None
         else:
             # Products take the keys transposed and contiguous (``keys`` is a view of them):
             # with a few query rows MKL packs a transposed operand on every call, and the
@@ -93,8 +101,12 @@ class PreparedKeys:
             # (docs/performance.md, "Batch independence"). For the distance kinds the offsets
             # are one more row of the same matrix: an addmm's bias is a copy into every score
             # block before the product (docs/performance.md, "Engine design notes").
-            rows = keys.shape[1] + (self.key_offset is not None)
-            self.keys_t = keys.new_empty((rows, keys.shape[0]))
+            # Zero columns after the keys: a block of any width is computed over a span of whole
+            # multiples (``span_stop``), sliced.
+            rows, n = keys.shape[1] + (self.key_offset is not None), keys.shape[0]
+            self.wide_t = keys.new_empty((rows, span_columns(n)))
+            self.wide_t[:, n:] = 0
+            self.keys_t = self.wide_t[:, :n]
             self.keys_t[: keys.shape[1]] = keys.T
             if self.is_distance:  # centred here, in place: no centred copy of every key
                 self.keys_t[: keys.shape[1]].sub_(self.shift[:, None])
@@ -257,42 +269,54 @@ class PreparedKeys:
         """``scale * partial_score(q, keys[start:stop]) + log_prior[start:stop]``.
 
         One ``addmm`` for a float ``scale``; a tensor ``scale`` (a learned temperature) keeps
-        its autograd graph. ``augmented``: ``self.augmented(q)``, if already computed.
+        its autograd graph. ``augmented``: ``self.augmented(q)``, if already computed. Outside
+        autograd the product spans a multiple of ``KEY_SPAN_MULTIPLE`` keys (``span_stop``) and
+        the block is its slice: a row's scores do not depend on the rows around it.
         """
-        rows = q.shape[0]
+        rows, width = q.shape[0], stop - start
         if self.pairwise:
             return self._pairwise_block(q, start, stop, scale, log_prior)
-        if (self.keys_aug_t is not None and log_prior is None
-                and not isinstance(scale, torch.Tensor) and scale == 1.0):
+        tensor_scale = isinstance(scale, torch.Tensor)
+        if self.wide_t is not None:
+            # the span's columns, the offsets' row included where the keys have one
+            kt = self.wide_t[:, start:span_stop(start, stop, self.wide_t.shape[1])]
+            offset = None if self.key_offset is None else kt[-1]
+        else:
+            kt = self.keys_t[:, start:stop]
+            offset = None if self.key_offset is None else self.key_offset[start:stop]
+        if self.keys_aug_t is not None and log_prior is None and not tensor_scale and scale == 1.0:
             # partial scores [coef q, 1] . [k, -||k||^2] (coef = 2: exact scaling); the fast
             # scores' margin (``margin``) covers the one more term of the sum
             q_aug = self.augmented(q) if augmented is None else augmented
-            return torch.mm(q_aug, self.keys_aug_t[:, start:stop])[:rows]
+            return torch.mm(q_aug, kt)[:rows, :width]
         q = padded_rows(q)
-        kt = self.keys_t[:, start:stop]
-        offset = None if self.key_offset is None else self.key_offset[start:stop]
-        prior = None if log_prior is None else log_prior[start:stop]
-        if isinstance(scale, torch.Tensor):
+        kt = kt[:-1] if self.keys_aug_t is not None else kt
+        prior = None if log_prior is None else _padded(log_prior[start:stop], kt.shape[1])
+        if tensor_scale:
             # Scale the (small) query block and key offsets, not the score block: one pass over
             # the block, and a cheap gradient for the temperature.
-            bias = q.new_zeros(stop - start) if offset is None else offset * scale
+            bias = q.new_zeros(width) if offset is None else offset * scale
             if prior is not None:
                 bias = bias + prior
-            return torch.addmm(bias, q * (self.coef * scale), kt)[:rows]
+            return torch.addmm(bias, q * (self.coef * scale), kt)[:rows, :width]
         if start == 0 and stop == self.n_keys and not torch.is_grad_enabled():
             # every key in one block (a small call): the same bias on every call
-            bias = self.remembered("bias", log_prior if log_prior is not None else self.keys,
-                                   lambda: _block_bias(offset, scale, prior), scale)
+            bias = self.remembered(
+                "bias",
+                log_prior if log_prior is not None else self.keys,
+                lambda: _block_bias(offset, scale, prior),
+                scale,
+            )
         else:
             bias = _block_bias(offset, scale, prior)
         if bias is None:
-            s = torch.mm(q, kt)[:rows]
+            s = torch.mm(q, kt)[:rows, :width]
             return s if self.coef * scale == 1.0 else s.mul_(self.coef * scale)
         # The factor on the (small) query block, not as addmm's alpha: MKL applies alpha in a
         # way that depends on the number of rows (measured: a row among 4 to 100 rows rounded
         # otherwise than among 1,000), and a row's result must not depend on its batch.
         alpha = self.coef * scale
-        return torch.addmm(bias, q if alpha == 1.0 else q * alpha, kt)[:rows]
+        return torch.addmm(bias, q if alpha == 1.0 else q * alpha, kt)[:rows, :width]
 
     def _pairwise_block(self, q, start, stop, scale, log_prior):
         """``scale * -f + log_prior`` of a key block for the pairwise kinds: ``torch.cdist``
@@ -316,7 +340,7 @@ class PreparedKeys:
         prior = None if log_prior is None else log_prior[start:stop]
         partial = self.block(q, start, stop)
         if torch.is_grad_enabled() and (partial.requires_grad or _requires_grad(scale)):
-            return _EuclideanLogits.apply(partial, self.query_offset(q), scale, prior)
+            return EuclideanLogits.apply(partial, self.query_offset(q), scale, prior)
         # No graph: the same values in place, one pass per operation.
         offset = self.query_offset(q)
         return distance_logits(partial, offset, scale, prior, d_out=partial, z_out=partial)[1]
@@ -327,7 +351,7 @@ class PreparedKeys:
         except for ``"euclidean"``: ``-sqrt(max(||q||^2 - partial, 0))``."""
         if self.squared:
             return partial
-        return -_sqrt_zero_grad(self.query_offset(q)[:, None] - partial)
+        return -sqrt_zero_grad(self.query_offset(q)[:, None] - partial)
 
     def scores_of_f(self, f):
         """Scores from exact values of ``f`` (the squared distance for both distance kinds)."""
@@ -339,12 +363,17 @@ class PreparedKeys:
         if self.is_distance:
             diff = q[:, None, :] - gathered
             f = (diff * diff).sum(-1)
-            return -f if self.squared else -_sqrt_zero_grad(f)
+            return -f if self.squared else -sqrt_zero_grad(f)
         if self.pairwise:
             return -power_sums(q[:, None, :] - gathered, self.p)
         products = torch.einsum("bd,bkd->bk", q, gathered)
         # cosine: the unit rows' products less the offset 1
         return products - 1.0 if self.kind == "cosine" else products
+
+
+def _padded(x, n):
+    """The vector ``x`` with zeros appended up to ``n`` entries."""
+    return x if x.shape[0] == n else torch.nn.functional.pad(x, (0, n - x.shape[0]))
 
 
 def _block_bias(offset, scale, prior):
@@ -357,78 +386,6 @@ def _block_bias(offset, scale, prior):
 
 def _requires_grad(x):
     return isinstance(x, torch.Tensor) and x.requires_grad
-
-
-def distances_from_partial(partial, offset, out=None):
-    """``sqrt(max(offset - partial, 0))``: Euclidean distances from a block of partial scores
-    and the per-query offsets (into ``out``, which may be ``partial``)."""
-    return torch.sub(offset[:, None], partial, out=out).clamp_(min=0).sqrt_()
-
-
-def distance_logits(partial, offset, scale, prior=None, d_out=None, z_out=None):
-    """``(d, z)``: the distances :func:`distances_from_partial` (into ``d_out``) and the logits
-    ``z = -scale * d + prior`` of the ``"euclidean"`` kind (into ``z_out``; both may be
-    ``partial``), ``scale`` a float."""
-    d = distances_from_partial(partial, offset, out=d_out)
-    z = torch.mul(d, -scale, out=z_out)
-    return d, (z if prior is None else z.add_(prior))
-
-
-def over_distances(t, d, out=None):
-    """``t / d`` in place or into ``out``, 0 where ``d = 0`` (one pass; ``where``: three)."""
-    return torch.div(t, d, out=t if out is None else out).nan_to_num_(0.0, 0.0, 0.0)
-
-
-def distance_logits_grads(dz, d, scale, needs, prescaled=False):
-    """Gradients of the logits of :func:`distance_logits` w.r.t. ``(partial, offset, scale,
-    prior)`` given theirs, ``dz`` (overwritten by the partial scores' gradient, ``scale / (2 d)
-    * dz``, 0 where ``d = 0``: :func:`over_distances`), and ``needs`` (four bools; ``None`` where
-    not needed). ``prescaled``: ``dz`` is already times ``scale / 2`` (a caller that folds the
-    factor into its rows' terms), and so are the scale's and the prior's parts returned."""
-    need_partial, need_offset, need_scale, need_prior = needs
-    d_scale = -torch.dot(dz.reshape(-1), d.reshape(-1)) if need_scale else None
-    d_prior = dz.sum(0) if need_prior else None
-    g = d_offset = None
-    if need_partial or need_offset:
-        g = over_distances(dz, d)
-        if not prescaled:
-            g.mul_(0.5 * scale)
-        d_offset = -g.sum(1) if need_offset else None
-    return (g if need_partial else None), d_offset, d_scale, d_prior
-
-
-class _EuclideanLogits(torch.autograd.Function):
-    """The logits of :func:`distance_logits` with a hand-written backward
-    (:func:`distance_logits_grads`): a training step spends most of its time in the elementwise
-    passes over its score block, and autograd's chain (sub, mask, sqrt, where, neg, mul, add
-    and their backwards) takes about three times as many passes; the gradient at distance 0 is
-    0, as in :func:`_sqrt_zero_grad`."""
-
-    @staticmethod
-    def forward(ctx, partial, offset, scale, prior):
-        ctx.scale = float(scale)
-        d, z = distance_logits(partial, offset, ctx.scale, prior)
-        ctx.save_for_backward(d, scale if isinstance(scale, torch.Tensor) else None)
-        return z
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, dz):
-        d, scale = ctx.saved_tensors
-        needs = ctx.needs_input_grad
-        d_partial, d_offset, d_scale, d_prior = distance_logits_grads(
-            dz.clone() if needs[0] or needs[1] else dz, d, ctx.scale, needs)
-        if d_scale is not None:
-            d_scale = d_scale.reshape(scale.shape)
-        return d_partial, d_offset, d_scale, d_prior
-
-
-def _sqrt_zero_grad(f):
-    """``sqrt(max(f, 0))`` whose gradient at 0 is 0, not infinite: duplicated rows (common in
-    business data) sit at distance 0 from each other, and one infinite gradient would make
-    every parameter NaN. ``f = inf`` (a masked entry) gives ``inf`` with gradient 0."""
-    positive = f > 0
-    return torch.where(positive, torch.sqrt(torch.where(positive, f, 1.0)), 0.0)
 
 
 def _exact_entries(budget):

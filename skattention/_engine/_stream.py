@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from ._budget import CPU_WHOLE_ROW_KEYS, dense_plan, score_pair_bytes
+from ._budget import CPU_WHOLE_ROW_KEYS, dense_plan, score_pair_bytes, span_columns, span_stop
 from ._masks import block_prior, mask_self, query_index, raw_scores, scaled
 from ._one_block import one_block_attention, self_mask, single_block_attention
 from ._parallel import block_spec, map_blocks, parallel_plan
@@ -166,7 +166,9 @@ class _Stream:
         spec, prepared, T = self.spec, self.spec.keys, self.spec.temperature
         n_rows = rows.stop - rows.start
         q_shift[:n_rows, -1] = -state.m
-        z = torch.mm(q_shift, self.shift_keys[:, ks:ke])[:n_rows]
+        # over a span of whole multiples (``span_stop``), as ``PreparedKeys.block``'s
+        z = torch.mm(q_shift, self.shift_keys[:, ks:span_stop(ks, ke, self.shift_keys.shape[1])])
+        z = z[:n_rows, :ke - ks]
         if spec.self_index is not None:
             z = mask_self(z, spec.self_index, rows, ks, ke, inplace=True)
 
@@ -235,16 +237,15 @@ def shifted_logit_keys(prepared, scale, log_prior):
     less a per-row shift, in base 2 (``OnlineSoftmax.add_shifted``'s ``exp2``), in one product;
     transposed, ``(d + 2, n_keys)``, as ``PreparedKeys.keys_t``."""
     keys_t, d = prepared.keys_t, prepared.dim
-    out = keys_t.new_empty((d + 2, keys_t.shape[1]))
-    torch.mul(keys_t, prepared.coef * scale, out=out[:d])
-    bias = out[d]
-    if prepared.key_offset is None:
-        bias.zero_()
-    else:
+    n = keys_t.shape[1]
+    out = keys_t.new_zeros((d + 2, span_columns(n)))  # zero columns for ``span_stop``
+    torch.mul(keys_t, prepared.coef * scale, out=out[:d, :n])
+    bias = out[d, :n]
+    if prepared.key_offset is not None:
         torch.mul(prepared.key_offset, scale, out=bias)
     if log_prior is not None:
         bias.add_(log_prior)
-    out[d + 1] = 1.0
+    out[d + 1, :n] = 1.0
     return out.mul_(LOG2E)
 
 

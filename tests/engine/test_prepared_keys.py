@@ -266,3 +266,25 @@ def test_keys_prepared_by_chunks_of_rows_give_the_same_bits(monkeypatch, dtype, 
     assert torch.equal(prepared.key_offset.detach(), whole.key_offset)
     prepared.key_offset.sum().backward()
     assert torch.allclose(grad_keys.grad, -2 * centred + 2 * centred.mean(0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("metric", ["sqeuclidean", "euclidean", "cosine", "dot"])
+def test_a_block_row_does_not_depend_on_its_place_among_the_rows(dtype, metric):
+    # products of some numbers of key columns round a row by its place among the rows on some
+    # CPUs' kernels (MKL on AMD processors: float32 5-7 and 9-11, float64 odd ones): every key
+    # block is computed over a span of whole multiples and sliced
+    rng = np.random.default_rng(0)
+    keys = torch.as_tensor(rng.normal(size=(263, 24)), dtype=dtype)
+    queries = torch.as_tensor(rng.normal(size=(16, 24)), dtype=dtype)
+    prior = torch.as_tensor(rng.normal(size=263), dtype=dtype)
+    prepared = prepare_keys(keys, metric=metric)
+    q = prepared.centre(prepared.map_queries(queries))
+    rolled = torch.roll(q, 5, 0)
+    for start, stop in [(0, 263), (0, 5), (3, 9), (3, 14), (250, 263), (100, 111), (7, 262)]:
+        for kwargs in (dict(), dict(scale=0.7, log_prior=prior)):
+            block = prepared.block(q, start, stop, **kwargs)
+            assert block.shape == (16, stop - start)
+            moved = prepared.block(rolled, start, stop, **kwargs)
+            assert torch.equal(torch.roll(block, 5, 0), moved)
+            assert torch.equal(block[3:4], prepared.block(q[3:4], start, stop, **kwargs))
