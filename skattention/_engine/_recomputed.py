@@ -148,8 +148,11 @@ class RecomputedEuclideanSoftmax(torch.autograd.Function):
         # the forward's distances, unless another call has taken their buffer since
         kept, over = ((ctx.kept[0], ctx.kept[2]) if ctx.kept is not None and ctx.kept[1].release()
                       else (None, False))
+        # a chunk's buffers: the partial scores' gradient (over the kept e / d: the only one),
+        # the weights, and the logits' gradient where needed apart
+        n_buffers = 1 if over else 3 if apart else 2
         buffers = [[scratch(("recomputed", g, i), (chunks[0].stop - chunks[0].start, n_keys),
-                            q_rows) for i in range(3 if apart else 2)]
+                            q_rows) for i in range(n_buffers)]
                    for g, chunks in enumerate(groups)]
         d_q = q_rows.new_empty((n, dim)) if need_q else None
         d_offset = q_rows.new_empty(n) if need_offset else None
@@ -163,12 +166,13 @@ class RecomputedEuclideanSoftmax(torch.autograd.Function):
                     "prior": prior.new_zeros(prior.shape) if need_prior else None,
                     "v": v_t.new_zeros(v_t.shape[::-1]) if need_v else None}
             for rows in groups[group]:
-                e, d, *rest = (b[:rows.stop - rows.start] for b in buffers[group])
+                views = [b[:rows.stop - rows.start] for b in buffers[group]]
                 if over:  # the forward's e / d: the partial scores' gradient at once
-                    g = torch.mm(row_terms[rows], v_ones, out=e).mul_(kept[rows])
+                    g = torch.mm(row_terms[rows], v_ones, out=views[0]).mul_(kept[rows])
                     _row_sums_negated(g, d_offset, rows)
                     _add_products(g, minus_keys, q2, rows, d_q, sums)
                     continue
+                e, d, *rest = views
                 if kept is not None:
                     d = kept[rows]
                 RecomputedEuclideanSoftmax._exp(e, d, q_rows[rows], k_rows, ctx.scale, prior,

@@ -16,14 +16,15 @@ _held = threading.local()
 
 @contextlib.contextmanager
 def reused_buffers():
-    """Within, :func:`scratch` called in this thread keeps its buffers from call to call; they
-    are released on leaving (the outermost context)."""
-    before = getattr(_held, "buffers", None)
-    _held.buffers = {} if before is None else before
+    """Within, :func:`scratch` called in this thread keeps its buffers from call to call, and
+    :func:`claim` records their claims; both are released on leaving (the outermost context)."""
+    before = getattr(_held, "buffers", None), getattr(_held, "claims", None)
+    if before[0] is None:
+        _held.buffers, _held.claims = {}, {}
     try:
         yield
     finally:
-        _held.buffers = before
+        _held.buffers, _held.claims = before
 
 
 def reusing_buffers():
@@ -52,7 +53,7 @@ class Claim:
 def claim(key):
     """A :class:`Claim` of the buffer kept under ``key`` in this thread (within
     :func:`reused_buffers`), which ends every earlier claim of it."""
-    return Claim(_held.buffers.setdefault(("claims",), {}), key)
+    return Claim(_held.claims, key)
 
 
 def scratch(key, shape, like):
