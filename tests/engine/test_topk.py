@@ -1,0 +1,58 @@
+"""The blockwise top-k merge: the grouped search for the entries above a row's k-th best
+finds the entries a comparison of every entry finds, in the same order."""
+
+import pytest
+import torch
+
+from skattention._engine import _topk
+from skattention._engine._topk import TopK
+
+
+def _blocks(seed, n_rows, width, n_blocks, dtype):
+    g = torch.Generator().manual_seed(seed)
+    # integer scores: ties within and across blocks; some -inf (masked keys) and rows of
+    # -inf only (a query with fewer unmasked keys than k)
+    blocks = [torch.randint(-40, 0, (n_rows, width), generator=g).to(dtype)
+              for _ in range(n_blocks)]
+    for b in blocks:
+        b[torch.rand(b.shape, generator=g) < 0.1] = float("-inf")
+        b[:3] = float("-inf")
+    return blocks
+
+
+def _merged(blocks, k, monkeypatch, grouped):
+    if not grouped:  # every block compares every entry
+        monkeypatch.setattr(_topk, "_GROUPED_MIN_COLUMNS", 1 << 30)
+    top = TopK(blocks[0].shape[0], k, blocks[0])
+    for j, block in enumerate(blocks):
+        top.update(block, j * block.shape[1])
+    monkeypatch.undo()
+    return top.r, top.i
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("width", [256, 512, 272])
+@pytest.mark.parametrize("k", [1, 5, 12])
+def test_grouped_search_equals_every_entry_compared(monkeypatch, dtype, width, k):
+    blocks = _blocks(0, 37, width, 6, dtype)
+    r, i = _merged(blocks, k, monkeypatch, grouped=True)
+    r_all, i_all = _merged(blocks, k, monkeypatch, grouped=False)
+    assert torch.equal(r, r_all) and torch.equal(i, i_all)
+    # and the exact top k of the concatenated blocks, ties to the first key
+    whole = torch.cat(blocks, 1)
+    assert torch.equal(r, whole.topk(k, 1).values)
+    assert bool(((whole.gather(1, i.clamp(min=0)) == r) | (i < 0)).all())
+    assert bool((i[:3] == -1).all())
+
+
+def test_entries_above_gives_rows_and_columns_in_order():
+    g = torch.Generator().manual_seed(1)
+    block = torch.randn(20, 256, generator=g)
+    kth = torch.full((20,), 2.0)
+    kth[5] = float("inf")  # a row with nothing above
+    rows, local, (values, cols) = _topk._entries_above(block, kth, None)
+    expected = (block > kth[:, None]).nonzero()
+    assert torch.equal(rows[local], expected[:, 0]) and torch.equal(cols, expected[:, 1])
+    assert torch.equal(values, block[expected[:, 0], expected[:, 1]])
+    assert 5 not in rows.tolist()
+    assert _topk._entries_above(block, torch.full((20,), 10.0), None) is None
