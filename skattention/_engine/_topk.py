@@ -12,51 +12,95 @@ from ._scores import NEG_INF
 # the CPU); blocks of fewer than _GROUPED_MIN_COLUMNS columns compare every entry.
 _GROUP_SIZE = 16
 _GROUPED_MIN_COLUMNS = 256
+# entries of at most this many blocks wait for one merge
+_MERGE_BLOCKS = 8
 
 
 class TopK:
-    """Blockwise top-k merge of a ranking ``r`` (and an optional companion ``aux``) per row."""
+    """Blockwise top-k merge of a ranking ``r`` (and an optional companion ``aux``) per row.
+
+    A block's entries above their row's k-th best wait, with those of the next blocks, for one
+    merge of several blocks' entries (:data:`_MERGE_BLOCKS`, or sooner where they outnumber
+    the state's): a merge is a few dozen small kernels whose fixed costs dominate once few
+    rows improve, and entries above a k-th best that a merge has not raised yet only make
+    more candidates of it. The state (``r``, ``i``, ``aux``) is merged when read."""
 
     def __init__(self, n_rows, k, like, with_aux=False):
         self.k = k
-        self.r = torch.full((n_rows, k), NEG_INF, dtype=like.dtype, device=like.device)
-        self.i = torch.full((n_rows, k), -1, dtype=torch.long, device=like.device)
-        self.aux = torch.full_like(self.r, NEG_INF) if with_aux else None
+        self._r = torch.full((n_rows, k), NEG_INF, dtype=like.dtype, device=like.device)
+        self._i = torch.full((n_rows, k), -1, dtype=torch.long, device=like.device)
+        self._aux = torch.full_like(self._r, NEG_INF) if with_aux else None
         self.fresh = True
+        self._waiting, self._n_waiting = [], 0
+
+    @property
+    def r(self):
+        self._merge()
+        return self._r
+
+    @property
+    def i(self):
+        self._merge()
+        return self._i
+
+    @property
+    def aux(self):
+        self._merge()
+        return self._aux
 
     def update(self, r, start, aux=None):
-        if self.fresh and self.aux is None and r.shape[1] >= self.k:
+        if self.fresh and self._aux is None and r.shape[1] >= self.k:
             # the first block: its top k are the state (a merge with the empty state would
             # only repeat them; a single row's k-NN call has one block); -inf entries keep -1
             self.fresh = False
-            self.r, pos = r.topk(self.k, dim=1)
-            self.i = torch.where(self.r > NEG_INF, pos + start, -1)
+            self._r, pos = r.topk(self.k, dim=1)
+            self._i = torch.where(self._r > NEG_INF, pos + start, -1)
             return
         self.fresh = False
         # Only rows whose block maximum beats their current k-th best can change, and of
         # them only their entries above it (entries equal to it may stay out: they rank no
-        # higher); late blocks rarely have any, which makes the merge cheap.
-        found = _entries_above(r, self.r[:, -1], aux)
-        if found is None:
+        # higher); late blocks rarely have any.
+        found = _entries_above(r, self._r[:, -1], aux)
+        if found is not None:
+            rows, local, columns = found
+            columns[1] = columns[1] + start
+            self._waiting.append((rows.index_select(0, local), columns))
+            self._n_waiting += local.numel()
+        if len(self._waiting) >= _MERGE_BLOCKS or self._n_waiting > self._r.numel():
+            self._merge()
+
+    def _merge(self):
+        """Merge the waiting entries into the state: each row's k best of its state and its
+        entries, those in the order they came (by block, then by column)."""
+        if not self._waiting:
             return
-        rows, local, columns = found
-        columns[1] = columns[1] + start
-        fill = [NEG_INF, -1] + ([NEG_INF] if aux is not None else [])
+        if len(self._waiting) == 1:
+            entry_rows, columns = self._waiting[0]
+        else:
+            entry_rows = torch.cat([w[0] for w in self._waiting])
+            columns = [torch.cat(c) for c in zip(*(w[1] for w in self._waiting))]
+            order = torch.argsort(entry_rows, stable=True)
+            entry_rows = entry_rows.index_select(0, order)
+            columns = [c.index_select(0, order) for c in columns]
+        self._waiting, self._n_waiting = [], 0
+        rows, local = torch.unique_consecutive(entry_rows, return_inverse=True)
+        with_aux = self._aux is not None
+        fill = [NEG_INF, -1] + ([NEG_INF] if with_aux else [])
         packed = row_packed(local, rows.numel(), *columns, fill=fill)
-        full = rows.numel() == r.shape[0]
-        old = [t if full else t.index_select(0, rows)
-               for t in (self.r, self.i) + ((self.aux,) if aux is not None else ())]
+        full = rows.numel() == self._r.shape[0]
+        state = (self._r, self._i) + ((self._aux,) if with_aux else ())
+        old = [t if full else t.index_select(0, rows) for t in state]
         merged_r, order = torch.cat([old[0], packed[0]], 1).topk(self.k, dim=1)
         merged = [merged_r] + [torch.cat([o, p], 1).gather(1, order)
                                for o, p in zip(old[1:], packed[1:])]
         if full:
-            self.r, self.i = merged[0], merged[1]
-            if aux is not None:
-                self.aux = merged[2]
+            self._r, self._i = merged[0], merged[1]
+            if with_aux:
+                self._aux = merged[2]
         else:
-            self.r[rows], self.i[rows] = merged[0], merged[1]
-            if aux is not None:
-                self.aux[rows] = merged[2]
+            self._r[rows], self._i[rows] = merged[0], merged[1]
+            if with_aux:
+                self._aux[rows] = merged[2]
 
 
 def _entries_above(r, kth, aux):

@@ -56,3 +56,31 @@ def test_entries_above_gives_rows_and_columns_in_order():
     assert torch.equal(values, block[expected[:, 0], expected[:, 1]])
     assert 5 not in rows.tolist()
     assert _topk._entries_above(block, torch.full((20,), 10.0), None) is None
+
+
+@pytest.mark.parametrize("read_between", [False, True])
+def test_merges_of_several_blocks_give_the_top_k_of_every_block(read_between):
+    # entries wait for one merge of several blocks; reading the state merges them (the key
+    # cells' pruning reads the k-th best between blocks)
+    blocks = _blocks(2, 50, 512, 20, torch.float32)
+    top = TopK(50, 7, blocks[0])
+    for j, block in enumerate(blocks):
+        top.update(block, j * 512)
+        if read_between:
+            seen = torch.cat(blocks[: j + 1], 1)
+            assert torch.equal(top.r, seen.topk(7, 1).values)
+    whole = torch.cat(blocks, 1)
+    assert torch.equal(top.r, whole.topk(7, 1).values)
+    assert bool(((whole.gather(1, top.i.clamp(min=0)) == top.r) | (top.i < 0)).all())
+
+
+def test_a_companion_ranking_follows_its_entries():
+    blocks = _blocks(3, 30, 512, 12, torch.float64)
+    aux = [-b for b in blocks]
+    top = TopK(30, 5, blocks[0], with_aux=True)
+    for j, (block, companion) in enumerate(zip(blocks, aux)):
+        top.update(block, j * 512, companion)
+    whole, whole_aux = torch.cat(blocks, 1), torch.cat(aux, 1)
+    assert torch.equal(top.r, whole.topk(5, 1).values)
+    kept = top.i >= 0
+    assert torch.equal(top.aux[kept], whole_aux.gather(1, top.i.clamp(min=0))[kept])
