@@ -16,6 +16,7 @@ from ._budget import CPU_BLOCK_ENTRIES, cpu_block_rows, plan_blocks, plan_rows, 
 from ._cells import key_cells
 from ._exact import merge_exact, row_packed, sort_exact
 from ._masks import call_prior_fn, query_index, raw_scores, scaled
+from ._multiplicity import keys_to_select, lightest_weights, multiplicity
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
 from ._results import backend_result, cat_or_empty, empty_rows
@@ -33,10 +34,22 @@ def _n_candidates(k, n_keys):
     return min(n_keys, k + 2 + k // 8)
 
 
-# Keys per CPU block of the selection (twice as many query rows): a row's block maximum beats its
-# running k-th best less often per block, so fewer rows go through a top-k and each sorts fewer
-# keys (docs/performance.md, "The k-NN selection"). Exact whatever the width.
+# Keys per CPU block of the selection: each block's merge is a few dozen small kernels, so
+# over many keys (_CPU_MANY_KEYS) blocks of twice as many pay, and with fewer queries than a
+# cache-sized block's rows wider ones still, up to _CPU_FEW_QUERY_KEYS (docs/performance.md,
+# "The k-NN selection"); over key cells (whose blocks of queries share nearby keys) 512.
+# Exact whatever the width.
 _CPU_SELECTION_KEYS = 512
+_CPU_MANY_KEYS = 1 << 16
+_CPU_FEW_QUERY_KEYS = 4096
+
+
+def _selection_keys(n_queries, n_keys):
+    """Keys per CPU block of the selection of ``n_queries`` queries over ``n_keys`` keys."""
+    base = _CPU_SELECTION_KEYS * (2 if n_keys >= _CPU_MANY_KEYS else 1)
+    return max(base, min(_CPU_FEW_QUERY_KEYS, CPU_BLOCK_ENTRIES // max(1, n_queries)))
+
+
 # Scratch bytes of one candidate key of the second pass: its index pair from nonzero (16), its
 # exact value and key index (16), their packing per row (24) and the merge's concatenations,
 # sort and gathers (about 64).
@@ -77,7 +90,7 @@ def nearest_blocks(spec, k, query_bytes, what):
             workers, bq, bk = parallel_plan(spec, n_q, n_k, bq, bk, cell_plan)
             yield from _blocks_in_cells(spec, cells, k, m, bq, bk, workers, what)
             return
-    bq, bk = plan_blocks(n_q, n_k, budget=spec.budget, cpu_cols=_CPU_SELECTION_KEYS, **plan)
+    bq, bk = plan_blocks(n_q, n_k, budget=spec.budget, cpu_cols=_selection_keys(n_q, n_k), **plan)
     workers, bq, bk = parallel_plan(spec, n_q, n_k, bq, bk, plan)
     if n_q * n_k <= CPU_BLOCK_ENTRIES and bk < n_k:
         # A few queries (a single row): all keys in one cache-sized block, one top-k instead of
@@ -310,43 +323,10 @@ def _exact_pass(spec, q, q_raw, rows, bound, k, bk, budget):
 def _keys_to_select(spec, k):
     """How many nearest keys hold the k-NN prior's ``k`` units of weight, whatever the query:
     ``k`` without a per-key prior; with one, enough keys that even the lightest ones add up to
-    ``k`` (a key's weight ``exp(log_prior)`` is its multiplicity, see :func:`_multiplicity`)."""
+    ``k`` (a key's weight ``exp(log_prior)`` is its multiplicity: :func:`multiplicity`)."""
     if spec.prior_vec is None or spec.n_neighbors is None:
         return k
     return keys_to_select(lightest_weights(spec.prior_vec, k), k)
-
-
-def lightest_weights(log_prior, k):
-    """The lightest positive key weights ``exp(log_prior)``, ascending, as many as it takes
-    to add up to ``k`` (all when they never do): all :func:`keys_to_select` needs, also from
-    several shards of the keys at once."""
-    weight = torch.exp(log_prior.detach().double())
-    low, high = weight.aminmax()
-    if low == high:  # equal weights (no sample weights): a prefix, without sorting them all
-        count = 0 if low <= 0 else min(weight.numel(), math.ceil(k / float(low)) + 2)
-        return weight[:count]
-    lightest = torch.sort(weight[weight > 0]).values
-    reach = int(torch.searchsorted(torch.cumsum(lightest, 0), float(k)))
-    return lightest[: reach + 1]
-
-
-def keys_to_select(lightest, k):
-    """How many keys the k units need when the lightest weights are ``lightest`` (ascending,
-    float64: a :func:`lightest_weights`, or several of them merged in order)."""
-    reach = torch.searchsorted(torch.cumsum(lightest, 0), float(k))
-    return max(1, min(int(reach) + 1, lightest.numel()))
-
-
-def _multiplicity(log_weight, valid, k):
-    """Log of each selected key's share of the ``k`` units: keys in (distance, index) order
-    count ``exp(log_prior)`` each (an integer weight is that many copies of the key) until ``k``
-    is reached, the last one contributing the remainder; ``-inf`` beyond. Remainders below the
-    weights' rounding are dropped."""
-    weight = torch.where(valid, torch.exp(log_weight), 0.0)
-    before = torch.cumsum(weight, 1) - weight
-    share = torch.minimum(weight, (k - before).clamp(min=0))
-    rounding = 4 * k * torch.finfo(share.dtype).eps
-    return torch.where(valid & (share > rounding), torch.log(share), NEG_INF)
 
 
 def knn_attention(spec):
@@ -408,7 +388,7 @@ def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_ro
         s = torch.where(valid, s, NEG_INF)
         prior = torch.zeros_like(s)
         if log_weight is not None:
-            prior = log_weight if k_units is None else _multiplicity(log_weight, valid, k_units)
+            prior = log_weight if k_units is None else multiplicity(log_weight, valid, k_units)
         if bias is not None:
             prior = prior + bias
         if T == 0.0:

@@ -27,12 +27,8 @@ import numpy as np
 import torch
 
 from ._inputs import make_spec
-from ._knn import (
-    keys_to_select,
-    lightest_weights,
-    nearest_blocks,
-    softmax_over_selected,
-)
+from ._knn import nearest_blocks, softmax_over_selected
+from ._multiplicity import keys_to_select, lightest_weights
 from ._results import empty_rows
 from ._scores import NEG_INF
 from ._stream import stream_attention
