@@ -235,7 +235,8 @@ def shifted_logit_keys(prepared, scale, log_prior):
     """Keys ``LOG2E * [coef * scale * k, scale * offset + log_prior, 1]`` (the squared kinds),
     so that the queries of :func:`shifted_queries`, ``[q, 1, -shift]``, give a block's logits
     less a per-row shift, in base 2 (``OnlineSoftmax.add_shifted``'s ``exp2``), in one product;
-    transposed, ``(d + 2, n_keys)``, as ``PreparedKeys.keys_t``."""
+    transposed, ``(d + 2, n_keys)`` and zero columns up to ``span_columns(n_keys)``, as
+    ``PreparedKeys.wide_t``."""
     keys_t, d = prepared.keys_t, prepared.dim
     n = keys_t.shape[1]
     out = keys_t.new_zeros((d + 2, span_columns(n)))  # zero columns for ``span_stop``

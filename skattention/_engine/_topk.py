@@ -9,7 +9,8 @@ from ._scores import NEG_INF
 # A block's entries above their row's k-th best are found through the maxima of groups of
 # this many columns (a block's rows viewed as (groups' members x groups): one reduction as
 # fast as a row maximum, where a comparison of every entry costs about ten times as much on
-# the CPU); blocks of fewer than _GROUPED_MIN_COLUMNS columns compare every entry.
+# the CPU); blocks of fewer than _GROUPED_MIN_COLUMNS columns (or not contiguous) compare
+# every entry.
 _GROUP_SIZE = 16
 _GROUPED_MIN_COLUMNS = 256
 # entries of at most this many blocks wait for one merge
@@ -109,7 +110,7 @@ def _entries_above(r, kth, aux):
     within a row by column, as ``nonzero`` gives them), and the columns ``[values, block
     columns]`` (and ``aux``'s values where given); ``None`` where no entry is."""
     n, width = r.shape
-    if width < _GROUPED_MIN_COLUMNS or width % _GROUP_SIZE:
+    if width < _GROUPED_MIN_COLUMNS or width % _GROUP_SIZE or not r.is_contiguous():
         rows = (r.amax(1) > kth).nonzero().squeeze(1)
         if rows.numel() == 0:
             return None
