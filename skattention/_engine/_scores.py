@@ -295,7 +295,7 @@ class PreparedKeys:
         if tensor_scale:
             # Scale the (small) query block and key offsets, not the score block: one pass over
             # the block, and a cheap gradient for the temperature.
-            bias = q.new_zeros(width) if offset is None else offset * scale
+            bias = q.new_zeros(kt.shape[1]) if offset is None else offset * scale
             if prior is not None:
                 bias = bias + prior
             return torch.addmm(bias, q * (self.coef * scale), kt)[:rows, :width]

@@ -288,3 +288,20 @@ def test_a_block_row_does_not_depend_on_its_place_among_the_rows(dtype, metric):
             moved = prepared.block(rolled, start, stop, **kwargs)
             assert torch.equal(torch.roll(block, 5, 0), moved)
             assert torch.equal(block[3:4], prepared.block(q[3:4], start, stop, **kwargs))
+
+
+@pytest.mark.parametrize("metric", ["dot", "cosine", "sqeuclidean", "euclidean"])
+@pytest.mark.parametrize("backend", [None, "stream"])
+def test_a_learned_temperature_over_prepared_keys_of_any_count(metric, backend):
+    # a key count that is not a multiple of the blocks' span (prepared keys are padded)
+    g = torch.Generator().manual_seed(0)
+    keys, queries = torch.randn(263, 8, generator=g), torch.randn(10, 8, generator=g)
+    values = torch.randn(263, 2, generator=g)
+    kwargs = {} if backend is None else {"backend": backend}
+    temperature = torch.tensor(0.7, requires_grad=True)
+    out = attention(queries, prepare_keys(keys, metric=metric), values, metric=metric,
+                    temperature=temperature, **kwargs)
+    out.sum().backward()
+    expected = attention(queries, keys, values, metric=metric, temperature=0.7, **kwargs)
+    torch.testing.assert_close(out.detach(), expected, rtol=1e-5, atol=1e-5)
+    assert temperature.grad is not None and bool(torch.isfinite(temperature.grad))
