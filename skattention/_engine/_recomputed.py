@@ -207,10 +207,12 @@ class RecomputedEuclideanSoftmax(torch.autograd.Function):
 
 
 CHUNK_GROUPS = 4
-_KEPT_DISTANCES = ("recomputed", "distances")
 """Runs of row chunks of :class:`RecomputedEuclideanSoftmax`: enough for two workers to
 share them out unevenly when one is slowed (a busy machine), few enough that their separate
 sums of the keys' gradient cost little."""
+
+# the scratch key of the (rows x keys) buffer a forward keeps for its backward
+_KEPT_DISTANCES = ("recomputed", "distances")
 
 
 def _chunk_groups(n_rows, n_keys, device):

@@ -301,12 +301,8 @@ class PreparedKeys:
             return torch.addmm(bias, q * (self.coef * scale), kt)[:rows, :width]
         if start == 0 and stop == self.n_keys and not torch.is_grad_enabled():
             # every key in one block (a small call): the same bias on every call
-            bias = self.remembered(
-                "bias",
-                log_prior if log_prior is not None else self.keys,
-                lambda: _block_bias(offset, scale, prior),
-                scale,
-            )
+            bias = self.remembered("bias", log_prior if log_prior is not None else self.keys,
+                                   lambda: _block_bias(offset, scale, prior), scale)
         else:
             bias = _block_bias(offset, scale, prior)
         if bias is None:
