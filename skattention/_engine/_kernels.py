@@ -15,6 +15,7 @@ from ._budget import budget_bytes, plan_blocks
 from ._device import resolve_device, resolve_dtype
 from ._exact import settle
 from ._inputs import as_tensor, check_nonnegative_real, check_temperature
+from ._parallel import map_blocks
 from ._scores import PreparedKeys
 
 
@@ -184,11 +185,23 @@ def mean_kth_distance(points, k, *, device="auto", working_memory=None):
         rows = torch.arange(qs, qe, device=X.device)
         d2[rows - qs, rows] = 0.0  # the point itself (the fast form leaves a residue)
         if d2.device.type == "cpu":  # NumPy's introselect: several times torch's kthvalue
-            kth = torch.from_numpy(np.argpartition(d2.numpy(), k - 1, axis=1)[:, k - 1])
+            kth = _kth_smallest_cpu(d2, k)
         else:
             kth = d2.kthvalue(k, dim=1).indices
         total += (X[qs:qe] - X[kth]).square_().sum(1).sqrt_().sum()
     return float(total) / n
+
+
+def _kth_smallest_cpu(d2, k):
+    """The column of each row's ``k``-th smallest entry of a CPU matrix, by NumPy's introselect
+    (which releases the GIL) on row slices shared out to the caller's torch threads as workers:
+    each row's column depends on that row alone."""
+    rows = d2.numpy()
+    workers = max(1, torch.get_num_threads())
+    step = -(-rows.shape[0] // workers)
+    parts = map_blocks(lambda s: np.argpartition(rows[s : s + step], k - 1, axis=1)[:, k - 1],
+                       range(0, rows.shape[0], step), workers)
+    return torch.from_numpy(np.concatenate(list(parts)))
 
 
 def _histc(x, n_bins, lo, hi, deterministic=None):

@@ -2,20 +2,28 @@
 
 import numpy as np
 import pytest
+import torch
 from sklearn.cluster import estimate_bandwidth
 
 from skattention._engine import mean_kth_distance
 
 
+@pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_mean_kth_distance_is_estimate_bandwidth(dtype):
+def test_mean_kth_distance_is_estimate_bandwidth(dtype, threads):
+    # with 3 threads each row's k-th nearest is found by one of 3 workers
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 5)).astype(dtype)
     X = np.vstack([X, X[:40], np.round(X[:50])])  # duplicates and ties
-    for quantile in (0.01, 0.3, 0.9):
-        k = max(1, int(X.shape[0] * quantile))
-        expected = estimate_bandwidth(X.astype(np.float64), quantile=quantile)
-        assert mean_kth_distance(X, k, device="cpu") == pytest.approx(expected, rel=1e-12)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for quantile in (0.01, 0.3, 0.9):
+            k = max(1, int(X.shape[0] * quantile))
+            expected = estimate_bandwidth(X.astype(np.float64), quantile=quantile)
+            assert mean_kth_distance(X, k, device="cpu") == pytest.approx(expected, rel=1e-12)
+    finally:
+        torch.set_num_threads(previous)
 
 
 def test_mean_kth_distance_small_budget_and_coincident_points():
