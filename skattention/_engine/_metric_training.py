@@ -21,7 +21,7 @@ from ._inputs import clamp_log_temperature
 from ._near_far import distinct_rows
 from ._one_block import recomputed_step, self_mask, single_block_attention
 from ._optimizers import Adam, AveragingOptimizer
-from ._parallel import SMALL_STEP_WORK, chunk_workers, small_work_single_threaded
+from ._parallel import SMALL_STEP_WORK, chunk_workers, one_thread, small_work_single_threaded
 from ._scores import PreparedKeys
 from ._training import Callback, EarlyStopping, TrainingHistory, run_training
 
@@ -126,14 +126,18 @@ def train_metric(
                            optimizer_state)
     images = metric_map.training_images(
         [X] if validation is None else [X, validation[0]], min(n, n_candidates))
+    step_work = batch_size * min(n, n_candidates) * (metric_map.n_components + values.shape[1])
+    # the workers of steps that take them: the caller's threads, one for a loop of small steps
+    workers = 1 if step_work < SMALL_STEP_WORK else torch.get_num_threads()
     step = _MinibatchStep(metric_map, log_temperature, X, values, loss, weight, log_prior,
-                          n_candidates, generator, optimizer, row_groups, images)
+                          n_candidates, generator, optimizer, row_groups, images, workers)
     parameters = _Parameters(metric_map, log_temperature)
     validate = None
     if validation is not None:
         keys = _validation_keys(n, max_validation_keys, generator, X.device)
         validate = _Validation(metric_map, log_temperature, images, values, log_prior, keys,
-                               validation, loss, step.on_workers(batch_size))
+                               validation, loss,
+                               step.workers if step.on_workers(batch_size) else None)
     batches = _EpochBatches(n, epoch_rows, batch_size, generator)
     stepper, validate, swap_back = _averaged(optimizer, validate, average, batches.rows,
                                              batch_size)
@@ -141,8 +145,7 @@ def train_metric(
                              parameters.restore, window_gain)
     # the caller's callbacks see the epoch's validated (averaged) parameters, then the live
     # ones are put back for the next epoch
-    step_work = batch_size * min(n, n_candidates) * (metric_map.n_components + values.shape[1])
-    with small_work_single_threaded(step_work, X.device, limit=SMALL_STEP_WORK):
+    with _loop_threads(step, batch_size, step_work):
         run_training(
             metric_map, stepper, max_iter=max_iter, step=step, history=history,
             batches=batches,
@@ -153,6 +156,18 @@ def train_metric(
         # validated parameters, the average, rather than live ones no epoch validated
         stepper.keep_average()
     return history, optimizer.state_dict()
+
+
+def _loop_threads(step, batch_size, step_work):
+    """The calling thread's torch threads during the training loop: one for small steps (all
+    their kernels are short, and on a busy machine every parallel region waits for a
+    descheduled thread), and for steps on workers (the step's own kernels already run on one:
+    a parallel region between steps, an optimizer's or a validation's, left torch's OpenMP
+    threads spinning on the cores the next step's workers needed; docs/performance.md,
+    "Shared machines"); else the caller's."""
+    if step.on_workers(batch_size):
+        return one_thread()
+    return small_work_single_threaded(step_work, step.X.device, limit=SMALL_STEP_WORK)
 
 
 class _EpochBatches:
@@ -194,7 +209,7 @@ class _MinibatchStep:
     validation points (``i = 1``), ``metric_map.training_images``."""
 
     def __init__(self, metric_map, log_temperature, X, values, loss, weight, log_prior,
-                 n_candidates, generator, optimizer, row_groups, images):
+                 n_candidates, generator, optimizer, row_groups, images, workers=1):
         self.metric_map, self.log_temperature, self.X, self.values = (
             metric_map, log_temperature, X, values)
         self.images = images
@@ -202,6 +217,7 @@ class _MinibatchStep:
         self.n_candidates, self.generator, self.optimizer = n_candidates, generator, optimizer
         self.in_batch = torch.zeros(X.shape[0], dtype=torch.bool)
         self.row_groups = None if row_groups is None else row_groups.to(X.device)
+        self.workers = workers  # of :func:`chunk_workers`, where the step takes them
 
     def candidates(self, batch):
         """``(candidates, own)``: the batch itself plus a random sample of the other points,
@@ -231,7 +247,7 @@ class _MinibatchStep:
     def __call__(self, batch):
         if not self.on_workers(batch.numel()):
             return self._step(batch)
-        with chunk_workers(torch.get_num_threads()):
+        with chunk_workers(self.workers):
             return self._step(batch)
 
     def _step(self, batch):
@@ -327,14 +343,15 @@ def _validation_keys(n, max_validation_keys, generator, device):
 class _Validation:
     """The ``validate`` of early stopping: ``(score, loss)`` of the validation points attending
     to the training points ``keys`` (:func:`validation_score`); ``images``: as the step's.
-    ``on_workers``: the attention computed as a step's on workers (``_MinibatchStep``), not by
-    :func:`attention` (the same outputs up to rounding, in fewer passes)."""
+    ``workers``: the attention computed as a step's on that many workers
+    (``_MinibatchStep``), not by :func:`attention` (the same outputs up to rounding, in fewer
+    passes); ``None``: by :func:`attention`."""
 
     def __init__(self, metric_map, log_temperature, images, values, log_prior, keys,
-                 validation, loss, on_workers):
+                 validation, loss, workers):
         self.metric_map, self.log_temperature = metric_map, log_temperature
         self.images, self.values, self.log_prior, self.keys = images, values, log_prior, keys
-        self.validation, self.loss, self.on_workers = validation, loss, on_workers
+        self.validation, self.loss, self.workers = validation, loss, workers
 
     @torch.no_grad()
     def __call__(self):
@@ -345,8 +362,8 @@ class _Validation:
         images, values = self.images(0, keys), self.values.index_select(0, keys)
         prior = None if self.log_prior is None else self.log_prior.index_select(0, keys)
         temperature = float(torch.exp(self.log_temperature))
-        if self.on_workers:
-            with chunk_workers(torch.get_num_threads()):
+        if self.workers is not None:
+            with chunk_workers(self.workers):
                 prepared = PreparedKeys(images, metric_map.kind, check_finite=False)
                 pred = _minibatch_attention(queries, prepared, values, temperature, prior, None)
         else:
