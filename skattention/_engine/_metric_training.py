@@ -23,7 +23,7 @@ from ._one_block import recomputed_step, self_mask, single_block_attention
 from ._optimizers import Adam, AveragingOptimizer
 from ._parallel import SMALL_STEP_WORK, chunk_workers, one_thread, small_work_single_threaded
 from ._scores import PreparedKeys
-from ._training import Callback, EarlyStopping, TrainingHistory, run_training
+from ._training import Callback, EarlyStopping, EpochBatches, TrainingHistory, run_training
 
 _LOG_EPS = 1e-7  # floor of a propagated class probability inside the log-loss
 # above this many training points a step's other candidates are a uniform draw (its distinct
@@ -138,7 +138,7 @@ def train_metric(
         validate = _Validation(metric_map, log_temperature, images, values, log_prior, keys,
                                validation, loss,
                                step.workers if step.on_workers(batch_size) else None)
-    batches = _EpochBatches(n, epoch_rows, batch_size, generator)
+    batches = EpochBatches(n, epoch_rows, batch_size, generator)
     stepper, validate, swap_back = _averaged(optimizer, validate, average, batches.rows,
                                              batch_size)
     stopping = EarlyStopping(n_iter_no_change, tol, history, validate, parameters.snapshot,
@@ -168,25 +168,6 @@ def _loop_threads(step, batch_size, step_work):
     if step.on_workers(batch_size):
         return one_thread()
     return small_work_single_threaded(step_work, step.X.device, limit=SMALL_STEP_WORK)
-
-
-class _EpochBatches:
-    """The minibatches of each epoch (``train_metric``'s ``epoch_rows``)."""
-
-    def __init__(self, n, epoch_rows, batch_size, generator):
-        self.n, self.batch_size, self.generator = n, batch_size, generator
-        self.rows = n if epoch_rows is None else min(n, epoch_rows)
-        self.order = torch.empty(0, dtype=torch.long)
-
-    def __call__(self):
-        if self.rows == self.n:
-            return torch.randperm(self.n, generator=self.generator).split(self.batch_size)
-        if self.order.numel() < self.rows:
-            # the points not yet visited come first, then a new order of every point
-            fresh = torch.randperm(self.n, generator=self.generator)
-            self.order = torch.cat([self.order, fresh])
-        epoch, self.order = self.order[: self.rows], self.order[self.rows:]
-        return epoch.split(self.batch_size)
 
 
 def _optimizer(metric_map, log_temperature, learning_rate, weight_decay, state):

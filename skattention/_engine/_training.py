@@ -21,6 +21,27 @@ from ._parallel import SMALL_STEP_WORK, kept_workers, small_work_single_threaded
 from ._scratch import reused_buffers
 
 
+class EpochBatches:
+    """The ``batches`` of :func:`run_training` over ``n`` points: each epoch a random order of
+    them all, or (``epoch_rows``, ``train_metric``'s) that many, the next ones of a random
+    order that carries over from epoch to epoch, cut into minibatches of ``batch_size``."""
+
+    def __init__(self, n, epoch_rows, batch_size, generator):
+        self.n, self.batch_size, self.generator = n, batch_size, generator
+        self.rows = n if epoch_rows is None else min(n, epoch_rows)
+        self.order = torch.empty(0, dtype=torch.long)
+
+    def __call__(self):
+        if self.rows == self.n:
+            return torch.randperm(self.n, generator=self.generator).split(self.batch_size)
+        if self.order.numel() < self.rows:
+            # the points not yet visited come first, then a new order of every point
+            fresh = torch.randperm(self.n, generator=self.generator)
+            self.order = torch.cat([self.order, fresh])
+        epoch, self.order = self.order[: self.rows], self.order[self.rows:]
+        return epoch.split(self.batch_size)
+
+
 class TrainingHistory:
     """Per-epoch training loss, validation score and loss; the best epoch's validation figures."""
 

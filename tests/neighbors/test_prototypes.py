@@ -12,7 +12,7 @@ from sklearn.datasets import make_classification, make_regression
 
 from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 from skattention._engine import build_map, calibrate_temperature
-from skattention._engine._metric_training import _EpochBatches
+from skattention._engine._training import EpochBatches
 from skattention.neighbors import _distinct_rows, _learned, _summary
 from skattention.neighbors._distinct_rows import unique_row_ids
 
@@ -145,7 +145,7 @@ def test_prototypes_parameter_is_validated():
 
 def test_epochs_of_bounded_rows_visit_every_point_in_turn():
     g = torch.Generator().manual_seed(0)
-    batches = _EpochBatches(10, 4, 3, g)
+    batches = EpochBatches(10, 4, 3, g)
     assert batches.rows == 4
     epochs = [torch.cat(batches()) for _ in range(5)]
     assert all(e.numel() == 4 for e in epochs)
@@ -153,9 +153,9 @@ def test_epochs_of_bounded_rows_visit_every_point_in_turn():
     assert sorted(torch.cat(epochs)[:10].tolist()) == list(range(10))
     assert [len(b) for b in batches()] == [3, 1]
     # without a bound: one permutation of every point per epoch, as before
-    whole = _EpochBatches(10, None, 3, torch.Generator().manual_seed(0))
+    whole = EpochBatches(10, None, 3, torch.Generator().manual_seed(0))
     assert sorted(torch.cat(whole()).tolist()) == list(range(10))
-    assert torch.equal(torch.cat(_EpochBatches(10, 50, 3, torch.Generator().manual_seed(1))()),
+    assert torch.equal(torch.cat(EpochBatches(10, 50, 3, torch.Generator().manual_seed(1))()),
                        torch.randperm(10, generator=torch.Generator().manual_seed(1)))
 
 
