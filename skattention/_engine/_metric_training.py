@@ -145,9 +145,10 @@ def train_metric(
                              parameters.restore, window_gain)
     # the caller's callbacks see the epoch's validated (averaged) parameters, then the live
     # ones are put back for the next epoch
-    with _loop_threads(step, batch_size, step_work):
+    updates = _OneThreadUpdates(stepper) if step.on_workers(batch_size) else stepper
+    with small_work_single_threaded(step_work, X.device, limit=SMALL_STEP_WORK):
         run_training(
-            metric_map, stepper, max_iter=max_iter, step=step, history=history,
+            metric_map, updates, max_iter=max_iter, step=step, history=history,
             batches=batches,
             callbacks=[stopping, *callbacks, *swap_back],
         )
@@ -158,16 +159,17 @@ def train_metric(
     return history, optimizer.state_dict()
 
 
-def _loop_threads(step, batch_size, step_work):
-    """The calling thread's torch threads during the training loop: one for small steps (all
-    their kernels are short, and on a busy machine every parallel region waits for a
-    descheduled thread), and for steps on workers (the step's own kernels already run on one:
-    a parallel region between steps, an optimizer's or a validation's, left torch's OpenMP
-    threads spinning on the cores the next step's workers needed; docs/performance.md,
-    "Shared machines"); else the caller's."""
-    if step.on_workers(batch_size):
-        return one_thread()
-    return small_work_single_threaded(step_work, step.X.device, limit=SMALL_STEP_WORK)
+class _OneThreadUpdates:
+    """The optimizer of steps on workers, its updates on the calling thread's one core, as the
+    steps' own kernels: a parallel region between steps left torch's OpenMP thread spinning on
+    the cores the next step's workers needed (docs/performance.md, "Shared machines")."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def step(self):
+        with one_thread():
+            self.optimizer.step()
 
 
 def _optimizer(metric_map, log_temperature, learning_rate, weight_decay, state):

@@ -1,7 +1,5 @@
 """The training loop's averaged parameters (``train_metric(average=...)``)."""
 
-import contextlib
-
 import numpy as np
 import pytest
 import torch
@@ -261,14 +259,15 @@ def test_equal_rows_are_not_merged_when_every_point_is_a_candidate():
 
 
 @pytest.mark.parametrize("n_components, workers", [(64, 2), (8, 1)])
-def test_a_loop_of_steps_on_workers_runs_its_own_thread_on_one_core(monkeypatch, n_components,
-                                                                     workers):
-    """Steps large enough for workers (``recomputed_step``): between them the calling thread
-    runs on one torch thread (a parallel region there left OpenMP threads spinning on the
-    workers' cores), the steps' and the validation's workers are the caller's thread count
-    (one for a loop of small steps, ``SMALL_STEP_WORK``: all on one thread, as before), the
-    caller's count is restored, and the model is the one trained without the limit."""
+def test_the_updates_of_steps_on_workers_run_on_one_thread(monkeypatch, n_components, workers):
+    """Steps large enough for workers (``recomputed_step``): the optimizer's updates between
+    them run on one torch thread (a parallel region there left OpenMP's thread spinning on the
+    workers' cores), the steps' and the validations' workers are the caller's thread count
+    and the callbacks run on the caller's threads (a loop of small steps, ``SMALL_STEP_WORK``:
+    all on one thread, as before); the caller's count is restored, and the model is the one
+    trained with updates on the caller's threads."""
     from skattention._engine._one_block import RECOMPUTED_MIN_PAIRS
+    from skattention._engine._optimizers import Adam as EngineAdam
     from skattention._engine._training import Callback
 
     g = torch.Generator().manual_seed(0)
@@ -276,31 +275,35 @@ def test_a_loop_of_steps_on_workers_runs_its_own_thread_on_one_core(monkeypatch,
     values = torch.nn.functional.one_hot((X[:, 0] > 0).long(), 2).float()
     batch, candidates = 1024, RECOMPUTED_MIN_PAIRS // 1024
 
-    def fit(loop_threads=None):
-        seen = {"loop": [], "workers": []}
+    def fit(one_thread_updates=True):
+        seen = {"callbacks": [], "workers": [], "updates": []}
 
         class Threads(Callback):
             def on_epoch_end(self, history):
-                seen["loop"].append(torch.get_num_threads())
+                seen["callbacks"].append(torch.get_num_threads())
                 return False
 
-        real = _metric_training.chunk_workers
+        real_workers, real_step = _metric_training.chunk_workers, EngineAdam.step
 
         def chunk_workers(n):
             seen["workers"].append(n)
-            return real(n)
+            return real_workers(n)
+
+        def step(self):
+            seen["updates"].append(torch.get_num_threads())
+            return real_step(self)
 
         with monkeypatch.context() as m:
             m.setattr(_metric_training, "chunk_workers", chunk_workers)
-            if loop_threads is not None:
-                m.setattr(_metric_training, "_loop_threads", loop_threads, raising=False)
+            m.setattr(EngineAdam, "step", step)
+            if not one_thread_updates:
+                m.setattr(_metric_training, "_OneThreadUpdates", lambda optimizer: optimizer)
             torch.manual_seed(0)
             metric_map = build_map("tabular", n_components=n_components, n_numeric=3)
-            log_t = torch.tensor(0.0)
             train_metric(
-                metric_map, log_t, X[:2100], values[:2100], "log_loss", torch.ones(2100),
-                validation=(X[2100:], values[2100:], torch.ones(300)), max_iter=2,
-                batch_size=batch, n_candidates=candidates, learning_rate=5e-2,
+                metric_map, torch.tensor(0.0), X[:2100], values[:2100], "log_loss",
+                torch.ones(2100), validation=(X[2100:], values[2100:], torch.ones(300)),
+                max_iter=2, batch_size=batch, n_candidates=candidates, learning_rate=5e-2,
                 weight_decay=0.0, n_iter_no_change=100, tol=0.0,
                 generator=torch.Generator().manual_seed(0), callbacks=[Threads()],
             )
@@ -309,11 +312,12 @@ def test_a_loop_of_steps_on_workers_runs_its_own_thread_on_one_core(monkeypatch,
     previous = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        weight, seen = fit()
+        state, seen = fit()
         assert torch.get_num_threads() == 2
-        unlimited, _ = fit(lambda *args: contextlib.nullcontext())
+        on_caller_threads, _ = fit(one_thread_updates=False)
     finally:
         torch.set_num_threads(previous)
-    assert seen["loop"] == [1, 1]
+    assert seen["updates"] and set(seen["updates"]) == {1}
+    assert seen["callbacks"] == [workers, workers]
     assert seen["workers"] and set(seen["workers"]) == {workers}  # steps and validations
-    assert all(torch.equal(weight[k], unlimited[k]) for k in weight)
+    assert all(torch.equal(state[k], on_caller_threads[k]) for k in state)
