@@ -126,18 +126,14 @@ def train_metric(
                            optimizer_state)
     images = metric_map.training_images(
         [X] if validation is None else [X, validation[0]], min(n, n_candidates))
-    step_work = batch_size * min(n, n_candidates) * (metric_map.n_components + values.shape[1])
-    # the workers of steps that take them: the caller's threads, one for a loop of small steps
-    workers = 1 if step_work < SMALL_STEP_WORK else torch.get_num_threads()
     step = _MinibatchStep(metric_map, log_temperature, X, values, loss, weight, log_prior,
-                          n_candidates, generator, optimizer, row_groups, images, workers)
+                          n_candidates, generator, optimizer, row_groups, images)
     parameters = _Parameters(metric_map, log_temperature)
     validate = None
     if validation is not None:
         keys = _validation_keys(n, max_validation_keys, generator, X.device)
         validate = _Validation(metric_map, log_temperature, images, values, log_prior, keys,
-                               validation, loss,
-                               step.workers if step.on_workers(batch_size) else None)
+                               validation, loss, step.on_workers(batch_size))
     batches = EpochBatches(n, epoch_rows, batch_size, generator)
     stepper, validate, swap_back = _averaged(optimizer, validate, average, batches.rows,
                                              batch_size)
@@ -146,6 +142,7 @@ def train_metric(
     # the caller's callbacks see the epoch's validated (averaged) parameters, then the live
     # ones are put back for the next epoch
     updates = _OneThreadUpdates(stepper) if step.on_workers(batch_size) else stepper
+    step_work = batch_size * min(n, n_candidates) * (metric_map.n_components + values.shape[1])
     with small_work_single_threaded(step_work, X.device, limit=SMALL_STEP_WORK):
         run_training(
             metric_map, updates, max_iter=max_iter, step=step, history=history,
@@ -192,7 +189,7 @@ class _MinibatchStep:
     validation points (``i = 1``), ``metric_map.training_images``."""
 
     def __init__(self, metric_map, log_temperature, X, values, loss, weight, log_prior,
-                 n_candidates, generator, optimizer, row_groups, images, workers=1):
+                 n_candidates, generator, optimizer, row_groups, images):
         self.metric_map, self.log_temperature, self.X, self.values = (
             metric_map, log_temperature, X, values)
         self.images = images
@@ -200,7 +197,6 @@ class _MinibatchStep:
         self.n_candidates, self.generator, self.optimizer = n_candidates, generator, optimizer
         self.in_batch = torch.zeros(X.shape[0], dtype=torch.bool)
         self.row_groups = None if row_groups is None else row_groups.to(X.device)
-        self.workers = workers  # of :func:`chunk_workers`, where the step takes them
 
     def candidates(self, batch):
         """``(candidates, own)``: the batch itself plus a random sample of the other points,
@@ -230,7 +226,7 @@ class _MinibatchStep:
     def __call__(self, batch):
         if not self.on_workers(batch.numel()):
             return self._step(batch)
-        with chunk_workers(self.workers):
+        with chunk_workers(torch.get_num_threads()):
             return self._step(batch)
 
     def _step(self, batch):
@@ -326,15 +322,14 @@ def _validation_keys(n, max_validation_keys, generator, device):
 class _Validation:
     """The ``validate`` of early stopping: ``(score, loss)`` of the validation points attending
     to the training points ``keys`` (:func:`validation_score`); ``images``: as the step's.
-    ``workers``: the attention computed as a step's on that many workers
-    (``_MinibatchStep``), not by :func:`attention` (the same outputs up to rounding, in fewer
-    passes); ``None``: by :func:`attention`."""
+    ``on_workers``: the attention computed as a step's on workers (``_MinibatchStep``), not by
+    :func:`attention` (the same outputs up to rounding, in fewer passes)."""
 
     def __init__(self, metric_map, log_temperature, images, values, log_prior, keys,
-                 validation, loss, workers):
+                 validation, loss, on_workers):
         self.metric_map, self.log_temperature = metric_map, log_temperature
         self.images, self.values, self.log_prior, self.keys = images, values, log_prior, keys
-        self.validation, self.loss, self.workers = validation, loss, workers
+        self.validation, self.loss, self.on_workers = validation, loss, on_workers
 
     @torch.no_grad()
     def __call__(self):
@@ -345,8 +340,8 @@ class _Validation:
         images, values = self.images(0, keys), self.values.index_select(0, keys)
         prior = None if self.log_prior is None else self.log_prior.index_select(0, keys)
         temperature = float(torch.exp(self.log_temperature))
-        if self.workers is not None:
-            with chunk_workers(self.workers):
+        if self.on_workers:
+            with chunk_workers(torch.get_num_threads()):
                 prepared = PreparedKeys(images, metric_map.kind, check_finite=False)
                 pred = _minibatch_attention(queries, prepared, values, temperature, prior, None)
         else:

@@ -262,7 +262,7 @@ def _span_logits(prepared, row, spans, scale):
     """:func:`_logits` of one prepared query (``row``, padded) against the keys of each span
     ``(start, stop)`` of ``prepared``, side by side: for the ``"euclidean"`` kind one product
     per span and the logits of them all at once."""
-    if prepared.squared or prepared.keys_aug_t is None:
+    if prepared.squared or not prepared.offsets_row:
         return torch.cat([_logits(prepared, row, k0, k1, scale)[:1] for k0, k1 in spans], 1)
     augmented = prepared.augmented(row)
     partial = torch.cat([prepared.block(row, k0, k1, augmented=augmented)[:1]

@@ -88,9 +88,6 @@ class PreparedKeys:
             self.coef = 1.0
             if self.kind == "cosine":
                 keys = unit_rows(keys)
-        # [k; -||k||^2], transposed: partial scores as one product of [coef q, 1] (no bias
-        # copy into the score block); None under autograd and for "dot"
-        self.keys_aug_t = None
         if keys.requires_grad:  # training: products take the transposed view
             self.keys, self.keys_t, self.wide_t = keys, keys.T, None
         else:
@@ -112,7 +109,7 @@ class PreparedKeys:
                 self.keys_t[: keys.shape[1]].sub_(self.shift[:, None])
             if self.key_offset is not None:
                 self.keys_t[-1] = self.key_offset
-                self.keys_aug_t, self.keys_t = self.keys_t, self.keys_t[:-1]
+                self.keys_t = self.keys_t[:-1]
             self.keys = keys.contiguous() if self.pairwise else self.keys_t.T
         self.n_keys, self.dim = keys.shape
         # (``check_finite=False``: a training step, whose keys are the map's images of checked
@@ -162,6 +159,13 @@ class PreparedKeys:
         out = build()
         self._remembered[name] = (source, source._version, key, out)
         return out
+
+    @property
+    def offsets_row(self):
+        """Whether the transposed keys carry the offsets as one more row, ``[k; -||k||^2]``:
+        partial scores are then one product with ``[coef q, 1]`` (no bias copy into the score
+        block); not under autograd nor for ``"dot"``."""
+        return self.wide_t is not None and self.key_offset is not None
 
     @property
     def is_distance(self):
@@ -261,7 +265,7 @@ class PreparedKeys:
         """The query block :meth:`block` multiplies with augmented keys, ``[coef q, 1]`` with
         padded rows (``None`` without them): a loop over key blocks prepares it once per query
         block and passes it as ``block(..., augmented=)``."""
-        if self.keys_aug_t is None:
+        if not self.offsets_row:
             return None
         return padded_rows(torch.cat([q * self.coef, q.new_ones((q.shape[0], 1))], 1))
 
@@ -284,13 +288,13 @@ class PreparedKeys:
         else:
             kt = self.keys_t[:, start:stop]
             offset = None if self.key_offset is None else self.key_offset[start:stop]
-        if self.keys_aug_t is not None and log_prior is None and not tensor_scale and scale == 1.0:
+        if self.offsets_row and log_prior is None and not tensor_scale and scale == 1.0:
             # partial scores [coef q, 1] . [k, -||k||^2] (coef = 2: exact scaling); the fast
             # scores' margin (``margin``) covers the one more term of the sum
             q_aug = self.augmented(q) if augmented is None else augmented
             return torch.mm(q_aug, kt)[:rows, :width]
         q = padded_rows(q)
-        kt = kt[:-1] if self.keys_aug_t is not None else kt
+        kt = kt[:-1] if self.offsets_row else kt
         prior = None if log_prior is None else _padded(log_prior[start:stop], kt.shape[1])
         if tensor_scale:
             # Scale the (small) query block and key offsets, not the score block: one pass over

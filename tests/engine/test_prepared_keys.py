@@ -256,7 +256,7 @@ def test_keys_prepared_by_chunks_of_rows_give_the_same_bits(monkeypatch, dtype, 
     whole = _scores.PreparedKeys(keys, metric)
     monkeypatch.setattr(_scores, "KEY_CHUNK_ROWS", 10)
     chunked = _scores.PreparedKeys(keys, metric)
-    assert torch.equal(chunked.keys_aug_t, whole.keys_aug_t)
+    assert torch.equal(chunked.wide_t, whole.wide_t)  # the keys, their offsets, the zeros
     centred = keys - keys.mean(0)
     assert torch.equal(chunked.keys, centred)
     assert torch.equal(chunked.key_offset, -(centred * centred).sum(1))
