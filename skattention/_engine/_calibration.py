@@ -153,7 +153,10 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
 def _search(losses_at, log_temperature):
     """Set ``log_temperature`` to the calibration grids' best point of ``losses_at(log_ts)``
     (losses of several points in one pass); returns its loss."""
-    best, best_loss = float(log_temperature), math.inf
+    # from inside the dtype's range: a training that diverged can leave the parameter far out
+    # (the temperatures it used were clamped), where the grid's exp would overflow
+    best = clamp_log_temperature(float(log_temperature), log_temperature.dtype)
+    best_loss = math.inf
     for half, step in _CALIBRATION_GRIDS:
         if best_loss == math.inf:
             # the first grid whole: over +-2.5 the loss may have a second minimum (towards a

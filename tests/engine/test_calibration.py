@@ -117,3 +117,17 @@ def test_calibration_over_grouped_keys_with_every_group_near_is_over_every_key(t
         assert log_t == pytest.approx(float(exact_t), abs=1e-9)
         assert loss == pytest.approx(exact, rel=1e-9)
     assert -2.5 < float(exact_t) < 2.5
+
+
+@pytest.mark.parametrize("start", [-999.0, 999.0])
+def test_calibration_starts_inside_the_range_from_a_diverged_temperature(start):
+    # a training that diverged (learning_rate=1000) left log T at -999: the grid's exp
+    # overflowed (OverflowError); the search starts from the clamped value instead
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(300, 3, generator=g)
+    y = torch.nn.functional.one_hot((X[:, 0] > 0).long(), 2).float()
+    log_t = torch.tensor(start)
+    loss = calibrate_temperature(_Identity(), log_t, X, y, torch.ones(300),
+                                 (X[:100], y[:100], torch.ones(100)), "log_loss")
+    assert math.isfinite(loss)
+    assert -44 < float(log_t) < 45  # float32's range, halved: [-43.7, 44.4]
