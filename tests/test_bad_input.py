@@ -432,3 +432,17 @@ def test_kmeans_values_too_large_for_distances(dtype):
     est = make("AttentionKMeans").fit(np.random.default_rng(0).normal(size=(8, 2)).astype(dtype))
     with pytest.raises(ValueError, match="too large"):
         est.transform(X)
+
+
+@pytest.mark.parametrize(("metric", "learning_rate"), [("mlp", 1e6), ("dot", 100.0)])
+def test_training_that_diverges_by_its_learning_rate_says_so(metric, learning_rate):
+    """A learning rate far too large sends the map's images out of float32's range by the
+    first epoch's validation, whose attention then failed with advice about the data's scale
+    ("rescale the data", "raise the temperature") on standard normal data."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2))
+    y = (X[:, 0] > 0).astype(int)
+    model = skattention.MetricAttentionClassifier(metric, max_iter=5,
+                                                  learning_rate=learning_rate, random_state=0)
+    with pytest.raises(ValueError, match="Training diverged.*lower learning_rate"):
+        model.fit(X, y)

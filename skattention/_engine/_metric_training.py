@@ -181,6 +181,10 @@ def _optimizer(metric_map, log_temperature, learning_rate, weight_decay, state):
     return optimizer
 
 
+_DIVERGED = ("Training diverged: {} (the map's images overflow the compute dtype); lower "
+             "learning_rate, rescale the data or use float64.")
+
+
 class _MinibatchStep:
     """The training step of one minibatch (the ``step`` of ``run_training``): its points
     attend to candidate points with themselves excluded; the gradients of their weighted
@@ -249,10 +253,7 @@ class _MinibatchStep:
         batch_loss = self._backward(queries, prepared, cand_values, temperature, prior,
                                     own_d, self.values[batch_d], w)
         if not math.isfinite(batch_loss):
-            raise ValueError(
-                "Training diverged: the minibatch loss is not finite (the map's images overflow "
-                "the compute dtype); lower learning_rate, rescale the data or use float64."
-            )
+            raise ValueError(_DIVERGED.format("the minibatch loss is not finite"))
         return batch_loss, float(w.sum())
 
     def _merged(self, cand, n_batch, batch_first=True):
@@ -345,9 +346,12 @@ class _Validation:
                 prepared = PreparedKeys(images, metric_map.kind, check_finite=False)
                 pred = _minibatch_attention(queries, prepared, values, temperature, prior, None)
         else:
-            pred = attention(queries, images, values, metric=metric_map.kind,
-                             temperature=temperature, log_prior=prior, on_empty="zero",
-                             device=images.device, dtype=images.dtype)
+            try:
+                pred = attention(queries, images, values, metric=metric_map.kind,
+                                 temperature=temperature, log_prior=prior, on_empty="zero",
+                                 device=images.device, dtype=images.dtype)
+            except ValueError as exc:  # the images' or scores' overflow, not the data's
+                raise ValueError(_DIVERGED.format("the validation's attention failed")) from exc
         return validation_score(pred, self.validation, self.loss)
 
 
