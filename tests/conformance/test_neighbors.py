@@ -260,6 +260,25 @@ def test_radius_classifier_outlier_label():
         np.testing.assert_array_equal(ours.predict_proba(z)[0], [0, 0])
 
 
+@pytest.mark.parametrize("w", [[5, 1, 1, 1, 1], [3, 1, 1, 1, 3], [1, 1, 1, 1, 4],
+                               [1, 0, 0, 0, 1]], ids=["heavy", "tie", "rare", "zero"])
+def test_radius_classifier_most_frequent_counts_sample_weight(w):
+    # an integer weight acts as repeating the row: "most_frequent" is RadiusNeighborsClassifier's
+    # on the repeated rows (ties: the smallest label; a class of zero-weight rows cannot win)
+    X = np.array([[0.0], [1.0], [2.0], [3.0], [4.0]])
+    Y = np.column_stack([[0, 1, 1, 1, 2], [7, 7, 8, 8, 9]])
+    Q = np.array([[100.0]])  # no training point within the radius
+    for y in (Y[:, 0], Y):
+        ref = RadiusNeighborsClassifier(radius=0.5, outlier_label="most_frequent").fit(
+            np.repeat(X, w, axis=0), np.repeat(y, w, axis=0)
+        )
+        ours = MetricAttentionClassifier(
+            "euclidean", radius=0.5, temperature=INF, outlier_label="most_frequent"
+        ).fit(X, y, sample_weight=w)
+        np.testing.assert_array_equal(ours.outlier_label_, ref.outlier_label_)
+        np.testing.assert_array_equal(ours.predict(Q), ref.predict(Q))
+
+
 def test_radius_classifier_outlier_label_matches_predict_proba():
     # scikit-learn's test_radius_neighbors_predict_proba
     for seed in range(5):
