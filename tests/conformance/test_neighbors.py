@@ -216,6 +216,22 @@ def test_issue_zero_temperature_on_a_small_integer_grid():
     np.testing.assert_array_equal(ours.predict(Xq), ref.predict(Xq))
 
 
+def test_zero_temperature_ties_are_brute_force_1nn():
+    # docs/special_cases.md: among points tied at the nearest distance the lowest index, as
+    # scikit-learn's brute force; its trees (what "auto" picks here) return another on some
+    # queries, so the default KNeighborsClassifier differs where tied points' labels differ
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 3, size=(300, 2)).astype(float)
+    y = rng.integers(0, 3, len(X))
+    Xq = rng.integers(0, 3, size=(200, 2)) + 0.5  # four nearest points at once
+    ours = MetricAttentionClassifier("euclidean", temperature=0).fit(X, y)
+    brute = KNeighborsClassifier(n_neighbors=1, algorithm="brute").fit(X, y)
+    np.testing.assert_array_equal(ours.predict_proba(Xq), brute.predict_proba(Xq))
+    default = KNeighborsClassifier(n_neighbors=1).fit(X, y)
+    assert default._fit_method == "kd_tree"
+    assert (default.predict(Xq) != brute.predict(Xq)).any()
+
+
 def test_issue_zero_temperature_tie():
     T, ty = [[-1], [1], [-5], [5]], [3, 1, 2, 2]
     assert KNeighborsClassifier(n_neighbors=1).fit(T, ty).predict([[0]]).tolist() == [3]
