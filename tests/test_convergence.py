@@ -27,6 +27,17 @@ def test_warns_at_max_iter(data, name):
 
 
 @pytest.mark.parametrize("name", TRAINING)
+def test_hint_names_warm_start_only_where_it_is_a_parameter(data, name):
+    X, y = data
+    est = cheap(name, max_iter=1)
+    with pytest.warns(ConvergenceWarning, match="Raise max_iter") as record:
+        est.fit(X, y)
+    message = str(record[0].message)
+    assert ("warm_start" in message) == ("warm_start" in est.get_params())
+    assert ("warm_start" in message) == (name != "AttentionNetworkClassifier")
+
+
+@pytest.mark.parametrize("name", TRAINING)
 def test_silent_when_the_stopping_rule_stops(data, name):
     X, y = data
     # tol larger than any improvement: the rule stops after n_iter_no_change epochs

@@ -75,6 +75,16 @@ def test_sharded_classifier_equals_in_memory(synchronous, data, settings, dtype)
     np.testing.assert_array_equal(sharded.predict(dask_rows(Q, (25, 15))).compute(), exp_labels)
 
 
+def test_sharded_most_frequent_counts_sample_weight(synchronous, data):
+    X, y, _, _ = data
+    clf = MetricAttentionClassifier("euclidean", radius=0.1, temperature=np.inf,
+                                    outlier_label="most_frequent")
+    assert clf.fit(dask_rows(X), dask_rows(y)).outlier_label_ == 1  # the most rows
+    weight = np.where(y == 2, 5.0, 1.0)  # class 2 has the fewest rows, the most weight
+    assert clf.fit(dask_rows(X), dask_rows(y), sample_weight=dask_rows(weight)).outlier_label_ == 2
+    assert clf.fit(X, y, sample_weight=weight).outlier_label_ == 2
+
+
 @pytest.mark.parametrize("settings", [dict(temperature=0.3), dict(temperature=1.0, n_neighbors=6),
                                       dict(temperature=0.3, radius=0.9)])
 def test_sharded_regressor_equals_in_memory(synchronous, data, settings, monkeypatch):

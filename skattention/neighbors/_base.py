@@ -137,7 +137,9 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
             previous = None
         strategy = previous or STRATEGIES[self.metric](self.metric)
         strategy.p = float(self.p)
-        X_checked = strategy.input.check(self, X, reset=True)  # X first: its errors name X
+        # X first: its errors name X; a warm start checks X against the kept encoding (as
+        # predict does: scikit-learn's errors, naming the estimator, for other features)
+        X_checked = strategy.input.check(self, X, reset=previous is None)
         names = self.__dict__.get("feature_names_in_")
         y = validate_data(self, "no_validation", y, **y_checks)  # (which forgets X's names)
         if names is not None:

@@ -8,7 +8,7 @@ from sklearn.base import ClassifierMixin
 
 from ..utils._dask import is_dask_collection
 from ..utils._param_validation import StrOptions
-from ..utils._sklearn_compat import _fit_context
+from ..utils._sklearn_compat import _check_sample_weight, _fit_context
 from ..utils._threads import uses_n_jobs
 from ..utils._validation import ProbabilisticClassifierMixin
 from . import _docs
@@ -49,9 +49,10 @@ class MetricAttentionClassifier(
         With ``radius``, the label of a query that has no training point within the radius, as
         in :class:`~sklearn.neighbors.RadiusNeighborsClassifier`: its probabilities are one-hot
         on that class (all 0, with a warning, for a label that is not a training class), and
-        ``"most_frequent"`` is the most frequent training class. ``None``: such a query raises
-        ``ValueError``. Without ``radius`` every query has neighbours and it is not used. A
-        list gives one per output.
+        ``"most_frequent"`` is the most frequent training class, each point counted by its
+        sample weight, as repeated points (ties: the smallest label). ``None``: such a query
+        raises ``ValueError``. Without ``radius`` every query has neighbours and it is not used.
+        A list gives one per output.
     {LEARNING}
     {DEVICE}
     {CATEGORICAL}
@@ -157,8 +158,11 @@ class MetricAttentionClassifier(
             raise ValueError(
                 f"outlier_label has {len(labels)} labels but y has {len(classes)} outputs."
             )
+        # counted by sample weight, as the repeated rows would be (argmax: the smallest label
+        # among tied classes, as RadiusNeighborsClassifier)
+        weight = _check_sample_weight(sample_weight, self._fit_y, dtype=np.float64)
         labels = [
-            c[np.bincount(y - y.min()).argmax()]
+            c[np.bincount(y - y.min(), weights=weight).argmax()]
             if isinstance(label, str) and label == "most_frequent" else label
             for label, c, y in zip(labels, classes, self._fit_y.T, strict=True)
         ]

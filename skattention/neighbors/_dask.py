@@ -71,7 +71,7 @@ class ShardedFit:
                 f"n_neighbors={estimator.n_neighbors} is larger than the number of training "
                 f"samples ({self.n})."
             )
-        self.classes = self.counts = None
+        self.classes = self.counts = self.weighted_counts = None
 
     def sample(self, estimator):
         """``(X, y, sample_weight)`` of the rows drawn for the in-memory fit: uniformly from
@@ -89,15 +89,18 @@ class ShardedFit:
         rows = np.arange(n) if size == n else np.unique(rng.randint(0, n, size=size))
         if self.classifier:
             # every class, and one row of each in the sample: the sample fit sees all classes
-            found = dask.compute([dask.delayed(_classes_in)(b) for b in self.y_blocks])[0]
-            self.classes = np.unique(np.concatenate([c for c, _, _ in found]))
+            found = dask.compute([dask.delayed(_classes_in)(b, w)
+                                  for b, w in zip(self.y_blocks, self.w_blocks, strict=True)])[0]
+            self.classes = np.unique(np.concatenate([c for c, *_ in found]))
             self.counts = np.zeros(self.classes.size, dtype=np.int64)
+            self.weighted_counts = np.zeros(self.classes.size)
             first_rows = np.full(self.classes.size, n)
             start = 0
-            for (block_classes, first, block_counts), length in zip(found, self.lengths,
-                                                                     strict=True):
+            for (block_classes, first, block_counts, block_weights), length in zip(
+                    found, self.lengths, strict=True):
                 where = np.searchsorted(self.classes, block_classes)
                 self.counts[where] += block_counts
+                self.weighted_counts[where] += block_weights
                 first_rows[where] = np.minimum(first_rows[where], start + first)
                 start += length
             rows = np.union1d(rows, first_rows)
@@ -144,8 +147,9 @@ class ShardedFit:
                            estimator.device)
 
     def most_frequent_class(self):
-        """The most frequent class over all rows (a classifier's ``"most_frequent"``)."""
-        return self.classes[np.argmax(self.counts)]
+        """The most frequent class over all rows, counted by sample weight (a classifier's
+        ``"most_frequent"``)."""
+        return self.classes[np.argmax(self.weighted_counts)]
 
 
 class ShardedKeys:
@@ -255,10 +259,15 @@ class ShardedKeys:
         return parts[0]
 
 
-def _classes_in(y):
-    """A partition's classes, the first row of each, and their counts."""
-    classes, first, counts = np.unique(np.asarray(y), return_index=True, return_counts=True)
-    return classes, first, counts
+def _classes_in(y, sample_weight):
+    """A partition's classes, the first row of each, their counts and their sums of
+    ``sample_weight`` (the counts where it is ``None``)."""
+    classes, first, inverse, counts = np.unique(
+        np.asarray(y), return_index=True, return_inverse=True, return_counts=True)
+    weighted = (counts.astype(np.float64) if sample_weight is None else
+                np.bincount(inverse.ravel(), weights=np.asarray(sample_weight, np.float64),
+                            minlength=classes.size))
+    return classes, first, counts, weighted
 
 
 def _take_rows(x_blocks, y_blocks, w_blocks, lengths, rows):

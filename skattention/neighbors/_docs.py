@@ -202,7 +202,8 @@ CATEGORICAL = """categorical_features : "from_dtype", array-like of bool, int or
         Which columns of ``X`` are categorical, as in
         :class:`~sklearn.ensemble.HistGradientBoostingClassifier`. ``"from_dtype"``: the pandas
         ``category``, string and object columns of a DataFrame (booleans count as numbers 0/1;
-        an object column of numbers alone is numeric);
+        an object column of numbers alone is numeric; datetimes and durations, whatever their
+        dtype, are numbers of seconds, since the Unix epoch for datetimes);
         a boolean mask, column indices or (for a DataFrame) column names select them
         explicitly; ``None``: every column is numeric. Categorical columns enter one-hot (one
         column per training level, plus one for "missing" where the column had missing values

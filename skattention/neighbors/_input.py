@@ -93,16 +93,17 @@ class TabularInput:
             reject_infinity(numbers.to_numpy(np.float64, na_value=0))
         return X
 
-    @staticmethod
-    def numeric_frame_rows(estimator, X, dtypes=None):
+    def numeric_frame_rows(self, estimator, X, dtypes=None):
         """A few rows of a DataFrame whose columns are NumPy numbers named as at fit time,
         checked, as the array the encoder reads the same way (float32 when every column is,
         else float64: what the column-by-column conversion gives); ``None`` for any other
-        frame (converting and checking column by column dominates a single row's predict).
+        frame (converting and checking column by column dominates a single row's predict) and
+        where a column held datetimes or durations at fit (numbers there are an error).
         ``dtypes``: the frame's column dtypes, if the caller has them (a frame builds them
         anew on every access)."""
         dtypes = list(X.dtypes) if dtypes is None else dtypes
-        if not _named_as_fitted(estimator, X) or not _numbers_only(dtypes):
+        if (not _named_as_fitted(estimator, X) or not _numbers_only(dtypes)
+                or self.encoder.reads_times):
             return None
         rows = X.to_numpy(np.float32 if all(d == np.float32 for d in dtypes) else np.float64)
         reject_infinity(rows)

@@ -2,7 +2,9 @@
 matrix, checked against the fitted columns (``Table``), and the input checks it shares with the
 estimators (``reject_infinity``)."""
 
-from numbers import Integral
+import datetime
+from decimal import Decimal
+from numbers import Integral, Real
 
 import numpy as np
 from scipy import sparse
@@ -12,6 +14,11 @@ try:  # optional: numeric arrays and sparse matrices are encoded without it
     import pandas as pd
 except ImportError:  # pragma: no cover - the test environment has pandas
     pd = None
+
+# what a column of datetimes or durations becomes: float64 seconds since the Unix epoch or
+# seconds (numbers: one level per distinct time would make the column useless)
+TIME_KINDS = ("datetime", "timedelta")
+_KIND_NAMES = {"datetime": "datetimes", "timedelta": "durations", "number": "numbers"}
 
 
 def reject_infinity(values):
@@ -113,27 +120,37 @@ class Table:
         return str(names[j]) if names is not None else f"x{j}"
 
     def kind(self, j):
-        """'category' (category / string / object), 'bool' or 'number'."""
+        """'category' (category / string / object / period / interval), 'bool', 'number',
+        'datetime' (naive or time-zone aware) or 'timedelta', by the column's dtype."""
         if self.is_sparse or self.array is not None:
             return "number"
         dtype = self.dtypes[j]
         if isinstance(dtype, pd.CategoricalDtype):
             return "category"
+        if pd.api.types.is_datetime64_any_dtype(dtype):
+            return "datetime"
+        if pd.api.types.is_timedelta64_dtype(dtype):
+            return "timedelta"
         if pd.api.types.is_bool_dtype(dtype):
             return "bool"
         if pd.api.types.is_numeric_dtype(dtype):
             return "number"
         return "category"
 
-    def holds_numbers(self, j):
-        """Whether column ``j`` is an ``object`` column whose values present (one at least)
-        are all real numbers, not booleans or strings: numbers that lost their dtype (an
-        object array of a mixed frame, a ColumnTransformer's passthrough)."""
+    def held_kind(self, j):
+        """What the ``object`` column ``j`` holds where its values present (one at least) are
+        all of one kind: ``"number"`` (real numbers, ``Decimal`` included, not booleans or
+        strings: numbers that lost their dtype, as in an object array of a mixed frame or a
+        ColumnTransformer's passthrough), ``"datetime"`` (``datetime.date`` / ``datetime`` /
+        ``pd.Timestamp`` / ``np.datetime64``) or ``"timedelta"``; else ``None``."""
         if self.array is not None or self.is_sparse or self.dtypes[j] != np.dtype(object):
-            return False
+            return None
         values = self.frame.iloc[:, j].to_numpy(dtype=object)
         present = values[~pd.isna(values)]
-        return present.size > 0 and bool(_cell_kinds(present)[0].all())
+        if not present.size:
+            return None
+        types = pd.unique(_TYPE_OF(present))  # each distinct type tested once
+        return next((kind for kind, test in _CELL_TESTS.items() if all(map(test, types))), None)
 
     def numeric_column(self, j, fitted_kind):
         """Column ``j`` as float64 with NaN for missing values; a clear error for text."""
@@ -149,6 +166,11 @@ class Table:
             return self.array[:, j]
         series = self.frame.iloc[:, j]
         kind = self.kind(j)
+        if fitted_kind in TIME_KINDS or kind in TIME_KINDS:
+            # times read as they were at fit; a column of numbers at fit takes no times
+            expected = (kind if fitted_kind is None
+                        else fitted_kind if fitted_kind in TIME_KINDS else "number")
+            return self._seconds(j, series, expected)
         if kind == "category" or (fitted_kind not in (None, kind) and fitted_kind != "bool"):
             if isinstance(series.dtype, pd.CategoricalDtype):
                 series = series.astype(object)
@@ -165,6 +187,37 @@ class Table:
             reject_infinity(values)  # "inf" or np.inf in an object column, as in a float one
             return values
         return series.astype("float64").to_numpy(na_value=np.nan)
+
+    def _seconds(self, j, series, fitted_kind):
+        """Column ``j`` (``series``) read as ``fitted_kind`` (:data:`TIME_KINDS`): float64
+        seconds since the Unix epoch (naive datetimes read as UTC) or seconds of the durations,
+        NaN where missing; a clear error where it holds anything else (``fitted_kind="number"``:
+        a column of numbers at fit, which takes missing values only here)."""
+        kind = self.kind(j)
+        if kind != fitted_kind:  # an object column (or other values at prediction)
+            values = series.to_numpy(dtype=object, na_value=None)
+            present = values[~pd.isna(values)]
+            if not present.size:  # all missing: no evidence either way
+                return np.full(values.shape[0], np.nan)
+            wrong = ~_cells_of_kind(present, fitted_kind)
+            if kind in TIME_KINDS or wrong.any():
+                example = present[np.argmax(wrong)]
+                raise ValueError(
+                    f"column {self.name(j)!r} held {_KIND_NAMES[fitted_kind]} at fit time but "
+                    f"holds {example!r} now; pass {_KIND_NAMES[fitted_kind]} (or declare it in "
+                    "categorical_features)."
+                )
+            series = pd.Series(values)
+        try:
+            if fitted_kind == "datetime":
+                seconds = pd.to_datetime(series, utc=True) - pd.Timestamp(0, tz="UTC")
+            else:
+                seconds = pd.to_timedelta(series)
+        except (pd.errors.OutOfBoundsDatetime, pd.errors.OutOfBoundsTimedelta) as error:
+            raise ValueError(f"column {self.name(j)!r} holds {_KIND_NAMES[fitted_kind]} "
+                             f"beyond pandas' range: {error}") from error
+        seconds = seconds / pd.Timedelta(seconds=1)
+        return seconds.to_numpy(dtype=np.float64, na_value=np.nan)
 
     def category_column(self, j, as_text=False):
         """``(values, kind)`` of column ``j`` read as categorical. ``kind``: ``"numbers"``
@@ -208,8 +261,17 @@ class Table:
 
 
 def _is_number_type(kind):
-    """Whether cells of the type ``kind`` are real numbers (booleans are not)."""
-    return issubclass(kind, (Integral, float, np.number)) and not issubclass(kind, bool)
+    """Whether cells of the type ``kind`` are real numbers (booleans and durations, which
+    NumPy counts as integers, are not)."""
+    return (issubclass(kind, (Real, Decimal, np.number))
+            and not issubclass(kind, (bool, np.timedelta64)))
+
+
+_CELL_TESTS = {
+    "number": _is_number_type,
+    "datetime": lambda kind: issubclass(kind, (datetime.date, np.datetime64)),
+    "timedelta": lambda kind: issubclass(kind, (datetime.timedelta, np.timedelta64)),
+}
 
 
 _TYPE_OF = np.frompyfunc(type, 1, 1)
@@ -224,6 +286,13 @@ def _cell_kinds(cells):
     return numbers, np.isin(codes, [i for i, kind in enumerate(kinds) if kind is str])
 
 
+def _cells_of_kind(cells, kind):
+    """Which cells of an object array are of ``kind`` (a key of ``_CELL_TESTS``), each
+    distinct type tested once (as :func:`_cell_kinds`)."""
+    codes, types = pd.factorize(_TYPE_OF(cells))
+    return np.isin(codes, [i for i, t in enumerate(types) if _CELL_TESTS[kind](t)])
+
+
 def _numbers_kind(values):
     """``category_column``'s kind of a float column: ``None`` when every value is NaN."""
     return "numbers" if not np.isnan(values).all() else None
@@ -232,6 +301,8 @@ def _numbers_kind(values):
 def level_text(value):
     """A categorical cell as text: a number by its value (``1``, ``1.0`` and ``np.int64(1)``
     are the level ``"1"``, whatever column dtype carried it), anything else as ``str``."""
+    if isinstance(value, Decimal):  # Decimal("1.50") is the level of 1.5
+        value = float(value)
     if isinstance(value, Integral) and not isinstance(value, bool):
         return str(int(value))
     if isinstance(value, (float, np.floating)) and float(value).is_integer():

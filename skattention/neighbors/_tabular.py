@@ -24,6 +24,10 @@ What happens with awkward input (each a documented handling or a clear ``ValueEr
 * unseen categories or missing values at predict time: the "other" / missing codes, and the
   scaled median for numbers (no error);
 * a sparse matrix with explicit NaN: missing values as above; implicit entries are zeros;
+* datetimes (``datetime64``, time-zone aware, or an object column of ``datetime.date`` /
+  ``datetime`` / ``pd.Timestamp``) and durations: numbers, seconds since the Unix epoch
+  (naive times read as UTC) and seconds, NaT missing; such a column takes only times (or
+  missing values) at predict time;
 * a DataFrame whose columns differ from the fit (names, order) or whose column changed between
   numbers and strings: ``ValueError`` naming the column. A numeric column that arrives as strings
   of numbers is converted; one that holds text raises.
@@ -35,7 +39,7 @@ from scipy.special import ndtri
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ._table import Table, isna, pd, reject_infinity
+from ._table import TIME_KINDS, Table, isna, pd, reject_infinity
 
 MISSING_CODE = 0
 OTHER_CODE = 1
@@ -54,7 +58,8 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
     categorical_features : "from_dtype", array-like of bool, int or str, or None, \
             default="from_dtype"
         Which columns are categorical. ``"from_dtype"``: pandas ``category``, string and object
-        columns (booleans are numbers 0/1; an object column of numbers alone is numeric). A
+        columns (booleans are numbers 0/1; an object column of numbers alone is numeric, and
+        so are datetimes and durations, as seconds, whatever their dtype). A
         boolean mask, column indices or (for DataFrames) column names select them explicitly;
         ``None``: every column is numeric.
     numeric_scaling : {"robust", "quantile", "standard"} or None, default="robust"
@@ -128,9 +133,14 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         self.numeric_columns_ = np.flatnonzero(~self.categorical_)
         self.categorical_columns_ = np.flatnonzero(self.categorical_)
         self._numeric_kind = [table.kind(j) for j in range(table.n_features)]
+        for j in self.numeric_columns_:
+            held = table.held_kind(j) if self._numeric_kind[j] == "category" else None
+            if held in TIME_KINDS:  # an object column of datetimes or durations
+                self._numeric_kind[j] = held
         centre, scale, quantiles, has_missing = [], [], [], []
         for j in self.numeric_columns_:
-            values = table.numeric_column(j, fitted_kind=None)
+            kind = self._numeric_kind[j]
+            values = table.numeric_column(j, fitted_kind=kind if kind in TIME_KINDS else None)
             finite = values[~np.isnan(values)]
             has_missing.append(finite.size < values.size)
             c, s, q = self._scaling(finite)
@@ -163,6 +173,11 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         self.n_numeric_out_ = int(self.numeric_columns_.size + self.indicator_columns_.size)
         return self
 
+    @property
+    def reads_times(self):
+        """Whether a numeric column held datetimes or durations at fit (read as seconds)."""
+        return any(self._numeric_kind[j] in TIME_KINDS for j in self.numeric_columns_)
+
     def _categorical_mask(self, table):
         n = table.n_features
         spec = self.categorical_features
@@ -174,7 +189,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
                     f"categorical_features must be 'from_dtype', None, a boolean mask, indices or "
                     f"column names; got {spec!r}."
                 )
-            return np.array([table.kind(j) == "category" and not table.holds_numbers(j)
+            return np.array([table.kind(j) == "category" and table.held_kind(j) is None
                              for j in range(n)], dtype=bool)
         spec = np.asarray(spec)
         mask = np.zeros(n, dtype=bool)

@@ -34,7 +34,8 @@ class _ByIndex:
     heap leaves (brute force, KD and ball trees alike): with two closer points found late and
     keys 3, 4 and 5 tied at the third distance, it keeps 4. That is no rule (its docs warn that
     results at such ties "depend on the ordering of the training data"); skattention's rule is
-    the lower index, as scikit-learn's test_query_equidistant_kth_nn and its 1-NN have it. This
+    the lower index, as scikit-learn's test_query_equidistant_kth_nn and its brute-force 1-NN
+    (algorithm="brute"; its trees, "auto" at low dimension, need not) have it. This
     reference keeps scikit-learn's voting and averaging and changes only that choice;
     ``test_reference_is_scikit_learn_without_kth_ties`` checks it equals scikit-learn's own
     estimator on every query where no tie straddles the k-th distance.

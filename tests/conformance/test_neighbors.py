@@ -216,6 +216,22 @@ def test_issue_zero_temperature_on_a_small_integer_grid():
     np.testing.assert_array_equal(ours.predict(Xq), ref.predict(Xq))
 
 
+def test_zero_temperature_ties_are_brute_force_1nn():
+    # docs/special_cases.md: among points tied at the nearest distance the lowest index, as
+    # scikit-learn's brute force; its trees (what "auto" picks here) return another on some
+    # queries, so the default KNeighborsClassifier differs where tied points' labels differ
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 3, size=(300, 2)).astype(float)
+    y = rng.integers(0, 3, len(X))
+    Xq = rng.integers(0, 3, size=(200, 2)) + 0.5  # four nearest points at once
+    ours = MetricAttentionClassifier("euclidean", temperature=0).fit(X, y)
+    brute = KNeighborsClassifier(n_neighbors=1, algorithm="brute").fit(X, y)
+    np.testing.assert_array_equal(ours.predict_proba(Xq), brute.predict_proba(Xq))
+    default = KNeighborsClassifier(n_neighbors=1).fit(X, y)
+    assert default._fit_method == "kd_tree"
+    assert (default.predict(Xq) != brute.predict(Xq)).any()
+
+
 def test_issue_zero_temperature_tie():
     T, ty = [[-1], [1], [-5], [5]], [3, 1, 2, 2]
     assert KNeighborsClassifier(n_neighbors=1).fit(T, ty).predict([[0]]).tolist() == [3]
@@ -258,6 +274,25 @@ def test_radius_classifier_outlier_label():
         np.testing.assert_array_equal(ours.predict(z), [-1, 1, 2])
     with pytest.warns(UserWarning, match="Outlier label -1 is not in training classes"):
         np.testing.assert_array_equal(ours.predict_proba(z)[0], [0, 0])
+
+
+@pytest.mark.parametrize("w", [[5, 1, 1, 1, 1], [3, 1, 1, 1, 3], [1, 1, 1, 1, 4],
+                               [1, 0, 0, 0, 1]], ids=["heavy", "tie", "rare", "zero"])
+def test_radius_classifier_most_frequent_counts_sample_weight(w):
+    # an integer weight acts as repeating the row: "most_frequent" is RadiusNeighborsClassifier's
+    # on the repeated rows (ties: the smallest label; a class of zero-weight rows cannot win)
+    X = np.array([[0.0], [1.0], [2.0], [3.0], [4.0]])
+    Y = np.column_stack([[0, 1, 1, 1, 2], [7, 7, 8, 8, 9]])
+    Q = np.array([[100.0]])  # no training point within the radius
+    for y in (Y[:, 0], Y):
+        ref = RadiusNeighborsClassifier(radius=0.5, outlier_label="most_frequent").fit(
+            np.repeat(X, w, axis=0), np.repeat(y, w, axis=0)
+        )
+        ours = MetricAttentionClassifier(
+            "euclidean", radius=0.5, temperature=INF, outlier_label="most_frequent"
+        ).fit(X, y, sample_weight=w)
+        np.testing.assert_array_equal(ours.outlier_label_, ref.outlier_label_)
+        np.testing.assert_array_equal(ours.predict(Q), ref.predict(Q))
 
 
 def test_radius_classifier_outlier_label_matches_predict_proba():

@@ -1,6 +1,7 @@
 """Learned pseudo-metrics: training, reproducibility, warm start, early stopping, transformer."""
 
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -205,8 +206,14 @@ def test_class_and_sample_weights_shift_predictions(noisy_classification):
 def test_warm_start_with_other_features_is_a_clear_error(noisy_classification):
     Xtr, _, ytr, _ = noisy_classification
     clf = MetricAttentionClassifier(max_iter=2, warm_start=True, random_state=0).fit(Xtr, ytr)
-    with pytest.raises(ValueError, match="features"):
+    expected = clf.predict_proba(Xtr)
+    width = Xtr.shape[1]
+    message = (f"X has 5 features, but MetricAttentionClassifier is expecting {width} features "
+               "as input.")  # scikit-learn's wording, naming the estimator
+    with pytest.raises(ValueError, match=re.escape(message)):
         clf.fit(Xtr[:, :5], ytr)
+    assert clf.n_features_in_ == width  # the failed fit left the model as it was
+    np.testing.assert_array_equal(clf.predict_proba(Xtr), expected)
 
 
 def test_grid_search_over_metric_temperature_neighbors_with_knn_and_nca():

@@ -1,5 +1,8 @@
 """The mixed-type tabular encoder: column kinds, scaling, codes, sparse blocks, bad input."""
 
+import datetime
+import decimal
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -220,6 +223,83 @@ def test_nullable_dtypes_and_mixed_object_column():
     assert np.isfinite(block.numeric).all()
     assert block.numeric[1].tolist()[-2:] == [1.0, 1.0]  # both indicators of row 1
     assert block.categories[1].tolist() == [MISSING_CODE, 4]
+
+
+_SECONDS = np.array([86400.0 * 18262, np.nan, 86400.0 * 3, 86400.0 * 20000.5, -86400.0])
+
+
+def _times(form):
+    """A column of the instants (or durations) ``_SECONDS`` (NaN: missing) in ``form``."""
+    present = ~np.isnan(_SECONDS)
+    if form.startswith("timedelta"):
+        column = pd.Series(pd.to_timedelta(_SECONDS, unit="s"))
+        return column if form == "timedelta64" else column.astype(object)
+    column = pd.Series(pd.to_datetime(_SECONDS, unit="s"))
+    if form == "datetime64":
+        return column
+    if form == "tz-aware":  # the same instants in another time zone
+        return column.dt.tz_localize("UTC").dt.tz_convert("Europe/Oslo")
+    if form == "Timestamp objects":
+        return column.astype(object)
+    cells = np.full(_SECONDS.size, None, dtype=object)
+    cells[present] = [t.to_pydatetime() for t in column[present]]
+    if form == "date objects":  # whole days (20000.5 days becomes day 20000)
+        cells[present] = [t.date() for t in cells[present]]
+    return pd.Series(cells, dtype=object)
+
+
+@pytest.mark.parametrize("form", ["datetime64", "tz-aware", "Timestamp objects",
+                                  "datetime objects", "date objects", "timedelta64",
+                                  "timedelta objects"])
+def test_datetimes_and_durations_are_seconds(form):
+    # seconds since the Unix epoch (or of the duration), NaT missing: the same encoding as the
+    # numbers themselves, at fit and at prediction
+    seconds = np.floor(_SECONDS / 86400) * 86400 if form == "date objects" else _SECONDS
+    X = pd.DataFrame({"t": _times(form), "v": np.arange(5.0)})
+    numbers = pd.DataFrame({"t": seconds, "v": np.arange(5.0)})
+    for scaling in (None, "robust"):
+        enc = _TabularEncoder(numeric_scaling=scaling).fit(X)
+        assert enc.categorical_.tolist() == [False, False]
+        expected = _TabularEncoder(numeric_scaling=scaling).fit(numbers).transform(numbers)
+        np.testing.assert_array_equal(enc.transform(X).numeric, expected.numeric)
+        np.testing.assert_array_equal(enc.transform(X.iloc[[2, 1]]).numeric,
+                                      expected.numeric[[2, 1]])
+    missing = X.iloc[[1]].assign(t=[np.nan])  # a batch of missing values only (float64)
+    np.testing.assert_array_equal(enc.transform(missing).numeric, expected.numeric[[1]])
+    held = "durations" if form.startswith("timedelta") else "datetimes"
+    for other in (["2020-01-01"] * 5, numbers["t"]):
+        with pytest.raises(ValueError, match=f"'t' held {held} at fit time but holds"):
+            enc.transform(X.assign(t=other))
+    with pytest.raises(ValueError, match="'v' held numbers at fit time but holds"):
+        enc.transform(X.assign(v=pd.to_datetime(X["v"], unit="s")))
+
+
+def test_dates_beyond_pandas_range_are_a_clear_error():
+    X = pd.DataFrame({"d": pd.Series([datetime.date(1, 1, 1), datetime.date(2020, 1, 1)])})
+    with pytest.raises(ValueError, match="'d' holds datetimes beyond pandas' range"):
+        _TabularEncoder().fit(X)
+
+
+def test_decimal_values_are_numbers():
+    values = [decimal.Decimal("1.50"), None, decimal.Decimal("-2"), decimal.Decimal("0.25")]
+    X = pd.DataFrame({"d": pd.Series(values, dtype=object)})
+    numbers = pd.DataFrame({"d": [1.5, np.nan, -2.0, 0.25]})
+    enc = _TabularEncoder(numeric_scaling=None).fit(X)
+    assert enc.categorical_.tolist() == [False]
+    expected = enc.transform(numbers).numeric
+    np.testing.assert_array_equal(expected, _TabularEncoder(numeric_scaling=None).fit(numbers)
+                                  .transform(numbers).numeric)
+    np.testing.assert_array_equal(enc.transform(X).numeric, expected)
+    # declared categorical, a Decimal is the level of its value, as a float is
+    enc = _TabularEncoder(categorical_features=[0]).fit(pd.DataFrame({"d": [1, "a", 1.5]}))
+    np.testing.assert_array_equal(enc.transform(X.iloc[[0, 2]]).categories,
+                                  enc.transform(pd.DataFrame({"d": [1.5, -2]})).categories)
+
+
+def test_periods_and_intervals_are_categorical():
+    X = pd.DataFrame({"p": pd.period_range("2020-01", periods=4, freq="M"),
+                      "i": pd.interval_range(0, 4)})
+    assert _TabularEncoder().fit(X).categorical_.tolist() == [True, True]
 
 
 def test_wide_sparse_blocks_are_bounded():

@@ -1,6 +1,8 @@
 """Mixed-type tabular input of the metric-attention estimators (DataFrames, missing values,
 categories, sparse matrices) and the awkward inputs of issue 15."""
 
+import decimal
+
 import numpy as np
 import pytest
 from scipy import sparse
@@ -260,3 +262,30 @@ def test_a_few_rows_of_a_mixed_frame_equal_the_general_encoding(string_dtype, es
     odd = queries.iloc[:1].astype({"plan": object})
     odd.loc[odd.index[0], "plan"] = 3
     assert model._strategy.input.few_rows(model, odd) is None
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "tabular"])
+def test_datetime_and_decimal_columns_are_the_numbers_they_hold(metric):
+    # a datetime column is its seconds since the epoch (NaT missing), a Decimal column its
+    # values: the model equals the one fitted on those numbers, and predicts from the same kind
+    rng = np.random.default_rng(0)
+    n = 200
+    days = rng.permutation(n).astype(float)
+    days[::17] = np.nan
+    cents = rng.integers(-500, 500, n)
+    times = pd.to_datetime(days * 86400, unit="s")
+    X = pd.DataFrame({"t": times, "d": pd.Series([decimal.Decimal(int(c)) / 100 for c in cents],
+                                                 dtype=object)})
+    numbers = pd.DataFrame({"t": days * 86400, "d": cents / 100})
+    y = np.where(np.isnan(days), cents > 0, days > n / 2)
+    params = dict(n_neighbors=5, temperature=np.inf) if metric == "euclidean" else FAST
+    model = MetricAttentionClassifier(metric, **params).fit(X, y)
+    expected = MetricAttentionClassifier(metric, **params).fit(numbers, y)
+    assert not model._strategy.input.encoder.categorical_.any()
+    np.testing.assert_array_equal(model.predict_proba(X), expected.predict_proba(numbers))
+    np.testing.assert_array_equal(model.predict_proba(X.iloc[:3]), expected.predict_proba(
+        numbers.iloc[:3]))  # a few rows: the few-rows paths read the times alike
+    with pytest.raises(ValueError, match="'t' held datetimes at fit time but holds"):
+        model.predict(numbers.iloc[:3])  # numbers for times: an error, also on a few rows
+    with pytest.raises(ValueError, match="'t' held datetimes at fit time but holds 'x'"):
+        model.predict(X.assign(t="x"))
