@@ -30,6 +30,7 @@ from ._kernels import (
 )
 from ._kinds import LEARNED_METRICS, METRICS, exact_f_of_pairs, metric_kind
 from ._maps import ResidualBlock, build_map
+from ._measured_threads import MeasuredThreads
 from ._metric_training import train_metric
 from ._near_far import GroupedKeys, group_keys, near_far_attention
 from ._parallel import cpu_threads, rows_single_threaded
@@ -103,6 +104,7 @@ __all__ = [
     "check_temperature",
     "clamp_log_temperature",
     "cpu_threads",
+    "MeasuredThreads",
     "device_available",
     "is_auto_device",
     "parse_device",

@@ -10,6 +10,7 @@ from sklearn.cluster import estimate_bandwidth, get_bin_seeds
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._engine import (
+    MeasuredThreads,
     attention,
     ball_sums,
     gaussian_kernel_log_sums,
@@ -225,10 +226,14 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
 
         if self.blurring:
             Y, n_iter, stopped = Xt.clone(), 0, False
+            # each step on the thread count that does it soonest on this machine now (the
+            # same results on any)
+            threads = MeasuredThreads(device)
             with self._progress() as bar:
                 for _ in range(self.max_iter):
-                    Y_new, _ = kernel.step(Y, Y)
-                    shift = float(((Y_new - Y) ** 2).sum(1).max().sqrt())
+                    with threads.step(Y.shape[0] ** 2):
+                        Y_new, _ = kernel.step(Y, Y)
+                        shift = float(((Y_new - Y) ** 2).sum(1).max().sqrt())
                     Y, n_iter = Y_new, n_iter + 1
                     bar.set_postfix(shift=f"{shift:.3g}", refresh=False)
                     bar.update()
@@ -236,11 +241,14 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
                     if shift <= stop or stopped:
                         break
             modes, point_positions = Y, Y
-            intensity = kernel.intensity(modes, None)
+            with threads.chosen():
+                intensity = kernel.intensity(modes, None)
         else:
-            modes, counts, n_iter, stopped = self._shift_seeds(X, kernel, h, stop, device)
+            threads = MeasuredThreads(device)
+            modes, counts, n_iter, stopped = self._shift_seeds(X, kernel, h, stop, device, threads)
             point_positions = Xt
-            intensity = kernel.intensity(modes, counts)
+            with threads.chosen():
+                intensity = kernel.intensity(modes, counts)
         self.n_iter_ = n_iter
         self.stopped_by_callback_ = stopped
         centers = _merge_modes(
@@ -253,7 +261,7 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
         self.labels_ = labels if self.cluster_all else np.where(sq_dist > h * h, -1, labels)
         return self
 
-    def _shift_seeds(self, X, kernel, h, stop, device):
+    def _shift_seeds(self, X, kernel, h, stop, device, threads):
         """Move every seed until it converges, counting iterations as MeanShift does.
 
         A seed takes the mean of the points within reach; it stops when that moved it by at most
@@ -289,22 +297,25 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
                     break
                 bar.set_postfix(moving=idx.numel(), refresh=False)
                 bar.update()
-                old = modes[idx]
-                new, within = kernel.step(old, kernel.points)
-                if within is not None:
-                    # a seed with no point within reach stops where it is and is dropped
-                    empty = within == 0
-                    found[idx[empty]] = False
-                    new = torch.where(empty[:, None], old, new)
-                    counts[idx] = within
-                shift = ((new.double() - old.double()) ** 2).sum(1).sqrt()
-                modes[idx] = new
-                done = (shift <= stop) | (completed == self.max_iter)
-                if within is not None:
-                    done |= empty
-                active[idx[done]] = False
-                if bool(done.any()):
-                    n_iter = completed
+                # the step and its bookkeeping on the measured count (the caller's callbacks
+                # below on the caller's)
+                with threads.step(idx.numel() * kernel.points.shape[0]):
+                    old = modes[idx]
+                    new, within = kernel.step(old, kernel.points)
+                    if within is not None:
+                        # a seed with no point within reach stops where it is and is dropped
+                        empty = within == 0
+                        found[idx[empty]] = False
+                        new = torch.where(empty[:, None], old, new)
+                        counts[idx] = within
+                    shift = ((new.double() - old.double()) ** 2).sum(1).sqrt()
+                    modes[idx] = new
+                    done = (shift <= stop) | (completed == self.max_iter)
+                    if within is not None:
+                        done |= empty
+                    active[idx[done]] = False
+                    if bool(done.any()):
+                        n_iter = completed
                 completed += 1
                 # scikit-learn's callbacks: each step a subtask of the fit; a stop request ends
                 # the seeds still moving where they are

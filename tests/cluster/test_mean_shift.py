@@ -8,6 +8,7 @@ from sklearn.cluster import MeanShift, estimate_bandwidth
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
+from skattention._engine import _measured_threads, cpu_threads
 from skattention.cluster import AttentionMeanShift
 
 
@@ -80,3 +81,29 @@ def test_predict_pickle_and_errors(blobs):
         AttentionMeanShift().fit(np.array([[0.0, np.nan], [1.0, 1.0]]))
     with pytest.raises(ValueError, match="bandwidth"):
         AttentionMeanShift(bandwidth=-1.0).fit(X)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(blurring=True), dict(kernel="flat", bandwidth=1.0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_fit_does_not_depend_on_the_measured_thread_counts(blobs, monkeypatch, kw, dtype):
+    # the steps' thread count follows their measured times (a busy machine: fewer threads);
+    # here every step tries the other count and takes it: 2, 1, 2, ... threads
+    X = blobs[0].astype(dtype)
+    with cpu_threads(1):
+        ref = AttentionMeanShift(device="cpu", **kw).fit(X)
+    monkeypatch.setattr(_measured_threads, "_PROBE_INTERVAL", 1)
+    monkeypatch.setattr(_measured_threads, "_SWITCH_SHARE", np.inf)
+    counts = []
+    original = _measured_threads.cpu_threads
+
+    def counting(n):
+        counts.append(n)
+        return original(n)
+
+    monkeypatch.setattr(_measured_threads, "cpu_threads", counting)
+    with cpu_threads(2):
+        ms = AttentionMeanShift(device="cpu", **kw).fit(X)
+    assert 1 in counts
+    np.testing.assert_array_equal(ms.cluster_centers_, ref.cluster_centers_)
+    np.testing.assert_array_equal(ms.labels_, ref.labels_)
+    assert ms.n_iter_ == ref.n_iter_
