@@ -27,7 +27,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._engine import LEARNED_METRICS, METRICS, budget_bytes, plan_rows, resolve_device
 from ..utils._device import DevicePortableMixin
 from ..utils._estimator import EstimatorMixin
-from ..utils._param_validation import Count, Interval, StrOptions
+from ..utils._param_validation import Count, DtypeOptions, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight
 from ..utils._threads import uses_n_jobs
 from ..utils._validation import encode_classes, label_columns
@@ -74,7 +74,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         "random_state": ["random_state"],
         "verbose": ["verbose"],
         "device": [str, torch.device],
-        "dtype": [StrOptions(set(TORCH_DTYPES)), None],
+        "dtype": [DtypeOptions(set(TORCH_DTYPES)), None],
         "n_jobs": [Integral, None],
     }
 

@@ -157,15 +157,17 @@ LEARNING = """n_components : int, default=None
 DEVICE = """device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
         Where training and attention run. ``"auto"``: CUDA when available, else the CPU. The
         fitted model holds NumPy arrays and a CPU torch module, so it pickles and loads anywhere.
-    dtype : {"float32", "float64"}, default=None
-        Compute precision. ``None``: learned metrics train and predict (the map and the
-        attention) in float32, the precision of their map; fixed metrics predict in float32
-        when the training data is float32, else in float64. Either way the selections (the k
-        nearest, the radius, ``temperature=0``) are decided on exact distances, and a query's
-        output does not depend on how the queries are batched (a row predicted alone equals
-        the same row in a batch, to the last bit), except that with ``prototypes`` in use
-        calls of at most 4 rows take a faster lane that rounds otherwise (about 1e-7 in
-        float32). ``"float32"`` predicts about 3x faster
+    dtype : {"float32", "float64"}, NumPy or torch dtype, default=None
+        Compute precision: ``"float32"``, ``"float64"`` or a NumPy or torch dtype of either
+        (``np.float64``, ``np.dtype("float64")``, ``torch.float64``), kept as given by
+        ``get_params``; other dtypes (``np.float16``, integers) are rejected. ``None``: learned
+        metrics train and predict (the map and the attention) in float32, the precision of their
+        map; fixed metrics predict in float32 when the training data is float32, else in
+        float64. Either way the selections (the k nearest, the radius, ``temperature=0``) are
+        decided on exact distances, and a query's output does not depend on how the queries
+        are batched (a row predicted alone equals the same row in a batch, to the last bit),
+        except that with ``prototypes`` in use calls of at most 4 rows take a faster lane that
+        rounds otherwise (about 1e-7 in float32). ``"float32"`` predicts about 3x faster
         than ``"float64"`` on the CPU (dense attention over 100,000 keys: 1.9 s against 5.7 s).
     n_jobs : int, default=None
         Threads of the engine's CPU kernels (torch's OpenMP pool, and MKL's for its matrix

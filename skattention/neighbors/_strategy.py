@@ -25,12 +25,19 @@ from .._engine import (
     metric_kind,
     plan_rows,
 )
+from ..utils._param_validation import dtype_name
 from ._input import PrecomputedInput, TabularInput
 from ._temperature import auto_temperature
 
 TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 # The estimators' fixed metrics (:class:`FixedMetric`): distances of the inputs as given.
 FIXED_METRICS = ("euclidean", "manhattan", "cosine", "minkowski")
+
+
+def torch_dtype(dtype):
+    """The torch dtype of a ``dtype`` parameter other than ``None``: ``"float64"``,
+    ``np.float64``, ``np.dtype("float64")`` and ``torch.float64`` are one (``DtypeOptions``)."""
+    return TORCH_DTYPES[dtype_name(dtype)]
 
 
 @dataclass
@@ -112,7 +119,7 @@ class MetricStrategy:
         """Precision of attention and of the map: ``dtype`` (the parameter); else the
         training data's (float32 data stays float32)."""
         if dtype is not None:
-            return TORCH_DTYPES[dtype]
+            return torch_dtype(dtype)
         return torch.float32 if fit_dtype == np.float32 else torch.float64
 
     def embed(self, X, side, device, dtype):
@@ -232,7 +239,7 @@ class PrecomputedMetric(MetricStrategy):
     def compute_dtype(self, dtype, fit_dtype):
         if dtype is None:
             return torch.float64  # the squared distances of float32 input are exact in float64
-        return TORCH_DTYPES[dtype]
+        return torch_dtype(dtype)
 
     def embed(self, X, side, device, dtype):
         return -np.square(X, dtype=np.float64)

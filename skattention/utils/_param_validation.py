@@ -1,8 +1,19 @@
-"""Parameter constraints of the estimators: scikit-learn's (through the compat module) and Count."""
+"""Parameter constraints of the estimators: scikit-learn's (through the compat module), Count and
+DtypeOptions."""
 
+from .._engine import resolve_dtype
 from ._sklearn_compat import HasMethods, Hidden, Interval, StrOptions, validate_params
 
-__all__ = ["Count", "HasMethods", "Hidden", "Interval", "StrOptions", "validate_params"]
+__all__ = [
+    "Count",
+    "DtypeOptions",
+    "HasMethods",
+    "Hidden",
+    "Interval",
+    "StrOptions",
+    "dtype_name",
+    "validate_params",
+]
 
 
 class Count(Interval):
@@ -14,3 +25,33 @@ class Count(Interval):
 
     def is_satisfied_by(self, val):
         return not isinstance(val, bool) and super().is_satisfied_by(val)
+
+
+def dtype_name(dtype):
+    """The name (``"float64"``, ...) of the floating dtype that ``dtype`` names, read as the
+    engine reads its own ``dtype`` argument (a name, a NumPy scalar type or dtype, a torch dtype);
+    ``None`` where it names none (``None``, an integer dtype, an unknown name)."""
+    if dtype is None:
+        return None  # the engine's "follow the inputs", not a dtype
+    try:
+        return str(resolve_dtype(dtype)).removeprefix("torch.")
+    except (TypeError, ValueError):
+        return None
+
+
+class DtypeOptions(StrOptions):
+    """``StrOptions`` of dtype names that also takes the NumPy and torch dtypes they name.
+
+    NumPy and torch users pass ``dtype=np.float64``, ``np.dtype("float64")`` or
+    ``torch.float64``; each names the option ``"float64"``. Strings must be the options
+    themselves, as before. The estimator keeps the value as passed (``get_params``) and reads it
+    with :func:`dtype_name` where it is used.
+    """
+
+    def is_satisfied_by(self, val):
+        if isinstance(val, str):
+            return super().is_satisfied_by(val)
+        return dtype_name(val) in self.options
+
+    def __str__(self):
+        return f"{super().__str__()} or a NumPy or torch dtype of one of them"

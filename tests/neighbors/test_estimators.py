@@ -146,6 +146,47 @@ def test_dtype_follows_the_data_unless_set(iris):
     )
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("metric", ["euclidean", "mlp"])
+@pytest.mark.parametrize(
+    "dtype, expected",
+    [(np.float32, torch.float32), (np.dtype("float32"), torch.float32),
+     (np.float64, torch.float64), (np.dtype("float64"), torch.float64),
+     (torch.float64, torch.float64), (torch.float32, torch.float32)],
+    ids=["np.float32", "np.dtype-float32", "np.float64", "np.dtype-float64", "torch.float64",
+         "torch.float32"],
+)
+def test_dtype_takes_numpy_and_torch_dtypes(iris, metric, dtype, expected):
+    # What a NumPy or torch user passes names the same precision as the string, and is kept as
+    # passed (get_params, clone, pickle).
+    X, y = iris
+    est = MetricAttentionClassifier(metric, dtype=dtype, max_iter=2, random_state=0).fit(X, y)
+    assert est._compute_dtype() == expected
+    assert est.get_params()["dtype"] is dtype and clone(est).get_params()["dtype"] == dtype
+    loaded = pickle.loads(pickle.dumps(est))
+    assert loaded.dtype == dtype
+    np.testing.assert_array_equal(loaded.predict_proba(X), est.predict_proba(X))
+    named = MetricAttentionClassifier(metric, dtype=str(expected).removeprefix("torch."),
+                                      max_iter=2, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(est.predict_proba(X), named.predict_proba(X))
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float16, torch.float16, torch.int64, "float8",
+                                   "f8"])
+def test_dtype_other_than_float32_or_float64_is_rejected(iris, dtype):
+    X, y = iris
+    with pytest.raises(ValueError, match="'dtype' parameter .* NumPy or torch dtype"):
+        MetricAttentionRegressor("euclidean", dtype=dtype).fit(X, y)
+
+
+def test_grid_search_over_numpy_and_torch_dtypes(iris):
+    X, y = iris
+    grid = GridSearchCV(MetricAttentionRegressor("euclidean", temperature=1.0),
+                        {"dtype": [np.float32, torch.float64]}, cv=3).fit(X, y)
+    assert [p["dtype"] for p in grid.cv_results_["params"]] == [np.float32, torch.float64]
+    assert grid.best_estimator_.dtype in (np.float32, torch.float64)
+
+
 def test_auto_temperature_is_chosen_by_leave_one_out(iris):
     X, y = iris
     clf = MetricAttentionClassifier("euclidean").fit(X, y)
