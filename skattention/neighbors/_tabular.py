@@ -28,9 +28,10 @@ What happens with awkward input (each a documented handling or a clear ``ValueEr
   ``datetime`` / ``pd.Timestamp``) and durations: numbers, seconds since the Unix epoch
   (naive times read as UTC) and seconds, NaT missing; such a column takes only times (or
   missing values) at predict time;
-* a DataFrame whose columns differ from the fit (names, order) or whose column changed between
-  numbers and strings: ``ValueError`` naming the column. A numeric column that arrives as strings
-  of numbers is converted; one that holds text raises.
+* a DataFrame whose columns differ from the fit (names, order): ``ValueError`` naming the
+  column. A numeric column that arrives as strings of numbers is converted; one that holds text
+  raises. A categorical column that changed between numbers and strings is read as its levels
+  (``1``, ``1.0`` and ``"1"`` are one level); it raises where no level could match.
 """
 
 
@@ -342,21 +343,36 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
     def _category_values(self, table, k, j):
         """Input column ``j`` (categorical column ``k``) as its fitted levels read it: numbers,
         or text (every value as text where the levels mixed numbers and strings). A column
-        whose values are all missing has the missing code whatever its dtype; one that held
-        strings at fit and only numbers now (or the reverse) is an error: the codes would
-        silently not match."""
+        whose values are all missing has the missing code whatever its dtype. One that held
+        numbers at fit and strings now, or the reverse, is read as the levels are: ``1``,
+        ``1.0`` and ``"1"`` are one level (:func:`~._table.level_text`), as in a column whose
+        levels mixed numbers and strings; it is an error only where no value of the new kind
+        could match a level (words for levels of numbers, numbers for levels of words): the
+        codes would silently not match."""
         # (an encoder pickled before mixed levels were kept as text has no such flags)
         mixed = bool(getattr(self, "_level_is_mixed", [False] * (k + 1))[k])
         values, kind = table.category_column(j, as_text=mixed)
         fitted = self._level_is_numeric[k]
-        if (kind is not None and not mixed and self.categories_[k].size
-                and (kind == "numbers") != fitted):
-            raise ValueError(
-                f"categorical column {table.name(j)!r} held "
-                f"{'numbers' if fitted else 'strings'} at fit time but holds "
-                f"{'strings' if fitted else 'numbers'} now."
-            )
-        return values
+        if (kind is None or mixed or not self.categories_[k].size
+                or (kind == "numbers") == fitted):
+            return values
+        if fitted:  # strings now ("text", or "mixed" with numbers): the numbers they write
+            numbers = _as_numbers(values)
+            words = np.isnan(numbers) & ~isna(values)
+            if not words.any():
+                return numbers
+            now = f"strings now that are no numbers (e.g. {values[words][0]!r}), which no level"
+            fix = "pass numbers or strings of numbers ('1' for the level 1)"
+        else:  # numbers now: their text, the levels' where those are strings of numbers
+            text, _ = table.category_column(j, as_text=True)
+            if not np.isnan(_as_numbers(self.categories_[k])).all():
+                return text
+            now = f"numbers now (e.g. {text[~isna(text)][0]}), and no level is a number: none"
+            fix = "pass the strings it held at fit"
+        raise ValueError(
+            f"categorical column {table.name(j)!r} held {'numbers' if fitted else 'strings'} "
+            f"at fit time but holds {now} can match; {fix}."
+        )
 
     def _encode_numeric_array(self, array, numeric):
         """The numeric block of a float array's rows (no quantile scaling) into ``numeric``."""
@@ -421,6 +437,13 @@ def _level_counts(present):
     codes, distinct = pd.factorize(present)
     order = np.argsort(distinct)
     return distinct[order], np.bincount(codes, minlength=distinct.size)[order]
+
+
+def _as_numbers(values):
+    """A categorical column's values (or levels) as float64, NaN where a value is missing or
+    is no number: the strings ``"1"`` and ``"1.0"`` are the number 1."""
+    numbers = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
+    return numbers.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def _codes(values, levels):

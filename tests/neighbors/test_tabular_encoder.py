@@ -168,9 +168,39 @@ def test_dtype_changes_between_fit_and_predict():
         enc.transform(words)
     enc_num = _TabularEncoder(categorical_features=["age", "city", "plan", "note"]).fit(X)
     changed = X.copy()
-    changed["age"] = changed["age"].astype(str)
-    with pytest.raises(ValueError, match="'age' held numbers at fit time but holds strings"):
+    changed["age"] = "old"
+    with pytest.raises(ValueError, match="'age' held numbers at fit time but holds strings now "
+                                         "that are no numbers \\(e.g. 'old'\\)"):
         enc_num.transform(changed)
+
+
+@pytest.mark.parametrize("fit_as", ["numbers", "strings"])
+def test_category_levels_of_numbers_and_strings_of_numbers_are_one(fit_as):
+    # 1, 1.0 and "1" are one level (level_text), whichever of them the column held at fit: a
+    # category column of integers takes "1", one of "1" takes 1, as an object column does
+    numbers = pd.Categorical([1, 2, 3, 1, 2])
+    texts = pd.Categorical(["1", "2", "3", "1", "2"])
+    X = pd.DataFrame({"icat": numbers if fit_as == "numbers" else texts, "w": np.arange(5.0)})
+    enc = _TabularEncoder().fit(X)
+    expected = enc.transform(X).categories
+    others = ([texts, texts.astype(object), ["1", "2.0", "3", "1", "2"]] if fit_as == "numbers"
+              else [numbers, np.array([1, 2, 3, 1, 2]), [1.0, 2.0, 3.0, 1.0, 2.0]])
+    for other in others:
+        np.testing.assert_array_equal(enc.transform(X.assign(icat=other)).categories, expected)
+    unseen = ["7", None, "1", "1", "1"] if fit_as == "numbers" else [7, None, 1, 1, 1]
+    np.testing.assert_array_equal(enc.transform(X.assign(icat=unseen)).categories[:3, 0],
+                                  [OTHER_CODE, MISSING_CODE, expected[0, 0]])
+
+
+def test_category_kind_change_that_no_level_can_match_is_a_clear_error():
+    X = pd.DataFrame({"icat": pd.Categorical([1, 2, 3]), "word": pd.Categorical(list("abc"))})
+    enc = _TabularEncoder().fit(X)
+    with pytest.raises(ValueError, match="'icat' held numbers at fit time but holds strings "
+                                         "now that are no numbers \\(e.g. 'x'\\)"):
+        enc.transform(X.assign(icat=["1", "x", "2"]))
+    with pytest.raises(ValueError, match="'word' held strings at fit time but holds numbers "
+                                         "now \\(e.g. 1\\), and no level is a number"):
+        enc.transform(X.assign(word=[1, 2, 3]))
 
 
 def test_text_in_a_numeric_column_at_fit_is_a_clear_error():
