@@ -62,6 +62,7 @@ def neighbor_scale(Z, queries, sample_weight, log_weight, device, dtype=torch.fl
     # Exact distances on the candidates (duplicates are exactly 0 and skipped), in chunks so the
     # gathered candidates (and their differences) stay small.
     nearest = np.full(queries.size, np.inf)
+    underflow = False
     chunk = plan_rows(queries.size, row_bytes=3 * 8 * n_candidates * Z.shape[1],
                       budget=budget_bytes(), max_rows=_SCALE_CHUNK)
     for start in range(0, queries.size, chunk):
@@ -69,9 +70,17 @@ def neighbor_scale(Z, queries, sample_weight, log_weight, device, dtype=torch.fl
         cand = idx[rows]
         diff = Z[queries[rows]][:, None, :].astype(np.float64) - Z[np.maximum(cand, 0)]
         d2 = np.einsum("ijk,ijk->ij", diff, diff)
+        underflow |= bool(((d2 <= 0) & (cand >= 0) & (diff != 0).any(2)).any())
         d2[(cand < 0) | (d2 <= 0)] = np.inf
         nearest[rows] = d2.min(1)
     keep = np.isfinite(nearest)
+    if underflow and not np.any(keep):
+        # distinct points, yet every nearest distance 0: every weight would be equal, the
+        # predictions the prior's, silently
+        raise ValueError(
+            "The squared distances between distinct points underflow float64 (coordinates "
+            "of about 1e-160 or less): rescale the data (e.g. StandardScaler)."
+        )
     if not np.any(keep):
         return 1.0
     median = _weighted_median(nearest[keep], sample_weight[queries][keep])

@@ -238,3 +238,17 @@ def test_the_scale_of_sample_weights_does_not_matter(scale):
         scaled = MetricAttentionClassifier(**FAST).fit(
             X, y, sample_weight=np.full(len(y), scale)).predict_proba(X[:20])
     np.testing.assert_allclose(scaled, unit, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_distances_that_underflow_are_a_clear_error(dtype):
+    # coordinates of 1e-200: the squared distances between distinct points are 0 in float64,
+    # every weight equal; the fit predicted the class prior (accuracy 0.54) without a word
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2))
+    y = (X[:, 0] > 0).astype(int)
+    with pytest.raises(ValueError, match="underflow float64.*rescale the data"):
+        MetricAttentionClassifier("euclidean", dtype=dtype).fit(X * 1e-200, y)
+    # duplicated points alone (no distance at all) still fit, as before
+    model = MetricAttentionClassifier("euclidean", dtype=dtype).fit(np.zeros((4, 2)), [0, 1, 0, 1])
+    assert model.temperature_ > 0
