@@ -209,9 +209,14 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
         h = float(h)
         self.bandwidth_ = h
         dtype = torch.float64 if X.dtype == np.float64 else torch.float32
-        Xt = torch.from_numpy(X).to(device)
         # A zero bandwidth is the flat kernel's limit for either kernel: only coincident points.
         flat = self.kernel == "flat" or h == 0.0
+        # The Gaussian steps move the modes by less and less: far from the origin a float32 mode
+        # cannot move by less than its coordinates' spacing, and never converged (offsets of
+        # 1e5). They run on the points centred at their mean (taken in float64); the flat
+        # kernel keeps the points as given (scikit-learn's exact balls).
+        offset = None if flat else X.mean(0, dtype=np.float64)
+        Xt = torch.from_numpy(X if flat else (X - offset).astype(X.dtype)).to(device)
         if flat:
             kernel = _FlatKernel(Xt, h)
         else:
@@ -245,8 +250,9 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
                 intensity = kernel.intensity(modes, None)
         else:
             threads = MeasuredThreads(device)
-            modes, counts, n_iter, stopped = self._shift_seeds(X, kernel, h, stop, device, threads)
-            point_positions = Xt
+            modes, counts, n_iter, stopped = self._shift_seeds(X, kernel, h, stop, device,
+                                                               threads, offset)
+            point_positions = None  # the points themselves
             with threads.chosen():
                 intensity = kernel.intensity(modes, counts)
         self.n_iter_ = n_iter
@@ -256,12 +262,18 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
             intensity.cpu().numpy(),
             h if self.cluster_merge is None else float(self.cluster_merge),
         )
-        self.cluster_centers_ = np.ascontiguousarray(centers, dtype=X.dtype)
-        labels, sq_dist = _nearest_centres(point_positions, self.cluster_centers_)
+        self.cluster_centers_ = np.ascontiguousarray(
+            centers if offset is None else centers + offset, dtype=X.dtype)
+        if point_positions is None:  # as predict labels them
+            labels, sq_dist = _nearest_centres(torch.from_numpy(X).to(device),
+                                               self.cluster_centers_)
+        else:  # the collapsed positions, in the steps' coordinates
+            labels, sq_dist = _nearest_centres(point_positions,
+                                               np.ascontiguousarray(centers, dtype=X.dtype))
         self.labels_ = labels if self.cluster_all else np.where(sq_dist > h * h, -1, labels)
         return self
 
-    def _shift_seeds(self, X, kernel, h, stop, device, threads):
+    def _shift_seeds(self, X, kernel, h, stop, device, threads, offset):
         """Move every seed until it converges, counting iterations as MeanShift does.
 
         A seed takes the mean of the points within reach; it stops when that moved it by at most
@@ -269,7 +281,8 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
         and is dropped when no point is within reach. Returns the kept modes, the number of
         points behind each one's last mean (the flat kernel's intensity) and ``n_iter_``, the
         most iterations a seed completed, and whether a callback stopped them (the seeds
-        still moving then stop where they are, having completed every step so far).
+        still moving then stop where they are, having completed every step so far). The modes
+        are in the kernel's coordinates: the points less ``offset`` (``None``: the points).
         """
         if self.seeds is not None:
             try:
@@ -284,6 +297,7 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
             seeds = get_bin_seeds(X, h, self.min_bin_freq)
         else:
             seeds = X
+        seeds = seeds if offset is None else np.asarray(seeds, dtype=np.float64) - offset
         modes = torch.from_numpy(np.array(seeds, dtype=X.dtype)).to(device)
         counts = torch.zeros(modes.shape[0], dtype=torch.long, device=device)
         active = torch.ones(modes.shape[0], dtype=torch.bool, device=device)

@@ -107,3 +107,18 @@ def test_the_fit_does_not_depend_on_the_measured_thread_counts(blobs, monkeypatc
     np.testing.assert_array_equal(ms.cluster_centers_, ref.cluster_centers_)
     np.testing.assert_array_equal(ms.labels_, ref.labels_)
     assert ms.n_iter_ == ref.n_iter_
+
+
+@pytest.mark.parametrize("blurring", [False, True])
+def test_float32_points_far_from_the_origin_converge_as_in_float64(blurring):
+    # at an offset of 1e5 a float32 mode could not move by less than its spacing (0.008, above
+    # tol * h): the seeds never stopped (n_iter_ = max_iter) and the clusters were wrong
+    X = make_blobs(200, centers=3, random_state=0)[0] + 1e5
+    f32 = AttentionMeanShift(blurring=blurring).fit(X.astype(np.float32))
+    f64 = AttentionMeanShift(blurring=blurring).fit(X)
+    assert f32.n_iter_ < f32.max_iter
+    np.testing.assert_array_equal(f32.labels_, f64.labels_)
+    assert f32.cluster_centers_.dtype == np.float32
+    np.testing.assert_allclose(f32.cluster_centers_, f64.cluster_centers_, atol=0.05)
+    if not blurring:
+        np.testing.assert_array_equal(f32.predict(X.astype(np.float32)), f32.labels_)
