@@ -38,6 +38,10 @@ _KNN_MIN_REFERENCE = 64
 AUTO_NEIGHBORS = 15
 
 
+_NO_SCALE = ("every point coincides with the nearest points looked at (duplicated rows): there "
+             "is no scale to choose a bandwidth from; pass epsilon, or drop the duplicates.")
+
+
 def per_point_bandwidth(neighbor_d2, target_degree, quantile=_COVERED_QUANTILE):
     """The smallest eps giving a ``quantile`` of the points ``target_degree`` effective neighbours.
 
@@ -48,7 +52,7 @@ def per_point_bandwidth(neighbor_d2, target_degree, quantile=_COVERED_QUANTILE):
     """
     positive = neighbor_d2[neighbor_d2 > 0]
     if positive.size == 0:
-        raise ValueError("all points coincide: there is no scale to choose a bandwidth from.")
+        raise ValueError(_NO_SCALE)
     target = min(max(target_degree, 1.0 + 1e-3), neighbor_d2.shape[1] - 1e-3)
     lo0, hi0 = math.log(positive.min()) - 2.0, math.log(positive.max()) + 4.0
     del positive
@@ -90,7 +94,7 @@ def bgh_bandwidth(neighbor_d2):
     """
     positive = neighbor_d2[neighbor_d2 > 0]
     if positive.size == 0:
-        raise ValueError("all points coincide: there is no scale to choose a bandwidth from.")
+        raise ValueError(_NO_SCALE)
     n_zero = neighbor_d2.size - positive.size
     counts, edges = np.histogram(np.log(positive), bins=512)
     centres = np.exp((edges[:-1] + edges[1:]) / 2)
@@ -170,7 +174,8 @@ def auto_epsilon(Z, knn_d2, random_state, device, keys=None, *, sample=None, ref
     scale, dimension = bgh_bandwidth(d2)
     target = float(np.median(np.exp(-d2 / scale).sum(1)))
     epsilon = per_point_bandwidth(d2, target)
-    if knn_d2 is not None:
+    if knn_d2 is not None and np.any(knn_d2[sample] > 0):
+        # (where every k-NN ball holds copies of its point alone, any eps gives them all: no cap)
         flat = per_point_bandwidth(knn_d2[sample], _KNN_DEGREE_FRACTION * knn_d2.shape[1])
         epsilon = min(epsilon, flat)
     return epsilon, dimension
@@ -195,11 +200,15 @@ def laplacian_eigenvalues(mu, op, epsilon, dimension):
     ``4 (1 - mu) / eps`` falls short by ``lambda eps / 8`` relatively). A k-NN graph that cuts the
     Gaussian off shortens the diffusion's steps: ``eps / 4`` becomes ``J / (2 d)``, with ``J`` the
     operator's mean squared step (``op.mean_sq_jump``) and ``d`` the intrinsic ``dimension``
-    (the untruncated Gaussian has ``J = d eps / 2``). Non-positive ``mu`` give ``inf``.
+    (the untruncated Gaussian has ``J = d eps / 2``). Non-positive ``mu`` give ``inf``; a graph
+    whose steps all have length 0 (every point's neighbours its copies) gives 0 for ``mu >= 1``
+    (its components) and ``inf`` for the rest.
     """
     scale = epsilon / 4.0
     if op.mean_sq_jump is not None and dimension is not None and dimension > 0:
         scale *= min(1.0, 2.0 * op.mean_sq_jump / (dimension * epsilon))
+    if not scale > 0:
+        return np.where(mu >= 1.0, 0.0, np.inf)
     with np.errstate(divide="ignore"):
         return np.where(mu > 0, -np.log(np.where(mu > 0, mu, 1.0)) / scale, np.inf)
 

@@ -225,7 +225,7 @@ def test_memory_budget_is_respected_and_too_small_budget_is_clear():
             np.random.default_rng(0).normal(size=(6, 2)),
             "n_neighbors=10 must be at most",
         ),
-        (dict(), np.zeros((10, 2)), "all points coincide"),
+        (dict(), np.zeros((10, 2)), "every point coincides with the nearest points"),
         (dict(), np.array([[0.0, np.nan], [1.0, 2.0], [3.0, 4.0]]), "NaN"),
         (dict(device="cuda:99"), np.random.default_rng(0).normal(size=(10, 2)), "cuda"),
         (dict(alpha=2.0), np.random.default_rng(0).normal(size=(10, 2)), "alpha"),
@@ -234,6 +234,21 @@ def test_memory_budget_is_respected_and_too_small_budget_is_clear():
 def test_bad_input_gives_clear_errors(params, X, match):
     with pytest.raises(ValueError, match=match):
         AttentionDiffusionEmbedding(**params).fit(X)
+
+
+@pytest.mark.parametrize("n_neighbors", [5, 9])
+def test_k_nn_graph_of_duplicated_rows_fits_with_the_disconnected_warning(n_neighbors):
+    # 100 distinct points, 10 copies each: every k-NN ball holds copies of its point alone,
+    # and the k-NN cap on the bandwidth raised "all points coincide" (as SpectralEmbedding,
+    # a fit with the graph's warning); its eigenvalue estimate divided 0 by 0
+    X = np.repeat(np.random.default_rng(0).normal(size=(100, 2)), 10, axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.warns(UserWarning, match="not fully connected"):
+            model = AttentionDiffusionEmbedding(n_neighbors=n_neighbors, random_state=0).fit(X)
+    assert np.isfinite(model.embedding_).all()
+    # copies of a point land on one point of the embedding
+    np.testing.assert_allclose(model.embedding_[::10], model.embedding_[9::10], atol=1e-8)
 
 
 def test_explicit_epsilon_and_dense_solver_agree_with_arpack():
