@@ -446,3 +446,16 @@ def test_training_that_diverges_by_its_learning_rate_says_so(metric, learning_ra
                                                   learning_rate=learning_rate, random_state=0)
     with pytest.raises(ValueError, match="Training diverged.*lower learning_rate"):
         model.fit(X, y)
+
+
+def test_selection_and_budget_errors_name_only_what_applies():
+    """kneighbors' count offered 'or None', which it refuses; dense attention's memory error
+    advised 'a smaller n_neighbors' to a call without one."""
+    rng = np.random.default_rng(0)
+    Q, K, V = rng.normal(size=(5, 3)), rng.normal(size=(50, 3)), rng.normal(size=(50, 2))
+    for k in (0, None):
+        with pytest.raises(ValueError, match=r"n_neighbors must be a positive integer, got"):
+            skattention.kneighbors(Q, K, k)
+    with pytest.raises(MemoryError, match=r"raise working_memory") as error:
+        attention(Q, K, V, working_memory=1e-6)
+    assert "n_neighbors" not in str(error.value)

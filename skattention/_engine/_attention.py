@@ -273,13 +273,13 @@ def kneighbors(
     >>> kneighbors(np.array([[0.9]]), keys, 2, dtype="float64")
     (array([[0.01, 0.81]]), array([[1, 0]]))
     """
+    if n_neighbors is None:  # attention's n_neighbors may be None, a selection's not
+        raise ValueError("n_neighbors must be a positive integer, got None.")
     spec = make_spec(
         queries, keys, None, metric=metric, n_neighbors=n_neighbors, radius=radius,
         log_prior=log_prior, exclude_self=exclude_self, device=device, dtype=dtype,
         working_memory=working_memory, progress=progress,
     )
-    if spec.n_neighbors is None:
-        raise ValueError("n_neighbors must be a positive integer.")
     with small_calls_single_threaded(spec):
         dist, idx = nearest_keys(spec)
     if spec.as_numpy:

@@ -69,13 +69,13 @@ def memory_error(what, need, budget, hint, per="per query"):
     """The MemoryError of a loop that cannot fit one block row in the budget.
 
     ``what`` needs ``need`` bytes ``per`` row (or, with ``per=""``, in all); ``hint`` says what
-    to change besides raising ``working_memory``.
+    to change besides raising ``working_memory`` (``None``: nothing).
     """
     per = f" {per}" if per else ""
     return MemoryError(
         f"{what} needs at least {_mib(need)} MiB of scratch memory{per} but the budget is "
         f"{_mib(budget)} MiB; raise working_memory (skattention.config_context("
-        f"working_memory=...)) or {hint}."
+        f"working_memory=...)){f' or {hint}' if hint else ''}."
     )
 
 
@@ -170,7 +170,7 @@ def dense_plan(n_q, n_k, dim, n_values, pair_bytes, n_weights, device, inplace, 
     query_bytes = item * (2 * n_values + 4 + 2 * dim) + (n_weights or 0) * 3 * (2 * item + 8)
     plan = dict(
         pair_bytes=pair_bytes, row_bytes=query_bytes, device=device, what="dense attention",
-        hint="use a smaller n_neighbors", cache_sized=inplace,
+        hint=None, cache_sized=inplace,
         whole_rows_up_to=CPU_WHOLE_ROW_KEYS,
     )
     return (plan, *plan_blocks(n_q, n_k, budget=budget, **plan))

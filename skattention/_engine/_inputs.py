@@ -327,7 +327,7 @@ def check_nonnegative_real(value, name):
 
 def check_count(value, name, limit, limit_name=None):
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer or None, got {value!r}.")
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
     if value > limit:
         what = limit_name or f"the {limit} keys that can get weight"
         raise ValueError(f"{name}={value} is larger than {what} ({limit}).")
