@@ -169,7 +169,7 @@ def _add_data_arguments(parser, target_help):
     parser.add_argument("--device", default="auto", type=_device_name,
                         help="'auto', 'cpu', 'cuda', 'cuda:N' or 'mps' (default: auto)")
     parser.add_argument("-v", "--verbose", action="store_true",
-                        help="report progress on standard error (each model and fold)")
+                        help="report progress on standard error (compare: each model and fold)")
 
 
 def _add_output_arguments(parser, plot_help):

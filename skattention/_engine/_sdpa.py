@@ -13,6 +13,7 @@ masks and dropout) both build their coordinates with :func:`augmented_queries` /
 :func:`augmented_keys` and call :func:`scaled_dot_product`.
 """
 
+import contextlib
 import threading
 
 import torch
@@ -47,7 +48,9 @@ def scaled_dot_product(q, k, v, *, scale, attn_mask=None, dropout_p=0.0, linear_
     ``linear_memory``: only the O(n)-memory kernels (never the math kernel, which materialises
     the score matrix); a RuntimeError when none accepts the inputs.
     """
-    with SDPA_LOCK:
+    # torch.compile traces the call (it cannot trace a lock); its compiled kernels do not go
+    # through sdpa_kernel's process-wide flags
+    with contextlib.nullcontext() if torch.compiler.is_compiling() else SDPA_LOCK:
         if not linear_memory:
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale

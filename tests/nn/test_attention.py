@@ -592,3 +592,15 @@ def test_fused_path_on_cuda_matches_the_explicit_path(metric, dtype):
         )
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(out.float(), expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("metric", ["dot", "mlp", "linear"])
+def test_compiles_in_one_graph(metric):
+    # the library's SDPA lock (a Python RLock around each fused call) broke torch.compile's
+    # fullgraph tracing ("Unsupported context manager"); nn.MultiheadAttention compiles whole
+    torch.manual_seed(0)
+    layer = MetricAttention(16, 2, metric=metric, batch_first=True)
+    x = torch.randn(2, 5, 16)
+    compiled = torch.compile(layer, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(x, x, x, need_weights=False)[0],
+                               layer(x, x, x, need_weights=False)[0])
