@@ -74,7 +74,10 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
         over the points within distance ``h``, ``h`` included (scikit-learn's MeanShift kernel;
         the whole fit then equals MeanShift's).
     blurring : bool, default=False
-        Move the points themselves (self-attention flow) instead of separate modes.
+        Move the points themselves (self-attention flow) instead of separate modes. The
+        blurring flow keeps contracting after the clusters have formed, and clusters a few
+        bandwidths apart can merge before the ``tol`` rule stops it (a known property of
+        blurring mean shift); ``max_iter`` bounds it.
     seeds : array-like of shape (n_seeds, n_features), default=None
         Starting modes; ``None``: every point, or the binned points with ``bin_seeding``.
         Ignored with ``blurring``.
