@@ -373,7 +373,10 @@ class AttentionDiffusionEmbedding(
     def transform(self, X):
         """Embed points by attention to the training points (the Nyström extension).
 
-        ``transform`` of the training points reproduces ``embedding_``.
+        ``transform`` of the training points reproduces ``embedding_``. The attention is a
+        softmax: a point far beyond the kernel's reach of every training point (all its
+        affinities below floating point) takes its nearest training points' extension, the
+        softmax's limit, rather than zeros.
 
         Parameters
         ----------
