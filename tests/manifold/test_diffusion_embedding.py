@@ -238,9 +238,9 @@ def test_bad_input_gives_clear_errors(params, X, match):
 
 @pytest.mark.parametrize("n_neighbors", [5, 9])
 def test_k_nn_graph_of_duplicated_rows_fits_with_the_disconnected_warning(n_neighbors):
-    # 100 distinct points, 10 copies each: every k-NN ball holds copies of its point alone,
-    # and the k-NN cap on the bandwidth raised "all points coincide" (as SpectralEmbedding,
-    # a fit with the graph's warning); its eigenvalue estimate divided 0 by 0
+    # 100 distinct points, 10 copies each: every k-NN ball holds copies of its point alone;
+    # the k-NN cap on the bandwidth raised "all points coincide" and the eigenvalue estimate
+    # divided 0 by 0. Now a fit with the graph's warning, as SpectralEmbedding's
     X = np.repeat(np.random.default_rng(0).normal(size=(100, 2)), 10, axis=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
