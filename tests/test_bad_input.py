@@ -459,3 +459,12 @@ def test_selection_and_budget_errors_name_only_what_applies():
     with pytest.raises(MemoryError, match=r"raise working_memory") as error:
         attention(Q, K, V, working_memory=1e-6)
     assert "n_neighbors" not in str(error.value)
+
+
+def test_attention_over_keys_without_features_is_an_error():
+    """Keys of 0 features gave every query the values' mean (all distances 0); scikit-learn's
+    neighbours refuse 0 features."""
+    for fn, args in ((attention, (np.zeros((3, 0)), np.zeros((5, 0)), np.ones((5, 1)))),
+                     (skattention.kneighbors, (np.zeros((3, 0)), np.zeros((5, 0)), 2))):
+        with pytest.raises(ValueError, match="0 features"):
+            fn(*args)

@@ -94,6 +94,9 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
     n_q = Q.shape[0]
     if n_k == 0:
         raise ValueError("keys is empty: attention needs at least one key.")
+    if not callable(metric) and key_features == 0:  # (every distance 0: uniform weights)
+        raise ValueError("keys have 0 features: attention needs at least one, as scikit-learn's "
+                         "neighbours do.")
     if not callable(metric) and Q.shape[1] != key_features:
         raise ValueError(
             f"queries have {Q.shape[1]} features but keys have {key_features}; they must match."
