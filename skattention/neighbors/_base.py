@@ -14,6 +14,7 @@ The classes in ``_classification.py``, ``_regression.py`` and ``_transformer.py`
 their kind of estimator does with the propagated values.
 """
 
+import warnings
 from functools import partial
 from numbers import Integral, Real
 
@@ -147,6 +148,12 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         check_consistent_length(X_checked, y)
         if previous is None:
             strategy.input.fit(X_checked, self.categorical_features)
+        elif unseen := getattr(strategy.input, "encoder", None) and (
+                strategy.input.encoder.unseen_columns(X_checked)):
+            warnings.warn(
+                f"warm_start keeps the first fit's encoding: most values of {unseen} are levels "
+                "it did not see, which it reads as one 'unseen' level; fit with "
+                "warm_start=False to encode them.", UserWarning, stacklevel=3)
         strategy.input.check_dense_fits(X_checked)
         self._strategy = strategy
         return np.concatenate(list(strategy.input.blocks(X_checked))), y

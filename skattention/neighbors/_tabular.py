@@ -159,20 +159,38 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         # per categorical column: levels that are numbers; levels of numbers and strings
         # (kept as text, so a number finds its level whatever carries it at prediction)
         self._level_is_numeric, self._level_is_mixed = [], []
-        categories_missing = []
+        categories_missing, other_share = [], []
         for j in self.categorical_columns_:
             values, kind = table.category_column(j)
             present = values[~isna(values)]
             categories_missing.append(present.size < values.size)
             levels, counts = _level_counts(present)
-            self.categories_.append(levels[counts >= self.min_frequency])
+            kept = counts >= self.min_frequency
+            self.categories_.append(levels[kept])
+            other_share.append(counts[~kept].sum() / max(present.size, 1))
             self._level_is_numeric.append(kind == "numbers")
             self._level_is_mixed.append(kind == "mixed")
         self.categories_missing_ = np.asarray(categories_missing, dtype=bool)
+        self._other_share = np.asarray(other_share, dtype=np.float64)
         self.cardinalities_ = np.asarray([lv.size + _FIRST_LEVEL for lv in self.categories_],
                                          dtype=int)
         self.n_numeric_out_ = int(self.numeric_columns_.size + self.indicator_columns_.size)
         return self
+
+    def unseen_columns(self, X, share=0.5, max_rows=10_000):
+        """Names of the categorical columns where more than ``share`` of the values present in
+        ``X`` (evenly spaced rows, at most ``max_rows``) are levels this encoding does not
+        keep, and more than twice their share at fit (the rare levels it merged): data that a
+        warm start's kept encoding reads as one "unseen" level."""
+        if not self.categorical_columns_.size or not X.shape[0]:
+            return []
+        rows = np.unique(np.linspace(0, X.shape[0] - 1, min(X.shape[0], max_rows)).astype(int))
+        codes = self.transform(X.iloc[rows] if hasattr(X, "iloc") else X[rows]).categories
+        present = (codes != MISSING_CODE).sum(0)
+        unseen = (codes == OTHER_CODE).sum(0) / np.maximum(present, 1)
+        at_fit = getattr(self, "_other_share", np.zeros(unseen.size))
+        names = self.get_feature_names_out()[-self.categorical_columns_.size:]
+        return [str(names[k]) for k in np.flatnonzero((unseen > share) & (unseen > 2 * at_fit))]
 
     @property
     def reads_times(self):

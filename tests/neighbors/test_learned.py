@@ -2,11 +2,13 @@
 
 import pickle
 import re
+import warnings
 
 import numpy as np
 import pytest
 import torch
 from sklearn.datasets import load_wine, make_classification, make_regression
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import train_test_split
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import make_pipeline
@@ -324,3 +326,22 @@ def test_regressor_single_rows_equal_batch_rows(metric, dtype):
     alone = np.concatenate([model.predict(X[i : i + 1]) for i in range(0, 300, 13)])
     np.testing.assert_array_equal(alone, batch[::13])
     assert batch.dtype == np.float64
+
+
+def test_warm_start_on_levels_it_did_not_see_warns():
+    # a warm start keeps the first fit's encoding: data whose categorical levels are all new
+    # was read as one "unseen" level without a word (score 0.667 against 1.0 fitted cold)
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    first = pd.DataFrame({"c": rng.choice(list("abc"), 300), "z": rng.normal(size=300)})
+    other = pd.DataFrame({"c": rng.choice(list("uvw"), 300), "z": rng.normal(size=300)})
+    model = MetricAttentionClassifier(warm_start=True, max_iter=2, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(first, first.c == "a")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.fit(first, first.c == "a")  # the same levels: nothing to say
+        assert not [w for w in caught if "warm_start keeps" in str(w.message)]
+        with pytest.warns(UserWarning, match=r"warm_start keeps .*\['c'\].*warm_start=False"):
+            model.fit(other, other.c == "u")
