@@ -145,7 +145,8 @@ LEARNING = """n_components : int, default=None
         ``n_iter_no_change``.
     warm_start : bool, default=False
         Continue training the fitted map and temperature on the next ``fit`` instead of
-        starting again.
+        starting again. The first fit's encoding of the columns is kept: levels it did not
+        see read as one "unseen" level (a warning where they are most of a column's values).
     random_state : int, RandomState instance or None, default=None
         Seeds initialisation, the validation split, minibatches, candidate sampling and dropout.
         An int gives bit-identical models on the CPU at a given torch thread count.
