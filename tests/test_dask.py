@@ -291,3 +291,21 @@ def test_dask_queries_on_an_in_memory_model(synchronous, data):
     reg = MetricAttentionRegressor("euclidean", temperature=0.7).fit(X, X[:, 0])
     np.testing.assert_allclose(reg.predict(dask_rows(Q, (15, 25))).compute(), reg.predict(Q),
                                rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kmeans_queries_of_a_dask_collection_are_lazy(synchronous, dtype):
+    # predict, transform and predict_proba computed eagerly into NumPy (the classifier's
+    # predictions were lazy)
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(c, 1.0, size=(60, 3)) for c in (0, 5)]).astype(dtype)
+    km = AttentionKMeans(2, random_state=0).fit(X)
+    Xd = dask_rows(X, (50, 70))
+    for method in ("predict", "transform", "predict_proba"):
+        lazy = getattr(km, method)(Xd)
+        expected = getattr(km, method)(X)
+        assert isinstance(lazy, da.Array) and lazy.shape == expected.shape
+        assert lazy.dtype == expected.dtype
+        computed = lazy.compute()
+        assert computed.dtype == expected.dtype
+        np.testing.assert_array_equal(computed, expected)

@@ -24,7 +24,7 @@ from .._engine import (
     soft_kmeans,
     sqdist_to_centers,
 )
-from ..utils._dask import is_dask_collection
+from ..utils._dask import is_dask_collection, lazy_predict
 from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, Interval, StrOptions
@@ -355,7 +355,10 @@ class AttentionKMeans(
         Returns
         -------
         labels : ndarray of shape (n_samples,)
+            A lazy Dask array for a Dask collection ``X``.
         """
+        if is_dask_collection(X):
+            return lazy_predict(self, "predict", X)
         X = self._check_test_data(X)
         return self._labels_inertia(X, inertia=False)[0]
 
@@ -411,7 +414,10 @@ class AttentionKMeans(
         Returns
         -------
         proba : ndarray of shape (n_samples, n_clusters)
+            A lazy Dask array for a Dask collection ``X``.
         """
+        if is_dask_collection(X):
+            return lazy_predict(self, "predict_proba", X)
         return self.soft_assignments(X)
 
     def transform(self, X):
@@ -424,7 +430,10 @@ class AttentionKMeans(
         Returns
         -------
         X_new : ndarray of shape (n_samples, n_clusters)
+            A lazy Dask array for a Dask collection ``X``.
         """
+        if is_dask_collection(X):
+            return lazy_predict(self, "transform", X)
         X = self._check_test_data(X)
         Xt, Ct, shift = self._tensors(X)
         return np.sqrt(sqdist_to_centers(Xt, Ct, shift=shift).cpu().numpy())

@@ -66,7 +66,7 @@ def lazy_predict(estimator, method, X):
 
     check_is_fitted(estimator)
     blocks, lengths = row_blocks(X)
-    tail, dtype = _output_layout(estimator, method)
+    tail, dtype = _output_layout(estimator, method, X)
     block_tasks = getattr(estimator, "_dask_block_tasks", None)
     tasks = None if block_tasks is None else block_tasks(method, blocks)
     if tasks is None:
@@ -83,8 +83,16 @@ def _call(estimator, method, X):
     return getattr(estimator, method)(X)
 
 
-def _output_layout(estimator, method):
-    """The shape after the rows and the dtype of ``estimator.<method>``'s output."""
+def _output_layout(estimator, method, X):
+    """The shape after the rows and the dtype of ``estimator.<method>``'s output for the Dask
+    collection ``X``."""
+    centres = getattr(estimator, "cluster_centers_", None)
+    if centres is not None:  # a clusterer: labels, or one number per cluster
+        if method == "predict":  # the labels' dtype (int32, as KMeans')
+            return (), np.dtype(getattr(getattr(estimator, "labels_", None), "dtype", np.int32))
+        # distances in the queries' precision (float32 stays float32), probabilities in float64
+        same = method == "transform" and getattr(X, "dtype", None) == np.float32
+        return (centres.shape[0],), np.float32 if same else np.float64
     if method in ("predict_proba", "predict_log_proba"):
         return (len(estimator.classes_),), np.float64
     if is_classifier(estimator):
