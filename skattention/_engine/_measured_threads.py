@@ -50,8 +50,11 @@ class MeasuredThreads:
 
     def chosen(self):
         """The calling thread on the current count."""
-        return contextlib.nullcontext() if self.current == self.most else cpu_threads(
-            self.current)
+        return self._on(self.current)
+
+    def _on(self, count):
+        """The calling thread on ``count`` threads (the caller's own: nothing to set)."""
+        return contextlib.nullcontext() if count == self.most else cpu_threads(count)
 
     @contextlib.contextmanager
     def step(self, work):
@@ -64,7 +67,7 @@ class MeasuredThreads:
             self.probing = [self._neighbour(), 0]
         count = self.current if self.probing is None else self.probing[0]
         self.last, self.n_steps = (count, now, work), self.n_steps + 1
-        with contextlib.nullcontext() if count == self.most else cpu_threads(count):
+        with self._on(count):
             yield
 
     def _settle(self, now):

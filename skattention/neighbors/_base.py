@@ -148,8 +148,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         check_consistent_length(X_checked, y)
         if previous is None:
             strategy.input.fit(X_checked, self.categorical_features)
-        elif unseen := getattr(strategy.input, "encoder", None) and (
-                strategy.input.encoder.unseen_columns(X_checked)):
+        elif unseen := strategy.input.encoder.unseen_columns(X_checked):
             warnings.warn(
                 f"warm_start keeps the first fit's encoding: most values of {unseen} are levels "
                 "it did not see, which it reads as one 'unseen' level; fit with "

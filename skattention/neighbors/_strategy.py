@@ -24,8 +24,8 @@ from .._engine import (
     exact_f_of_pairs,
     metric_kind,
     plan_rows,
+    resolve_dtype,
 )
-from ..utils._param_validation import dtype_name
 from ._input import PrecomputedInput, TabularInput
 from ._temperature import auto_temperature
 
@@ -36,8 +36,9 @@ FIXED_METRICS = ("euclidean", "manhattan", "cosine", "minkowski")
 
 def torch_dtype(dtype):
     """The torch dtype of a ``dtype`` parameter other than ``None``: ``"float64"``,
-    ``np.float64``, ``np.dtype("float64")`` and ``torch.float64`` are one (``DtypeOptions``)."""
-    return TORCH_DTYPES[dtype_name(dtype)]
+    ``np.float64``, ``np.dtype("float64")`` and ``torch.float64`` are one (``DtypeOptions``
+    admits what the engine reads as float32 or float64)."""
+    return resolve_dtype(dtype)
 
 
 @dataclass

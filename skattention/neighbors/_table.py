@@ -199,7 +199,7 @@ class Table:
             present = values[~pd.isna(values)]
             if not present.size:  # all missing: no evidence either way
                 return np.full(values.shape[0], np.nan)
-            wrong = ~_cells_of_kind(present, fitted_kind)
+            wrong = ~_cells_of(present, _CELL_TESTS[fitted_kind])[0]
             if kind in TIME_KINDS or wrong.any():
                 example = present[np.argmax(wrong)]
                 raise ValueError(
@@ -247,7 +247,7 @@ class Table:
         if not present.any():
             return out, None
         cells = values[present]
-        numbers, strings = _cell_kinds(cells)
+        numbers, strings = _cells_of(cells, _is_number_type, lambda kind: kind is str)
         if numbers.all() and not as_text:
             out = np.full(values.shape[0], np.nan)
             out[present] = [float(v) for v in cells]
@@ -277,20 +277,12 @@ _CELL_TESTS = {
 _TYPE_OF = np.frompyfunc(type, 1, 1)
 
 
-def _cell_kinds(cells):
-    """``(numbers, strings)``: which cells of an object array are real numbers and which are
-    strings. The cells' types are factorised and each distinct type classified once: a Python
+def _cells_of(cells, *tests):
+    """Which cells of an object array pass each of ``tests`` (functions of a cell's type), one
+    mask per test. The cells' types are factorised and each distinct type tested once: a Python
     call per cell (isinstance, str) was most of the encoding of a table of text columns."""
-    codes, kinds = pd.factorize(_TYPE_OF(cells))
-    numbers = np.isin(codes, [i for i, kind in enumerate(kinds) if _is_number_type(kind)])
-    return numbers, np.isin(codes, [i for i, kind in enumerate(kinds) if kind is str])
-
-
-def _cells_of_kind(cells, kind):
-    """Which cells of an object array are of ``kind`` (a key of ``_CELL_TESTS``), each
-    distinct type tested once (as :func:`_cell_kinds`)."""
     codes, types = pd.factorize(_TYPE_OF(cells))
-    return np.isin(codes, [i for i, t in enumerate(types) if _CELL_TESTS[kind](t)])
+    return [np.isin(codes, [i for i, kind in enumerate(types) if test(kind)]) for test in tests]
 
 
 def _numbers_kind(values):
