@@ -36,6 +36,8 @@ from . import _dask
 from ._keys import FittedKeys
 from ._learned import LearnedMetric
 from ._strategy import FIXED_METRICS, TORCH_DTYPES, FixedMetric, PrecomputedMetric
+from ._target_statistics import target_numbers
+from ._training_settings import _STATISTICS_MAX_TARGETS
 from ._weights import DistanceWeighting
 
 # The metric strategy of each value of ``metric``.
@@ -124,10 +126,12 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         """Subtasks of the fit for scikit-learn's callbacks: the training epochs."""
         return self.max_iter if STRATEGIES[self.metric].learned else 0
 
-    def _validate_train(self, X, y, **y_checks):
+    def _validate_train(self, X, y, sample_weight=None, **y_checks):
         """``(X_encoded, y)``: scikit-learn's checks of ``X`` and ``y``, then ``X`` (numbers,
         booleans, categories, strings, missing values, sparse) as the dense float matrix the
-        engine takes, by the metric strategy this fit uses (``self._strategy``).
+        engine takes, by the metric strategy this fit uses (``self._strategy``). The training
+        rows' target statistics (where the encoding takes them) weigh rows by
+        ``sample_weight``.
 
         A warm start of a learned metric continues the previous fit's strategy: its encoding,
         which the map was trained on, and its map.
@@ -146,8 +150,16 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         if names is not None:
             self.feature_names_in_ = names
         check_consistent_length(X_checked, y)
+        statistics = None
         if previous is None:
-            strategy.input.fit(X_checked, self.categorical_features)
+            classes = not y_checks.get("y_numeric", False)
+            weight = (None if sample_weight is None
+                      else _check_sample_weight(sample_weight, X_checked, dtype=np.float64,
+                                           ensure_non_negative=True))
+            statistics = strategy.input.fit(
+                X_checked, self.categorical_features,
+                lambda: target_numbers(y, classes, _STATISTICS_MAX_TARGETS), weight,
+                self.random_state)
         elif unseen := strategy.input.encoder.unseen_columns(X_checked):
             warnings.warn(
                 f"warm_start keeps the first fit's encoding: most values of {unseen} are levels "
@@ -155,7 +167,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
                 "warm_start=False to encode them.", UserWarning, stacklevel=3)
         strategy.input.check_dense_fits(X_checked)
         self._strategy = strategy
-        return np.concatenate(list(strategy.input.blocks(X_checked))), y
+        return np.concatenate(list(strategy.input.blocks(X_checked, statistics))), y
 
     def _fit_labels(self, X, y, sample_weight, same_classes_on_warm_start=False,
                     multi_output=False, single_class=False):
@@ -168,7 +180,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         squared error of the blocks (the log-loss of one block does not extend to several).
         ``single_class``: an output may have a single class (then predicted everywhere).
         """
-        X, y = self._validate_train(X, y, multi_output=multi_output)
+        X, y = self._validate_train(X, y, sample_weight, multi_output=multi_output)
         y = label_columns(y)
         self.outputs_2d_ = y.ndim == 2
         columns = y if self.outputs_2d_ else y[:, None]

@@ -37,12 +37,17 @@ class TabularInput:
         On a table of more than ``rows`` rows, categorical levels seen fewer than ``count``
         times share the "unseen" code (the encoder's ``min_frequency``); ``None``: every level
         keeps its own code.
+    target_statistics : tuple (rows, levels) or None
+        On a table of more than ``rows`` rows, the categorical columns of at least ``levels``
+        levels add their levels' target statistics to the numbers (the encoder's
+        ``fit_statistics``); ``None``: none.
     """
 
-    def __init__(self, scaled, codes, rare_levels=None):
+    def __init__(self, scaled, codes, rare_levels=None, target_statistics=None):
         self.scaled = scaled
         self.codes = codes
         self.rare_levels = rare_levels
+        self.target_statistics = target_statistics
         self.encoder = None
         self.layout = None
 
@@ -51,8 +56,12 @@ class TabularInput:
         """Columns of the encoded matrix."""
         return self.layout.width
 
-    def fit(self, X, categorical_features):
-        """Fit the column encoding on the checked training inputs ``X``."""
+    def fit(self, X, categorical_features, targets=None, sample_weight=None,
+            random_state=None):
+        """Fit the column encoding on the checked training inputs ``X``; ``targets``: a
+        function giving the (n, n_targets) numbers of the rows' targets for their statistics,
+        if this input takes them. Returns the training rows' cross-fitted statistics (the
+        numbers :meth:`blocks` then gives them), or ``None``."""
         min_frequency = 1
         if self.rare_levels is not None and X.shape[0] > self.rare_levels[0]:
             min_frequency = self.rare_levels[1]
@@ -62,8 +71,14 @@ class TabularInput:
             min_frequency=min_frequency,
             dtype=np.float64,
         ).fit(X)
+        statistics = None
+        if (self.target_statistics is not None and targets is not None
+                and X.shape[0] > self.target_statistics[0]):
+            statistics = self.encoder.fit_statistics(X, targets(), self.target_statistics[1],
+                                                     sample_weight, random_state)
+            statistics = statistics if statistics.shape[1] else None
         self.layout = (CodesLayout if self.codes else DenseLayout)(self.encoder)
-        return self
+        return statistics
 
     def check(self, estimator, X, reset):
         """scikit-learn's checks of ``X`` (shape, feature names, infinities, complex numbers)
@@ -118,15 +133,21 @@ class TabularInput:
                       hint="select or reduce columns (the engine stores the training points "
                            "densely)")
 
-    def blocks(self, X):
+    def blocks(self, X, statistics=None):
         """Dense encoded blocks of the checked inputs ``X``, each within the memory budget;
-        float32 input stays float32 (as validate_data's dtype=[float64, float32] keeps it)."""
+        float32 input stays float32 (as validate_data's dtype=[float64, float32] keeps it).
+        ``statistics``: the rows' target statistics to take instead of the encoder's (the
+        training rows' cross-fitted ones, from :meth:`fit`)."""
         dtypes = X.dtypes if pd is not None and isinstance(X, pd.DataFrame) else [X.dtype]
         dtype = np.float32 if all(d == np.float32 for d in dtypes) else np.float64
         # per row: the densified input row, the encoder's numbers and codes, the dense output
         row_bytes = 8 * (2 * X.shape[1] + self.layout.width)
         rows = plan_rows(X.shape[0], row_bytes=row_bytes, budget=budget_bytes())
+        start = 0
         for block in self.encoder.transform_blocks(X, rows):
+            if statistics is not None:
+                block.numeric[:, -statistics.shape[1]:] = statistics[start:start + len(block)]
+            start += len(block)
             yield self.layout.dense(block, dtype)
 
     def few_rows(self, estimator, X):

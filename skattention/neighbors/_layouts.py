@@ -5,7 +5,7 @@ one-hot categories (``DenseLayout``, the metrics that take numbers) or category 
 import numpy as np
 from scipy import sparse
 
-from ._tabular import _FIRST_LEVEL, MISSING_CODE
+from ._levels import _FIRST_LEVEL, MISSING_CODE
 
 
 class DenseLayout:

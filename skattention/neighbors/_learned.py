@@ -44,6 +44,7 @@ from ._training_settings import (
     _SCALE_MIN_LEVEL_COUNT,
     _SCALE_VALIDATION_KEYS,
     _SCALE_WINDOW_GAIN,
+    _STATISTICS_MIN_LEVELS,
     _TABULAR_BATCH,
     _TABULAR_CANDIDATES,
     _TABULAR_COMPONENTS,
@@ -63,7 +64,9 @@ class LearnedMetric(MetricStrategy):
         super().__init__(metric)
         self.input = TabularInput(
             scaled=True, codes=metric == "tabular",
-            rare_levels=(_EPOCH_ROWS, _SCALE_MIN_LEVEL_COUNT) if metric == "tabular" else None)
+            rare_levels=(_EPOCH_ROWS, _SCALE_MIN_LEVEL_COUNT) if metric == "tabular" else None,
+            target_statistics=((_EPOCH_ROWS, _STATISTICS_MIN_LEVELS) if metric == "tabular"
+                               else None))
         self.map = None
         self.prototypes = None
         self.prototype_error = None

@@ -145,7 +145,7 @@ class MetricAttentionRegressor(RegressorMixin, NeighborsQueryMixin, _BaseMetricA
         if is_dask_collection(X):  # keys sharded over the cluster (docs/scaling.md)
             self._fit_sharded(X, y, sample_weight)
             return self
-        X, y = self._validate_train(X, y, multi_output=True, y_numeric=True)
+        X, y = self._validate_train(X, y, sample_weight, multi_output=True, y_numeric=True)
         self._y_1d = y.ndim == 1
         values = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
         sample_weight = _check_sample_weight(

@@ -8,7 +8,8 @@ NumPy array, or a SciPy sparse CSR/CSC matrix -- into what the learned metric ne
   (by default RealMLP's robust scaling: ``(x - median) / IQR`` smoothly clipped to about +-3;
   the tabular benchmark's DEV sets chose it over quantile-normal scaling; ``None``: unscaled)
   with missing values at the (scaled) median and, for every column that had missing values at
-  fit time, a 0/1 missing indicator appended;
+  fit time, a 0/1 missing indicator appended, then (after :meth:`fit_statistics`) the scaled
+  target statistics of the categorical columns of many levels (``_target_statistics``);
 * ``categories``: int64 ``(n, n_categorical)`` codes, 0 for a missing value, 1 for a level unseen
   at fit time or rarer than ``min_frequency`` ("other"), and 2, 3, ... for the training levels
   (``cardinalities_`` holds each column's number of codes), ready for an embedding lookup.
@@ -36,20 +37,15 @@ What happens with awkward input (each a documented handling or a clear ``ValueEr
 
 
 import numpy as np
-from scipy.special import ndtri
 from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
+from ._levels import _FIRST_LEVEL, MISSING_CODE, OTHER_CODE, as_numbers, level_codes, level_counts
+from ._scaling import column_scaling, robust_scaling, scaled, smooth_clip
 from ._table import TIME_KINDS, Table, isna, pd, reject_infinity
+from ._target_statistics import TargetStatistics
 
-MISSING_CODE = 0
-OTHER_CODE = 1
-_FIRST_LEVEL = 2
-# quantile scaling: n_quantiles = clip(n // 30, 10, 1000), as TALENT's QuantileTransformer
-_QUANTILES = (10, 1000, 30)
-# the normal output is clipped where a training value can land (sklearn's BOUNDS_THRESHOLD idea)
-_NORMAL_CLIP = 5.2
-_ROBUST_CLIP = 3.0
 
 class _TabularEncoder(TransformerMixin, BaseEstimator):
     """Encode a mixed-type table into scaled numbers, missing indicators and category codes.
@@ -94,7 +90,10 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
     categories_missing_ : ndarray of bool
         Whether each categorical column had missing values at fit time.
     n_numeric_out_ : int
-        Width of the numeric block (scaled columns and indicators).
+        Width of the numeric block (scaled columns, indicators and target statistics).
+    statistic_columns_ : ndarray of int
+        Positions (among the categorical columns) of the columns with target statistics, set
+        by :meth:`fit_statistics` (none after :meth:`fit` alone).
 
     Examples
     --------
@@ -144,7 +143,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             values = table.numeric_column(j, fitted_kind=kind if kind in TIME_KINDS else None)
             finite = values[~np.isnan(values)]
             has_missing.append(finite.size < values.size)
-            c, s, q = self._scaling(finite)
+            c, s, q = column_scaling(finite, self.numeric_scaling)
             centre.append(c), scale.append(s), quantiles.append(q)
         self._centre = np.asarray(centre, dtype=np.float64)
         self._scale = np.asarray(scale, dtype=np.float64)
@@ -164,7 +163,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             values, kind = table.category_column(j)
             present = values[~isna(values)]
             categories_missing.append(present.size < values.size)
-            levels, counts = _level_counts(present)
+            levels, counts = level_counts(present)
             kept = counts >= self.min_frequency
             self.categories_.append(levels[kept])
             other_share.append(counts[~kept].sum() / max(present.size, 1))
@@ -175,7 +174,44 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         self.cardinalities_ = np.asarray([lv.size + _FIRST_LEVEL for lv in self.categories_],
                                          dtype=int)
         self.n_numeric_out_ = int(self.numeric_columns_.size + self.indicator_columns_.size)
+        self.statistic_columns_ = np.zeros(0, dtype=int)
+        self._statistics = None
         return self
+
+    def fit_statistics(self, X, targets, min_levels, sample_weight=None, random_state=None):
+        """Add the target statistics of the categorical columns with at least ``min_levels``
+        levels present at fit to the numeric block (``_target_statistics``), robust-scaled;
+        ``X`` the training rows of :meth:`fit` and ``targets`` their (n, n_targets) numbers.
+        Returns the training rows' cross-fitted statistics, scaled, to replace the ones
+        :meth:`transform` gives them (those of every training row)."""
+        check_is_fitted(self, "categorical_")
+        table = Table(X, self, reset=False)
+        columns, levels, codes = [], [], []
+        for k, j in enumerate(self.categorical_columns_):
+            values = self._category_values(table, k, j)
+            present, _ = level_counts(values[~isna(values)])  # every level, the rare ones too
+            if present.size >= min_levels:
+                columns.append(k)
+                levels.append(present)
+                codes.append(level_codes(values, present))
+        statistics = TargetStatistics()
+        raw = statistics.fit_transform(codes, [lv.size + _FIRST_LEVEL for lv in levels],
+                                       np.asarray(targets, dtype=np.float64), sample_weight,
+                                       check_random_state(random_state))
+        if not columns:
+            return raw
+        self.statistic_columns_ = np.asarray(columns, dtype=int)
+        self._statistic_levels = levels
+        self._statistics = statistics
+        self._statistic_scaling = [robust_scaling(column) for column in raw.T]
+        self._n_targets = targets.shape[1]
+        self.n_numeric_out_ += statistics.width
+        return self._scaled_statistics(raw)
+
+    def _scaled_statistics(self, raw):
+        centre, scale = np.asarray(self._statistic_scaling).T
+        return smooth_clip((raw - centre) / scale)
+
 
     def unseen_columns(self, X, share=0.5, max_rows=10_000):
         """Names of the categorical columns where more than ``share`` of the values present in
@@ -238,27 +274,6 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             return mask
         raise ValueError(f"categorical_features has an unsupported type: {spec.dtype}.")
 
-    def _scaling(self, finite):
-        """(centre, scale, quantile grid or None) of one numeric column's finite values."""
-        if finite.size == 0:  # all missing: a constant column
-            return 0.0, 1.0, None
-        if self.numeric_scaling is None:  # the centre is only where missing values go
-            return float(np.median(finite)), 1.0, None
-        if self.numeric_scaling == "standard":
-            scale = finite.std()
-            return finite.mean(), scale if scale > 0 else 1.0, None
-        median = float(np.median(finite))
-        if self.numeric_scaling == "robust":
-            q25, q75 = np.percentile(finite, [25, 75])
-            scale = q75 - q25
-            if scale <= 0:  # RealMLP: fall back to the range when the IQR is zero
-                scale = 0.5 * (finite.max() - finite.min())
-            return median, scale if scale > 0 else 1.0, None
-        low, high, per = _QUANTILES
-        n_quantiles = int(np.clip(finite.size // per, low, high))
-        grid = np.percentile(finite, np.linspace(0, 100, n_quantiles))
-        return median, 1.0, grid
-
     # ------------------------------------------------------------------ transform
 
     def transform(self, X):
@@ -316,7 +331,9 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         self._encode_numeric_array(numbers, numeric)
         codes = np.zeros((len(frame), self.categorical_columns_.size), dtype=np.int64)
         for k, values in enumerate(columns):
-            codes[:, k] = _codes(values, self.categories_[k])
+            codes[:, k] = level_codes(values, self.categories_[k])
+        self._write_statistics([columns[k] for k in getattr(self, "statistic_columns_", ())],
+                               numeric)
         return TabularBlock(numeric, codes)
 
     def transform_blocks(self, X, block_rows):
@@ -354,9 +371,23 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
                 j = self.numeric_columns_[k]
                 numeric[:, n_num + i] = np.isnan(table.numeric_column(j, self._numeric_kind[j]))
         codes = np.zeros((n, self.categorical_columns_.size), dtype=np.int64)
+        statistic_values = []
         for k, j in enumerate(self.categorical_columns_):
-            codes[:, k] = _codes(self._category_values(table, k, j), self.categories_[k])
+            values = self._category_values(table, k, j)
+            codes[:, k] = level_codes(values, self.categories_[k])
+            if k in getattr(self, "statistic_columns_", ()):
+                statistic_values.append(values)
+        self._write_statistics(statistic_values, numeric)
         return TabularBlock(numeric, codes)
+
+    def _write_statistics(self, values, numeric):
+        """The scaled target statistics of rows whose statistic columns hold ``values`` (a
+        list), into the last columns of their ``numeric`` block."""
+        if getattr(self, "_statistics", None) is None:
+            return
+        codes = [level_codes(v, lv) for v, lv in zip(values, self._statistic_levels, strict=True)]
+        raw = self._statistics.transform(codes)
+        numeric[:, numeric.shape[1] - raw.shape[1]:] = self._scaled_statistics(raw)
 
     def _category_values(self, table, k, j):
         """Input column ``j`` (categorical column ``k``) as its fitted levels read it: numbers,
@@ -375,7 +406,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
                 or (kind == "numbers") == fitted):
             return values
         if fitted:  # strings now ("text", or "mixed" with numbers): the numbers they write
-            numbers = _as_numbers(values)
+            numbers = as_numbers(values)
             words = np.isnan(numbers) & ~isna(values)
             if not words.any():
                 return numbers
@@ -383,7 +414,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             fix = "pass numbers or strings of numbers ('1' for the level 1)"
         else:  # numbers now: their text, the levels' where those are strings of numbers
             text, _ = table.category_column(j, as_text=True)
-            if not np.isnan(_as_numbers(self.categories_[k])).all():
+            if not np.isnan(as_numbers(self.categories_[k])).all():
                 return text
             now = f"numbers now (e.g. {text[~isna(text)][0]}), and no level is a number: none"
             fix = "pass the strings it held at fit"
@@ -403,26 +434,14 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             centre = np.broadcast_to(self._centre, values.shape)
             scaled = np.where(missing, centre if self.numeric_scaling is None else 0.0, scaled)
         numeric[:, :n_num] = scaled
-        numeric[:, n_num:] = missing[:, self._indicator_positions]
+        numeric[:, n_num:n_num + len(self._indicator_positions)] = (
+            missing[:, self._indicator_positions])
 
     def _scale_column(self, k, values):
         """Column ``k``'s scaled ``values`` (``k`` a slice and ``values`` those columns: the
         linear scalings of several columns at once)."""
-        if self.numeric_scaling is None:
-            return values
-        if isinstance(k, slice) or self._quantiles[k] is None:
-            out = (values - self._centre[k]) / self._scale[k]
-            if self.numeric_scaling == "robust":  # smooth clipping to about +-_ROBUST_CLIP
-                out = out / np.sqrt(1.0 + (out / _ROBUST_CLIP) ** 2)
-            return out
-        grid = self._quantiles[k]
-        levels = np.linspace(0.0, 1.0, grid.size)
-        # average of the forward and backward interpolation: ties (repeated quantiles, as in a
-        # binary column) map to the middle of their probability range, as in scikit-learn
-        u = 0.5 * (np.interp(values, grid, levels)
-                   - np.interp(-values, -grid[::-1], -levels[::-1]))
-        z = ndtri(np.clip(u, 1e-7, 1 - 1e-7))
-        return np.clip(z, -_NORMAL_CLIP, _NORMAL_CLIP)
+        grid = None if isinstance(k, slice) else self._quantiles[k]
+        return scaled(values, self.numeric_scaling, self._centre[k], self._scale[k], grid)
 
     def get_feature_names_out(self, input_features=None):
         """Names of the numeric block's columns then of the categorical codes."""
@@ -432,6 +451,11 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             names = np.array([f"x{i}" for i in range(self.n_features_in_)], dtype=object)
         out = [names[j] for j in self.numeric_columns_]
         out += [f"missing_{names[j]}" for j in self.indicator_columns_]
+        targets = getattr(self, "_n_targets", 0)
+        for k in getattr(self, "statistic_columns_", ()):
+            name = names[self.categorical_columns_[k]]
+            out += [f"{name}_target"] if targets == 1 else [f"{name}_target{t}"
+                                                              for t in range(targets)]
         out += [names[j] for j in self.categorical_columns_]
         return np.asarray(out, dtype=object)
 
@@ -445,34 +469,3 @@ class TabularBlock:
 
     def __len__(self):
         return self.numeric.shape[0]
-
-
-def _level_counts(present):
-    """``np.unique(present, return_counts=True)`` of a column's present values; text sorted
-    as its distinct values only (sorting every cell of an object array was slow)."""
-    if present.dtype != object:
-        return np.unique(present, return_counts=True)
-    codes, distinct = pd.factorize(present)
-    order = np.argsort(distinct)
-    return distinct[order], np.bincount(codes, minlength=distinct.size)[order]
-
-
-def _as_numbers(values):
-    """A categorical column's values (or levels) as float64, NaN where a value is missing or
-    is no number: the strings ``"1"`` and ``"1.0"`` are the number 1."""
-    numbers = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
-    return numbers.to_numpy(dtype=np.float64, na_value=np.nan)
-
-
-def _codes(values, levels):
-    codes = np.full(values.shape[0], OTHER_CODE, dtype=np.int64)
-    missing = isna(values)
-    codes[missing] = MISSING_CODE
-    if levels.size:
-        present = ~missing
-        found = np.searchsorted(levels, values[present].astype(levels.dtype, copy=False))
-        found = np.minimum(found, levels.size - 1)
-        hit = levels[found] == values[present]
-        idx = np.flatnonzero(present)
-        codes[idx[hit]] = found[hit] + _FIRST_LEVEL
-    return codes

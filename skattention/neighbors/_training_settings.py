@@ -41,6 +41,12 @@ _SCALE_VALIDATION_KEYS = 8192
 # this many times share the "unseen" code: with many candidates a query meets the few rows of
 # its own rare level (a tail number, an id), whose embedding then memorises their labels.
 _SCALE_MIN_LEVEL_COUNT = 20
+# ... and the categorical columns of at least this many levels add their levels' target
+# statistics (cross-fitted; ``_target_statistics``) to the numbers, where they take at most
+# _STATISTICS_MAX_TARGETS columns each (class indicators): the rare levels' code and the slowly
+# learned embeddings of many levels told the map little about a title or a name
+_STATISTICS_MIN_LEVELS = 30
+_STATISTICS_MAX_TARGETS = 16
 # ... and training also stops when the last n_iter_no_change epochs together improved the best
 # validation loss by less than this share of it: on many rows the averaged loss keeps falling
 # by hundredths of a percent an epoch after the test score has stopped (docs/performance.md)

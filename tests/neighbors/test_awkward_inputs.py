@@ -16,7 +16,8 @@ from skattention import (
 )
 from skattention._engine._calibration import calibrate_temperature
 from skattention._engine._maps import build_map
-from skattention.neighbors._tabular import MISSING_CODE, OTHER_CODE, _TabularEncoder
+from skattention.neighbors._levels import MISSING_CODE, OTHER_CODE
+from skattention.neighbors._tabular import _TabularEncoder
 
 pd = pytest.importorskip("pandas")
 

@@ -9,7 +9,8 @@ import pytest
 from scipy import sparse
 from sklearn.preprocessing import QuantileTransformer
 
-from skattention.neighbors._tabular import MISSING_CODE, OTHER_CODE, _TabularEncoder
+from skattention.neighbors._levels import MISSING_CODE, OTHER_CODE
+from skattention.neighbors._tabular import _TabularEncoder
 
 
 def _frame(n=60, seed=0):

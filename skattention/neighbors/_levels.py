@@ -1,0 +1,43 @@
+"""A categorical column's levels and their codes: 0 for a missing value, 1 for a level unseen
+at fit (or coded as rare), 2, 3, ... for the levels (the tabular encoder's codes, which the
+tabular map and the target statistics look up)."""
+
+import numpy as np
+
+from ._table import isna, pd
+
+MISSING_CODE = 0
+OTHER_CODE = 1
+_FIRST_LEVEL = 2
+
+
+def level_counts(present):
+    """``np.unique(present, return_counts=True)`` of a column's present values; text sorted
+    as its distinct values only (sorting every cell of an object array was slow)."""
+    if present.dtype != object:
+        return np.unique(present, return_counts=True)
+    codes, distinct = pd.factorize(present)
+    order = np.argsort(distinct)
+    return distinct[order], np.bincount(codes, minlength=distinct.size)[order]
+
+
+def as_numbers(values):
+    """A categorical column's values (or levels) as float64, NaN where a value is missing or
+    is no number: the strings ``"1"`` and ``"1.0"`` are the number 1."""
+    numbers = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
+    return numbers.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def level_codes(values, levels):
+    """The codes of ``values`` among the sorted ``levels``."""
+    codes = np.full(values.shape[0], OTHER_CODE, dtype=np.int64)
+    missing = isna(values)
+    codes[missing] = MISSING_CODE
+    if levels.size:
+        present = ~missing
+        found = np.searchsorted(levels, values[present].astype(levels.dtype, copy=False))
+        found = np.minimum(found, levels.size - 1)
+        hit = levels[found] == values[present]
+        idx = np.flatnonzero(present)
+        codes[idx[hit]] = found[hit] + _FIRST_LEVEL
+    return codes

@@ -1,0 +1,109 @@
+"""Target statistics of categorical levels: numbers the tabular map reads beside its embeddings.
+
+On many rows the tabular map codes the levels seen fewer than a few times as one "rare" level
+(its embedding would memorise their rows' labels), and the embeddings of many levels learn
+slowly: a column such as a film's title, a business's name or an institution then tells the
+map little. Its levels' target statistics tell it at once: for each level the mean target
+(regression, standardised) or the class frequencies (one column for two classes), shrunk
+towards the overall mean by empirical Bayes, as scikit-learn's ``TargetEncoder`` with
+``smooth="auto"`` does (Micci-Barreca, 2001). A training row's statistics are computed from
+the other folds of a 5-fold split (cross fitting), so that its own target never enters them;
+other rows (prediction, a warm start's data) get the statistics of every training row.
+Missing values are a level of their own; unseen levels get the overall mean.
+"""
+
+import numpy as np
+import pandas as pd
+
+from ._levels import OTHER_CODE
+
+_FOLDS = 5
+
+
+class TargetStatistics:
+    """Fitted target statistics of some categorical columns.
+
+    Attributes
+    ----------
+    tables : list of ndarray of shape (n_codes, n_targets)
+        Per column, the statistics of each code (0 missing, 1 unseen, 2.. every level present
+        at fit, also those the map codes as rare).
+    width : int
+        Output columns: ``n_targets`` per column.
+    """
+
+    def __init__(self):
+        self.tables = []
+        self.width = 0
+
+    def fit_transform(self, codes, sizes, targets, sample_weight, rng):
+        """Fit on the training rows' ``codes`` (a list: per column, its codes, of ``sizes``
+        codes in all) and ``targets`` (n, n_targets); return the training rows' cross-fitted
+        statistics, (n, width)."""
+        n, m = targets.shape
+        weight = np.ones(n) if sample_weight is None else np.asarray(sample_weight, float)
+        total = weight.sum()
+        mean = weight @ targets / total
+        variance = weight @ (targets - mean) ** 2 / total
+        folds = rng.permutation(n) % _FOLDS
+        self.tables, out = [], []
+        for column, size in zip(codes, sizes, strict=True):
+            sums = _sums(folds * size + column, weight, targets, _FOLDS * size)
+            whole = [s.sum(0) for s in sums]  # every fold: the statistics of new rows
+            self.tables.append(_shrunk(*whole, mean, variance))
+            # a row's statistics: every fold but its own
+            others = [w[None] - s for w, s in zip(whole, sums, strict=True)]
+            out.append(_shrunk(*others, mean, variance)[folds, column])
+        self.width = len(self.tables) * m
+        return np.hstack(out) if out else np.zeros((n, 0))
+
+    def transform(self, codes):
+        """The statistics of rows of ``codes`` (per column) from every training row,
+        (n, width)."""
+        return np.hstack([table[column] for column, table in zip(codes, self.tables,
+                                                                 strict=True)])
+
+
+def target_numbers(y, classes, max_width):
+    """The targets of ``y`` as the numbers their statistics average, (n, n_targets): each
+    output's class indicators (one column where it has two classes), or each output
+    standardised; ``None`` where that takes more than ``max_width`` columns."""
+    columns = np.asarray(y).reshape(len(y), -1)
+    out = []
+    for column in columns.T:
+        if classes:
+            codes, levels = pd.factorize(column)
+            indicators = codes[:, None] == np.arange(levels.size)
+            out.append(indicators[:, 1:] if levels.size == 2 else indicators)
+        else:
+            column = column.astype(np.float64)
+            scale = column.std()
+            out.append(((column - column.mean()) / (scale if scale > 0 else 1.0))[:, None])
+    width = sum(o.shape[1] for o in out)
+    return np.hstack(out).astype(np.float64) if width <= max_width else None
+
+
+def _sums(index, weight, targets, length):
+    """Weighted count, sum and sum of squares of ``targets`` per ``index`` (fold x code), each
+    reshaped to (folds, codes[, targets])."""
+    count = np.bincount(index, weight, minlength=length)
+    first = np.stack([np.bincount(index, weight * t, minlength=length) for t in targets.T], 1)
+    second = np.stack([np.bincount(index, weight * t * t, minlength=length)
+                       for t in targets.T], 1)
+    shape = (_FOLDS, length // _FOLDS)
+    return count.reshape(shape), first.reshape(*shape, -1), second.reshape(*shape, -1)
+
+
+def _shrunk(count, first, second, mean, variance):
+    """Each code's mean shrunk towards ``mean`` by empirical Bayes: the weight of its own mean
+    is ``variance n / (variance n + its variance)`` (scikit-learn's ``smooth="auto"``)."""
+    count = count[..., None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        own = first / count
+        spread = np.maximum(second / count - own * own, 0.0)
+        weight = variance * count / (variance * count + spread)
+    shrunk = np.where(count > 0, weight * own + (1 - weight) * mean, mean)
+    shrunk = np.where(np.isfinite(shrunk), shrunk, mean)
+    shrunk[..., OTHER_CODE, :] = mean  # unseen levels: the overall mean
+    return shrunk
+
