@@ -212,7 +212,10 @@ CATEGORICAL = """categorical_features : "from_dtype", array-like of bool, int or
         column per training level, plus one for "missing" where the column had missing values
         at fit); a level unseen at fit time is all zeros. With ``metric="tabular"`` they enter
         as codes of learned embeddings instead, and on a table of more than 16,384 rows the
-        levels seen fewer than 20 times share the code of unseen levels. Sparse matrices are
+        levels seen fewer than 20 times share the code of unseen levels, while each column of
+        at least 30 levels adds its levels' target statistics (the mean target, or the class
+        frequencies, shrunk as :class:`~sklearn.preprocessing.TargetEncoder` does; a training
+        row's from the other folds of a 5-fold split) as numbers. Sparse matrices are
         numeric only."""
 
 INPUT_ATTRIBUTES = """n_features_in_ : int

@@ -42,18 +42,19 @@ class TargetStatistics:
         statistics, (n, width)."""
         n, m = targets.shape
         weight = np.ones(n) if sample_weight is None else np.asarray(sample_weight, float)
-        total = weight.sum()
-        mean = weight @ targets / total
-        variance = weight @ (targets - mean) ** 2 / total
         folds = rng.permutation(n) % _FOLDS
+        # the overall mean and variance: of every row, and of the rows of the other folds
+        per_fold = _sums(folds, weight, targets, _FOLDS)
+        whole_moments = _moments(*(s.sum(0) for s in per_fold))
+        other_moments = _moments(*(s.sum(0)[None] - s for s in per_fold))
         self.tables, out = [], []
         for column, size in zip(codes, sizes, strict=True):
             sums = _sums(folds * size + column, weight, targets, _FOLDS * size)
             whole = [s.sum(0) for s in sums]  # every fold: the statistics of new rows
-            self.tables.append(_shrunk(*whole, mean, variance))
+            self.tables.append(_shrunk(*whole, *whole_moments))
             # a row's statistics: every fold but its own
             others = [w[None] - s for w, s in zip(whole, sums, strict=True)]
-            out.append(_shrunk(*others, mean, variance)[folds, column])
+            out.append(_shrunk(*others, *other_moments)[folds, column])
         self.width = len(self.tables) * m
         return np.hstack(out) if out else np.zeros((n, 0))
 
@@ -94,16 +95,22 @@ def _sums(index, weight, targets, length):
     return count.reshape(shape), first.reshape(*shape, -1), second.reshape(*shape, -1)
 
 
+def _moments(count, first, second):
+    """(mean, variance) of the rows summed in ``count``, ``first``, ``second``."""
+    mean = first / count[..., None]
+    return mean, np.maximum(second / count[..., None] - mean * mean, 0.0)
+
+
 def _shrunk(count, first, second, mean, variance):
     """Each code's mean shrunk towards ``mean`` by empirical Bayes: the weight of its own mean
     is ``variance n / (variance n + its variance)`` (scikit-learn's ``smooth="auto"``)."""
     count = count[..., None]
     with np.errstate(invalid="ignore", divide="ignore"):
-        own = first / count
-        spread = np.maximum(second / count - own * own, 0.0)
+        own, spread = _moments(count[..., 0], first, second)
         weight = variance * count / (variance * count + spread)
     shrunk = np.where(count > 0, weight * own + (1 - weight) * mean, mean)
     shrunk = np.where(np.isfinite(shrunk), shrunk, mean)
-    shrunk[..., OTHER_CODE, :] = mean  # unseen levels: the overall mean
+    # unseen levels: the overall mean
+    shrunk[..., OTHER_CODE, :] = np.broadcast_to(mean, shrunk.shape)[..., OTHER_CODE, :]
     return shrunk
 

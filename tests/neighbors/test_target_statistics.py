@@ -1,0 +1,147 @@
+"""The target statistics of categorical columns of many levels (``_target_statistics``): the
+shrinkage of scikit-learn's TargetEncoder, cross fitting that never reads a row's own target,
+sample weights, and the tabular estimators that add them on many rows."""
+
+import pickle
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.preprocessing import TargetEncoder
+
+from skattention.neighbors._levels import level_codes
+from skattention.neighbors._target_statistics import TargetStatistics, target_numbers
+from tests.conftest import cheap
+
+
+def _column(n, n_levels, seed=0):
+    rng = np.random.default_rng(seed)
+    levels = np.array([f"L{i:04d}" for i in range(n_levels)], dtype=object)
+    values = levels[rng.integers(0, n_levels, n)]
+    y = rng.normal(size=n_levels)[level_codes(values, levels) - 2] + rng.normal(size=n)
+    return values, levels, y
+
+
+@pytest.mark.parametrize("classes", [False, True])
+def test_statistics_of_new_rows_are_target_encoders(classes):
+    values, levels, y = _column(3000, 40)
+    if classes:
+        y = np.where(y > 0.5, "b", np.where(y < -0.5, "a", "c"))
+    targets = target_numbers(y, classes, 16)
+    statistics = TargetStatistics()
+    statistics.fit_transform([level_codes(values, levels)], [levels.size + 2], targets, None,
+                             np.random.RandomState(0))
+    encoder = TargetEncoder(smooth="auto", target_type="multiclass" if classes else "continuous")
+    encoder.fit(values[:, None], y if classes else targets[:, 0])
+    expected = np.column_stack(encoder.encodings_)
+    if classes:  # TargetEncoder's classes sorted; target_numbers' in order of appearance
+        order = [list(pd.unique(y)).index(c) for c in encoder.classes_]
+        expected = expected[:, np.argsort(order)]
+    np.testing.assert_allclose(statistics.tables[0][2:], expected, rtol=1e-10, atol=1e-12)
+    # unseen levels: the overall mean
+    np.testing.assert_allclose(statistics.tables[0][1], targets.mean(0), atol=1e-12)
+
+
+def test_a_training_row_statistics_never_read_its_own_target():
+    values, levels, y = _column(2000, 30)
+    codes = [level_codes(values, levels)]
+    targets = y[:, None].copy()
+
+    def cross_fitted(t):
+        return TargetStatistics().fit_transform(codes, [levels.size + 2], t, None,
+                                                np.random.RandomState(0))
+
+    before = cross_fitted(targets)
+    targets[7] += 100.0
+    after = cross_fitted(targets)
+    changed = np.flatnonzero(np.abs(after - before).ravel() > 1e-12)
+    # the rows of the other four folds read it (the overall mean and variance at least); its
+    # own fold's, row 7 among them, do not
+    assert 7 not in changed
+    assert changed.size == 2000 - 2000 // 5
+
+
+def test_zero_weights_are_rows_left_out():
+    values, levels, y = _column(1500, 35)
+    weight = np.ones(y.size)
+    weight[::3] = 0.0
+    targets = y[:, None]
+    size = [levels.size + 2]
+    weighted = TargetStatistics()
+    weighted.fit_transform([level_codes(values, levels)], size, targets, weight,
+                           np.random.RandomState(0))
+    kept = weight > 0
+    # the overall mean and variance of the kept rows
+    alone = TargetStatistics()
+    alone.fit_transform([level_codes(values[kept], levels)], size, targets[kept], None,
+                        np.random.RandomState(0))
+    np.testing.assert_allclose(weighted.tables[0], alone.tables[0], rtol=1e-12, atol=1e-12)
+
+
+def _many_rows(n=17_000, seed=0):
+    """A table beyond the rows where the tabular map codes rare levels alike, with a column of
+    3,000 levels (most rare) that carries most of the target."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 3000, n)
+    X = pd.DataFrame({
+        "x": rng.normal(size=n),
+        "name": np.array([f"n{i}" for i in range(3000)], dtype=object)[codes],
+        "kind": np.array(["a", "b", "c"], dtype=object)[rng.integers(0, 3, n)],
+    })
+    y = rng.normal(size=3000)[codes] + 0.3 * X["x"].to_numpy() + 0.3 * rng.normal(size=n)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def fitted_regressor():
+    X, y = _many_rows()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return cheap("MetricAttentionRegressor", max_iter=1).fit(X, y), X, y
+
+
+def test_many_rows_add_the_statistics_of_columns_of_many_levels(fitted_regressor):
+    model, X, _ = fitted_regressor
+    encoder = model._strategy.input.encoder
+    names = list(encoder.get_feature_names_out())
+    assert "name_target" in names and "kind_target" not in names  # 3 levels: the embedding
+    assert model._strategy.input.layout.n_numeric == encoder.n_numeric_out_ == 2
+    # a single row and the row in a batch, and after a pickle round trip, read them alike
+    rows = X.iloc[:8]
+    batch = model.predict(rows)
+    np.testing.assert_allclose([model.predict(rows.iloc[[i]])[0] for i in range(8)], batch,
+                               rtol=1e-6)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(model)).predict(rows), batch)
+
+
+def test_training_rows_keep_their_cross_fitted_statistics_as_keys(fitted_regressor):
+    model, X, _ = fitted_regressor
+    column = list(model._strategy.input.encoder.get_feature_names_out()).index("name_target")
+    keys = np.asarray(model._keys.inputs)
+    assert keys.shape[0] == X.shape[0]
+    # the same rows as queries take the statistics of every training row, which differ from
+    # the cross-fitted ones the map trained on and the keys keep
+    queries = next(model._strategy.input.blocks(X.iloc[:2000]))
+    assert not np.allclose(keys[:2000, column], queries[:, column])
+    np.testing.assert_array_equal(keys[:2000, :column], queries[:, :column])
+
+
+def test_few_rows_fit_no_statistics():
+    X, y = _many_rows(n=4000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = cheap("MetricAttentionRegressor", max_iter=1).fit(X, y)
+    assert model._strategy.input.encoder.statistic_columns_.size == 0
+
+
+def test_statistics_help_where_most_levels_are_rare():
+    X, y = _many_rows(n=20_000, seed=1)
+    test_X, test_y = X.iloc[16_500:], y[16_500:]
+    X, y = X.iloc[:16_500], y[:16_500]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = cheap("MetricAttentionRegressor", max_iter=3, hidden_size=16).fit(X, y)
+    # the name's effect (variance 1) is most of the target's: without it R^2 is about 0.1
+    assert model.score(test_X, test_y) > 0.5
