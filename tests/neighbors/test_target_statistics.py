@@ -145,3 +145,15 @@ def test_statistics_help_where_most_levels_are_rare():
         model = cheap("MetricAttentionRegressor", max_iter=3, hidden_size=16).fit(X, y)
     # the name's effect (variance 1) is most of the target's: without it R^2 is about 0.1
     assert model.score(test_X, test_y) > 0.5
+
+
+def test_a_warm_start_keeps_the_first_fits_statistics():
+    X, y = _many_rows()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = cheap("MetricAttentionRegressor", max_iter=1, warm_start=True).fit(X, y)
+        tables = [t.copy() for t in model._strategy.input.encoder._statistics.tables]
+        model.fit(X, -y)  # other targets: statistics refitted would differ
+    kept = model._strategy.input.encoder._statistics.tables
+    for before, after in zip(tables, kept, strict=True):
+        np.testing.assert_array_equal(before, after)
