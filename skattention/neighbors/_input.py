@@ -73,7 +73,8 @@ class TabularInput:
         ).fit(X)
         statistics = None
         if (self.target_statistics is not None and targets is not None
-                and X.shape[0] > self.target_statistics[0]):
+                and X.shape[0] > self.target_statistics[0]
+                and (sample_weight is None or np.any(sample_weight > 0))):
             statistics = self.encoder.fit_statistics(X, targets(), self.target_statistics[1],
                                                      sample_weight, random_state)
             statistics = statistics if statistics.shape[1] else None

@@ -56,7 +56,11 @@ class TargetStatistics:
             others = [w[None] - s for w, s in zip(whole, sums, strict=True)]
             out.append(_shrunk(*others, *other_moments)[folds, column])
         self.width = len(self.tables) * m
-        return np.hstack(out) if out else np.zeros((n, 0))
+        if not out:
+            return np.zeros((n, 0))
+        # (a fold whose other folds weigh nothing: the overall mean)
+        out = np.hstack(out)
+        return np.where(np.isfinite(out), out, np.tile(whole_moments[0].ravel(), len(codes)))
 
     def transform(self, codes):
         """The statistics of rows of ``codes`` (per column) from every training row,
@@ -96,17 +100,19 @@ def _sums(index, weight, targets, length):
 
 
 def _moments(count, first, second):
-    """(mean, variance) of the rows summed in ``count``, ``first``, ``second``."""
-    mean = first / count[..., None]
-    return mean, np.maximum(second / count[..., None] - mean * mean, 0.0)
+    """(mean, variance) of the rows summed in ``count``, ``first``, ``second``; NaN where
+    ``count`` is 0."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = first / count[..., None]
+        return mean, np.maximum(second / count[..., None] - mean * mean, 0.0)
 
 
 def _shrunk(count, first, second, mean, variance):
     """Each code's mean shrunk towards ``mean`` by empirical Bayes: the weight of its own mean
     is ``variance n / (variance n + its variance)`` (scikit-learn's ``smooth="auto"``)."""
+    own, spread = _moments(count, first, second)
     count = count[..., None]
     with np.errstate(invalid="ignore", divide="ignore"):
-        own, spread = _moments(count[..., 0], first, second)
         weight = variance * count / (variance * count + spread)
     shrunk = np.where(count > 0, weight * own + (1 - weight) * mean, mean)
     shrunk = np.where(np.isfinite(shrunk), shrunk, mean)
