@@ -180,7 +180,8 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
 
     def fit_statistics(self, X, targets, min_levels, sample_weight=None, random_state=None):
         """Add the target statistics of the categorical columns with at least ``min_levels``
-        levels present at fit to the numeric block (``_target_statistics``), robust-scaled;
+        levels present at fit (those whose statistics predict better than the mean:
+        ``TargetStatistics.kept``) to the numeric block (``_target_statistics``), robust-scaled;
         ``X`` the training rows of :meth:`fit` and ``targets`` their (n, n_targets) numbers.
         Returns the training rows' cross-fitted statistics, scaled, to replace the ones
         :meth:`transform` gives them (those of every training row)."""
@@ -198,10 +199,10 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         raw = statistics.fit_transform(codes, [lv.size + _FIRST_LEVEL for lv in levels],
                                        np.asarray(targets, dtype=np.float64), sample_weight,
                                        check_random_state(random_state))
-        if not columns:
+        if not statistics.kept:
             return raw
-        self.statistic_columns_ = np.asarray(columns, dtype=int)
-        self._statistic_levels = levels
+        self.statistic_columns_ = np.asarray(columns, dtype=int)[statistics.kept]
+        self._statistic_levels = [levels[k] for k in statistics.kept]
         self._statistics = statistics
         self._statistic_scaling = [robust_scaling(column) for column in raw.T]
         self._n_targets = targets.shape[1]

@@ -25,21 +25,28 @@ class TargetStatistics:
 
     Attributes
     ----------
+    kept : list of int
+        The columns (positions in the ``codes`` given to :meth:`fit_transform`) whose
+        cross-fitted statistics predict the targets of the rows better than the overall mean
+        does (the sum of squared errors over the targets, weighted): a statistic that does not
+        is noise to the map (a column of a few rows per level that carry little of the target),
+        and the column keeps its embedding alone.
     tables : list of ndarray of shape (n_codes, n_targets)
-        Per column, the statistics of each code (0 missing, 1 unseen, 2.. every level present
-        at fit, also those the map codes as rare).
+        Per kept column, the statistics of each code (0 missing, 1 unseen, 2.. every level
+        present at fit, also those the map codes as rare).
     width : int
-        Output columns: ``n_targets`` per column.
+        Output columns: ``n_targets`` per kept column.
     """
 
     def __init__(self):
+        self.kept = []
         self.tables = []
         self.width = 0
 
     def fit_transform(self, codes, sizes, targets, sample_weight, rng):
         """Fit on the training rows' ``codes`` (a list: per column, its codes, of ``sizes``
         codes in all) and ``targets`` (n, n_targets); return the training rows' cross-fitted
-        statistics, (n, width)."""
+        statistics of the kept columns, (n, width)."""
         n, m = targets.shape
         weight = np.ones(n) if sample_weight is None else np.asarray(sample_weight, float)
         folds = rng.permutation(n) % _FOLDS
@@ -47,20 +54,25 @@ class TargetStatistics:
         per_fold = _sums(folds, weight, targets, _FOLDS)
         whole_moments = _moments(*(s.sum(0) for s in per_fold))
         other_moments = _moments(*(s.sum(0)[None] - s for s in per_fold))
-        self.tables, out = [], []
-        for column, size in zip(codes, sizes, strict=True):
-            sums = _sums(folds * size + column, weight, targets, _FOLDS * size)
-            whole = [s.sum(0) for s in sums]  # every fold: the statistics of new rows
-            self.tables.append(_shrunk(*whole, *whole_moments))
-            # a row's statistics: every fold but its own
-            others = [w[None] - s for w, s in zip(whole, sums, strict=True)]
-            out.append(_shrunk(*others, *other_moments)[folds, column])
-        self.width = len(self.tables) * m
-        if not out:
-            return np.zeros((n, 0))
         # (a fold whose other folds weigh nothing: the overall mean)
-        out = np.hstack(out)
-        return np.where(np.isfinite(out), out, np.tile(whole_moments[0].ravel(), len(codes)))
+        baseline = np.where(np.isfinite(other_moments[0][folds, 0]), other_moments[0][folds, 0],
+                            whole_moments[0])
+        baseline_error = weight @ ((targets - baseline) ** 2).sum(1)
+        self.kept, self.tables, out = [], [], []
+        for position, (column, size) in enumerate(zip(codes, sizes, strict=True)):
+            sums = _sums(folds * size + column, weight, targets, _FOLDS * size)
+            # a row's statistics: every fold but its own
+            whole = [s.sum(0) for s in sums]
+            others = [w[None] - s for w, s in zip(whole, sums, strict=True)]
+            rows = _shrunk(*others, *other_moments)[folds, column]
+            rows = np.where(np.isfinite(rows), rows, baseline)
+            if not weight @ ((targets - rows) ** 2).sum(1) < baseline_error:
+                continue
+            self.kept.append(position)
+            self.tables.append(_shrunk(*whole, *whole_moments))  # every fold: for new rows
+            out.append(rows)
+        self.width = len(self.tables) * m
+        return np.hstack(out) if out else np.zeros((n, 0))
 
     def transform(self, codes):
         """The statistics of rows of ``codes`` (per column) from every training row,

@@ -157,3 +157,15 @@ def test_a_warm_start_keeps_the_first_fits_statistics():
     kept = model._strategy.input.encoder._statistics.tables
     for before, after in zip(tables, kept, strict=True):
         np.testing.assert_array_equal(before, after)
+
+
+def test_statistics_that_predict_no_better_than_the_mean_are_left_out():
+    values, levels, y = _column(4000, 800, seed=3)  # 5 rows a level, the level matters
+    rng = np.random.default_rng(4)
+    noise = levels[rng.integers(0, levels.size, y.size)]  # 5 rows a level, unrelated to y
+    statistics = TargetStatistics()
+    out = statistics.fit_transform(
+        [level_codes(noise, levels), level_codes(values, levels)], [levels.size + 2] * 2,
+        y[:, None], None, np.random.RandomState(0))
+    assert statistics.kept == [1]
+    assert out.shape == (y.size, 1) and len(statistics.tables) == 1
