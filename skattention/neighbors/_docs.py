@@ -215,7 +215,8 @@ CATEGORICAL = """categorical_features : "from_dtype", array-like of bool, int or
         levels seen fewer than 20 times share the code of unseen levels, while each column of
         at least 30 levels adds its levels' target statistics (the mean target, or the class
         frequencies, shrunk as :class:`~sklearn.preprocessing.TargetEncoder` does; a training
-        row's from the other folds of a 5-fold split) as numbers. Sparse matrices are
+        row's from the other folds of a 5-fold split) as numbers where they predict the
+        target better than its mean. Sparse matrices are
         numeric only."""
 
 INPUT_ATTRIBUTES = """n_features_in_ : int

@@ -9,7 +9,9 @@ towards the overall mean by empirical Bayes, as scikit-learn's ``TargetEncoder``
 ``smooth="auto"`` does (Micci-Barreca, 2001). A training row's statistics are computed from
 the other folds of a 5-fold split (cross fitting), so that its own target never enters them;
 other rows (prediction, a warm start's data) get the statistics of every training row.
-Missing values are a level of their own; unseen levels get the overall mean.
+Missing values are a level of their own; unseen levels get the overall mean. A column whose
+cross-fitted statistics predict the training rows' targets no better than the overall mean
+adds none (``TargetStatistics.kept``).
 """
 
 import numpy as np
