@@ -27,12 +27,15 @@ class TargetStatistics:
 
     Attributes
     ----------
+    skills : list of float
+        Per column given to :meth:`fit_transform`, the share of the targets' variance its
+        cross-fitted statistics explain: 1 - their weighted squared error over the overall
+        mean's (of the other folds), negative where they predict worse than the mean.
     kept : list of int
-        The columns (positions in the ``codes`` given to :meth:`fit_transform`) whose
-        cross-fitted statistics predict the targets of the rows better than the overall mean
-        does (the sum of squared errors over the targets, weighted): a statistic that does not
-        is noise to the map (a column of a few rows per level that carry little of the target),
-        and the column keeps its embedding alone.
+        The columns (positions in the ``codes`` given to :meth:`fit_transform`) of positive
+        skill: a statistic that predicts no better than the mean is noise to the map (a column
+        of a few rows per level that carry little of the target), and the column keeps its
+        embedding alone.
     tables : list of ndarray of shape (n_codes, n_targets)
         Per kept column, the statistics of each code (0 missing, 1 unseen, 2.. every level
         present at fit, also those the map codes as rare).
@@ -41,6 +44,7 @@ class TargetStatistics:
     """
 
     def __init__(self):
+        self.skills = []
         self.kept = []
         self.tables = []
         self.width = 0
@@ -60,7 +64,7 @@ class TargetStatistics:
         baseline = np.where(np.isfinite(other_moments[0][folds, 0]), other_moments[0][folds, 0],
                             whole_moments[0])
         baseline_error = weight @ ((targets - baseline) ** 2).sum(1)
-        self.kept, self.tables, out = [], [], []
+        self.skills, self.kept, self.tables, out = [], [], [], []
         for position, (column, size) in enumerate(zip(codes, sizes, strict=True)):
             sums = _sums(folds * size + column, weight, targets, _FOLDS * size)
             # a row's statistics: every fold but its own
@@ -68,7 +72,10 @@ class TargetStatistics:
             others = [w[None] - s for w, s in zip(whole, sums, strict=True)]
             rows = _shrunk(*others, *other_moments)[folds, column]
             rows = np.where(np.isfinite(rows), rows, baseline)
-            if not weight @ ((targets - rows) ** 2).sum(1) < baseline_error:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                self.skills.append(float(1 - weight @ ((targets - rows) ** 2).sum(1)
+                                         / baseline_error))
+            if not self.skills[-1] > 0:
                 continue
             self.kept.append(position)
             self.tables.append(_shrunk(*whole, *whole_moments))  # every fold: for new rows

@@ -167,5 +167,5 @@ def test_statistics_that_predict_no_better_than_the_mean_are_left_out():
     out = statistics.fit_transform(
         [level_codes(noise, levels), level_codes(values, levels)], [levels.size + 2] * 2,
         y[:, None], None, np.random.RandomState(0))
-    assert statistics.kept == [1]
+    assert statistics.kept == [1] and statistics.skills[0] < 0 < statistics.skills[1]
     assert out.shape == (y.size, 1) and len(statistics.tables) == 1
