@@ -169,3 +169,21 @@ def test_statistics_that_predict_no_better_than_the_mean_are_left_out():
         y[:, None], None, np.random.RandomState(0))
     assert statistics.kept == [1] and statistics.skills[0] < 0 < statistics.skills[1]
     assert out.shape == (y.size, 1) and len(statistics.tables) == 1
+
+
+def test_equal_rows_keep_equal_statistics():
+    # 17,500 rows drawn from 700 distinct ones: cross fitting by rows would give the copies of
+    # a row the statistics of different folds, and the settings for many rows pool equal rows
+    rng = np.random.default_rng(5)
+    distinct = pd.DataFrame({"x": rng.integers(0, 3, 700).astype(float),
+                             "name": np.array([f"n{i}" for i in range(100)],
+                                              dtype=object)[rng.integers(0, 100, 700)]})
+    rows = rng.integers(0, 700, 17_500)
+    X = distinct.iloc[rows].reset_index(drop=True)
+    y = rng.normal(size=100)[X["name"].str[1:].astype(int)] + rng.normal(size=rows.size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = cheap("MetricAttentionRegressor", max_iter=1).fit(X, y)
+    assert "name_target" in model._strategy.input.encoder.get_feature_names_out()
+    keys = np.asarray(model._keys.inputs)
+    assert np.unique(keys, axis=0).shape[0] == X.drop_duplicates().shape[0]
