@@ -72,11 +72,13 @@ class TabularInput:
             min_frequency=min_frequency,
             dtype=np.float64,
         ).fit(X)
-        statistics = None
+        statistics = numbers = None
         if (self.target_statistics is not None and targets is not None
                 and X.shape[0] > self.target_statistics[0]
                 and (sample_weight is None or np.any(sample_weight > 0))):
-            statistics = self.encoder.fit_statistics(X, targets(), self.target_statistics[1],
+            numbers = targets()  # None: too many columns (classes, outputs) for statistics
+        if numbers is not None:
+            statistics = self.encoder.fit_statistics(X, numbers, self.target_statistics[1],
                                                      sample_weight, random_state,
                                                      self._equal_rows(X))
             statistics = statistics if statistics.shape[1] else None

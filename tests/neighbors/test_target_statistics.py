@@ -187,3 +187,13 @@ def test_equal_rows_keep_equal_statistics():
     assert "name_target" in model._strategy.input.encoder.get_feature_names_out()
     keys = np.asarray(model._keys.inputs)
     assert np.unique(keys, axis=0).shape[0] == X.drop_duplicates().shape[0]
+
+
+def test_more_indicator_columns_than_the_limit_fit_no_statistics():
+    X, y = _many_rows()
+    labels = np.digitize(y, np.quantile(y, np.linspace(0, 1, 18)[1:-1]))  # 17 classes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = cheap("MetricAttentionClassifier", max_iter=1).fit(X, labels)
+    assert model._strategy.input.encoder.statistic_columns_.size == 0
+    assert model.predict(X.iloc[:3]).shape == (3,)
