@@ -318,7 +318,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         columns = []
         for k, j in enumerate(self.categorical_columns_):
             text = dtypes[j] == np.dtype(object) or isinstance(dtypes[j], pd.StringDtype)
-            if not text or (self._level_is_numeric[k] and self.categories_[k].size):
+            if not text or (self._level_is_numeric[k] and self._read_levels(k).size):
                 return None
             values = cells[:, j].copy()
             missing = isna(values)
@@ -405,8 +405,8 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         mixed = bool(getattr(self, "_level_is_mixed", [False] * (k + 1))[k])
         values, kind = table.category_column(j, as_text=mixed)
         fitted = self._level_is_numeric[k]
-        if (kind is None or mixed or not self.categories_[k].size
-                or (kind == "numbers") == fitted):
+        levels = self._read_levels(k)
+        if kind is None or mixed or not levels.size or (kind == "numbers") == fitted:
             return values
         if fitted:  # strings now ("text", or "mixed" with numbers): the numbers they write
             numbers = as_numbers(values)
@@ -417,7 +417,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             fix = "pass numbers or strings of numbers ('1' for the level 1)"
         else:  # numbers now: their text, the levels' where those are strings of numbers
             text, _ = table.category_column(j, as_text=True)
-            if not np.isnan(as_numbers(self.categories_[k])).all():
+            if not np.isnan(as_numbers(levels)).all():
                 return text
             now = f"numbers now (e.g. {text[~isna(text)][0]}), and no level is a number: none"
             fix = "pass the strings it held at fit"
@@ -425,6 +425,14 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             f"categorical column {table.name(j)!r} held {'numbers' if fitted else 'strings'} "
             f"at fit time but holds {now} can match; {fix}."
         )
+
+    def _read_levels(self, k):
+        """The levels that categorical column ``k``'s values must match: its codes' levels, or
+        where every level is rare (no code of its own), its target statistics' levels."""
+        columns = list(getattr(self, "statistic_columns_", ()))
+        if self.categories_[k].size or k not in columns:
+            return self.categories_[k]
+        return self._statistic_levels[columns.index(k)]
 
     def _encode_numeric_array(self, array, numeric):
         """The numeric block of a float array's rows (no quantile scaling) into ``numeric``."""

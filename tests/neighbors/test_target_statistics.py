@@ -197,3 +197,24 @@ def test_more_indicator_columns_than_the_limit_fit_no_statistics():
         model = cheap("MetricAttentionClassifier", max_iter=1).fit(X, labels)
     assert model._strategy.input.encoder.statistic_columns_.size == 0
     assert model.predict(X.iloc[:3]).shape == (3,)
+
+
+def test_a_column_of_rare_levels_only_reads_other_kinds_as_its_levels(fitted_regressor):
+    model, X, y = fitted_regressor
+    assert model._strategy.input.encoder.categories_[0].size == 0  # every name is rare
+    rows = X.iloc[:4].assign(name=np.arange(4))
+    for query in (rows, rows.iloc[[0]]):  # numbers for levels of words: as for kept levels
+        with pytest.raises(ValueError, match="held strings at fit time"):
+            model.predict(query)
+    ids = X.assign(name=X["name"].str[1:].astype(int))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = cheap("MetricAttentionRegressor", max_iter=1,
+                      categorical_features=["name", "kind"]).fit(ids, y)
+    rows = ids.iloc[:4]
+    as_text = rows.assign(name=rows["name"].astype(str))  # "12" is the level 12
+    np.testing.assert_allclose(model.predict(as_text), model.predict(rows), rtol=1e-6)
+    np.testing.assert_allclose(model.predict(as_text.iloc[[1]]), model.predict(rows.iloc[[1]]),
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match="held numbers at fit time"):
+        model.predict(rows.assign(name="abc"))
