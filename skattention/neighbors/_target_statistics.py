@@ -100,18 +100,23 @@ def target_numbers(y, classes, max_width):
     output's class indicators (one column where it has two classes), or each output
     standardised; ``None`` where that takes more than ``max_width`` columns."""
     columns = np.asarray(y).reshape(len(y), -1)
-    out = []
-    for column in columns.T:
-        if classes:
-            codes, levels = pd.factorize(column)
-            indicators = codes[:, None] == np.arange(levels.size)
-            out.append(indicators[:, 1:] if levels.size == 2 else indicators)
-        else:
-            column = column.astype(np.float64)
+    if not classes:
+        if columns.shape[1] > max_width:
+            return None
+        out = []
+        for column in columns.T.astype(np.float64):
             scale = column.std()
-            out.append(((column - column.mean()) / (scale if scale > 0 else 1.0))[:, None])
-    width = sum(o.shape[1] for o in out)
-    return np.hstack(out).astype(np.float64) if width <= max_width else None
+            out.append((column - column.mean()) / (scale if scale > 0 else 1.0))
+        return np.column_stack(out)
+    factorized = [pd.factorize(column) for column in columns.T]
+    # the width first: the n x n_classes indicators of many classes take gigabytes
+    if sum(1 if levels.size == 2 else levels.size for _, levels in factorized) > max_width:
+        return None
+    out = []
+    for codes, levels in factorized:
+        indicators = codes[:, None] == np.arange(levels.size)
+        out.append(indicators[:, 1:] if levels.size == 2 else indicators)
+    return np.hstack(out).astype(np.float64)
 
 
 def _sums(index, weight, targets, length):

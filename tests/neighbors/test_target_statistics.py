@@ -3,6 +3,7 @@ shrinkage of scikit-learn's TargetEncoder, cross fitting that never reads a row'
 sample weights, and the tabular estimators that add them on many rows."""
 
 import pickle
+import tracemalloc
 import warnings
 
 import numpy as np
@@ -218,3 +219,17 @@ def test_a_column_of_rare_levels_only_reads_other_kinds_as_its_levels(fitted_reg
                                rtol=1e-6)
     with pytest.raises(ValueError, match="held numbers at fit time"):
         model.predict(rows.assign(name="abc"))
+
+
+def test_targets_of_too_many_classes_are_never_built():
+    # a classifier given a continuous target (rejected after this) or thousands of classes:
+    # n x n_classes indicators took gigabytes on a few ten thousand rows
+    y = np.arange(20_000) * 0.5
+    tracemalloc.start()
+    try:
+        assert target_numbers(y, True, 16) is None
+        assert target_numbers(np.column_stack([y % 9, y % 10]), True, 16) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 2**20
