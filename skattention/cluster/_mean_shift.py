@@ -300,6 +300,12 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
                 raise ValueError(f"seeds have {seeds.shape[1]} features but X has {X.shape[1]}.")
         elif self.bin_seeding:
             seeds = get_bin_seeds(X, bin_size, self.min_bin_freq)
+            if len(seeds) == 0:
+                raise ValueError(
+                    f"No grid cell of size bandwidth={h:.6g} holds min_bin_freq="
+                    f"{self.min_bin_freq} points, so bin_seeding gives no seed; lower "
+                    "min_bin_freq or increase the bandwidth."
+                )
         else:
             seeds = X
         # The flat kernel's first ball is around the seed as given (MeanShift's float64 seeds
