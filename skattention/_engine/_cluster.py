@@ -71,8 +71,9 @@ def kmeans_step(X, centers, sample_weight, *, temperature=0.0, log_prior=None, u
     sample_weight : Tensor of shape (n,)
         Non-negative point weights (unused when ``update=False``).
     temperature : float >= 0, default=0.0
-        ``0``: hard assignment to the nearest centroid (Lloyd's E-step; ties go to the lowest
-        index). ``> 0``: responsibilities ``softmax_j(-||x - c_j||^2 / T + log_prior_j)``.
+        ``0``: hard assignment to the nearest centroid (Lloyd's E-step; ties in the computed
+        ``||c||^2 - 2 x.c`` go to the lowest index, exact ties in ``X`` as its rounding falls).
+        ``> 0``: responsibilities ``softmax_j(-||x - c_j||^2 / T + log_prior_j)``.
     log_prior : Tensor of shape (k,), default=None
         Log mixing weights of the centroids (soft steps only).
     update : bool, default=True

@@ -68,7 +68,9 @@ class AttentionKMeans(
 
         - ``0``: Lloyd's algorithm, exactly as :class:`sklearn.cluster.KMeans` with
           ``algorithm="lloyd"`` (same tolerance rule, empty-cluster relocation and, for the same
-          ``random_state``, the same k-means++ centres).
+          ``random_state``, the same k-means++ centres). A point exactly as near to several
+          centres goes to whichever each implementation's rounding makes nearer, so on tied
+          (e.g. integer) data the two runs can part there.
         - ``> 0``: soft k-means at that fixed temperature, iterated to a fixed point (equal
           centroid priors); ``cluster_centers_`` are the soft centres, ``labels_`` the nearest one.
         - ``"auto"``: deterministic annealing (mass-constrained, Rose 1998). It starts with one

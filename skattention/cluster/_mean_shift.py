@@ -209,7 +209,9 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
         h = self.bandwidth
         if h is None:
             h = _estimated_bandwidth(X, self.kernel, device)
-        h = float(h)
+        # the bin size as given: MeanShift's bins come out float64 for a NumPy float (the
+        # estimate) and float32 for a Python float, and end at different modes
+        bin_size, h = h, float(h)
         self.bandwidth_ = h
         dtype = torch.float64 if X.dtype == np.float64 else torch.float32
         # A zero bandwidth is the flat kernel's limit for either kernel: only coincident points.
@@ -254,7 +256,7 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
         else:
             threads = MeasuredThreads(device)
             modes, counts, n_iter, stopped = self._shift_seeds(X, kernel, h, stop, device,
-                                                               threads, offset)
+                                                               threads, offset, bin_size)
             point_positions = None  # the points themselves
             with threads.chosen():
                 intensity = kernel.intensity(modes, counts)
@@ -276,7 +278,7 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
         self.labels_ = labels if self.cluster_all else np.where(sq_dist > h * h, -1, labels)
         return self
 
-    def _shift_seeds(self, X, kernel, h, stop, device, threads, offset):
+    def _shift_seeds(self, X, kernel, h, stop, device, threads, offset, bin_size):
         """Move every seed until it converges, counting iterations as MeanShift does.
 
         A seed takes the mean of the points within reach; it stops when that moved it by at most
@@ -289,7 +291,7 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
         """
         if self.seeds is not None:
             try:
-                seeds = check_array(self.seeds, dtype=X.dtype, input_name="seeds")
+                seeds = check_array(self.seeds, dtype=np.float64, input_name="seeds")
             except ValueError as exc:
                 raise ValueError(
                     f"seeds must be an array of shape (n_seeds, n_features): {exc}"
@@ -297,11 +299,20 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
             if seeds.shape[1] != X.shape[1]:
                 raise ValueError(f"seeds have {seeds.shape[1]} features but X has {X.shape[1]}.")
         elif self.bin_seeding:
-            seeds = get_bin_seeds(X, h, self.min_bin_freq)
+            seeds = get_bin_seeds(X, bin_size, self.min_bin_freq)
+            if len(seeds) == 0:
+                raise ValueError(
+                    f"No grid cell of size bandwidth={h:.6g} holds min_bin_freq="
+                    f"{self.min_bin_freq} points, so bin_seeding gives no seed; lower "
+                    "min_bin_freq or increase the bandwidth."
+                )
         else:
             seeds = X
+        # The flat kernel's first ball is around the seed as given (MeanShift's float64 seeds
+        # about float32 points): the modes are held in float64, the means in the points' dtype.
         seeds = seeds if offset is None else np.asarray(seeds, dtype=np.float64) - offset
-        modes = torch.from_numpy(np.array(seeds, dtype=X.dtype)).to(device)
+        modes_dtype = np.float64 if offset is None else X.dtype
+        modes = torch.from_numpy(np.array(seeds, dtype=modes_dtype)).to(device)
         counts = torch.zeros(modes.shape[0], dtype=torch.long, device=device)
         active = torch.ones(modes.shape[0], dtype=torch.bool, device=device)
         found = torch.ones_like(active)
@@ -344,7 +355,7 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
                 f"No point was within bandwidth={h:.6g} of any seed. Try a different seeding "
                 "strategy or increase the bandwidth."
             )
-        return modes[found], counts[found], n_iter, stopped
+        return modes[found].to(kernel.points.dtype), counts[found], n_iter, stopped
 
     def _fit_subtasks(self):
         """Subtasks of the fit for scikit-learn's callbacks: the mean-shift steps."""
@@ -396,7 +407,7 @@ class _FlatKernel:
             queries, points, self.radius, points, device=points.device, dtype=torch.float64
         )
         means = sums / count.clamp(min=1)[:, None]
-        return means.to(queries.dtype), count
+        return means.to(points.dtype), count
 
     def intensity(self, modes, counts):
         """Points behind each mode's last mean (MeanShift's intensity); for the blurring flow,

@@ -6,6 +6,7 @@ from numbers import Integral, Real
 import numpy as np
 import scipy.sparse as sp
 import torch
+from scipy.sparse.linalg import ArpackNoConvergence
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
@@ -274,7 +275,7 @@ class AttentionDiffusionEmbedding(
             self.verbose, total=n_steps, desc=f"{type(self).__name__} fit", unit="step"
         ) as bar:
             op = self._operator(Z, n_neighbors, rng, device, bar)
-            mu, v = self._eigenpairs(op, rng, device, bar)
+            mu, v = self._eigenpairs(op, Z, rng, device, bar)
             bar.set_postfix_str("done")
         if not op.connected or mu[1] > 1.0 - _DISCONNECTED_GAP:
             warnings.warn(_NOT_CONNECTED, UserWarning, stacklevel=2)
@@ -328,24 +329,40 @@ class AttentionDiffusionEmbedding(
         return self._step(bar, "operator", lambda _: diffusion_operator(
             Z, self.epsilon_, self.alpha, knn, device, include_self=self.include_self))
 
-    def _eigenpairs(self, op, rng, device, bar):
+    def _eigenpairs(self, op, Z, rng, device, bar):
         """The leading eigenpairs of ``op``; the iterations of an iterative solver (Lanczos
         solves, LOBPCG iterations: their number is not known in advance) are subtasks of the
         step, the dense eigh (one LAPACK call) has none."""
         k = self.n_components + 1
         solver = resolve_eigen_solver(self.eigen_solver, op.A.shape[0], k, sp.issparse(op.A))
         iteration = "Lanczos solve" if solver == "arpack" else "LOBPCG iteration"
-        return self._step(
-            bar, "eigenpairs",
-            lambda task: top_eigenpairs(
-                op.A, k, self.eigen_solver, device, rng, sqrt_degree=np.sqrt(op.degree),
+
+        def solve(task, A, eigen_solver):
+            return top_eigenpairs(
+                A, k, eigen_solver, device, rng, sqrt_degree=np.sqrt(op.degree),
                 eigen_tol=self.eigen_tol, progress=self.verbose,
                 on_solve=None if task is None else (
                     lambda: report_subtask(self, iteration, parent=task)
                 ),
-            ),
-            max_subtasks=None if solver != "dense" else 0,
-        )
+            )
+
+        def solve_or_fall_back(task):
+            try:
+                return solve(task, op.A, self.eigen_solver)
+            except ArpackNoConvergence:
+                # eigenvalues equal to 1 to rounding (epsilon small for the data's spacing):
+                # LOBPCG's block takes them, as SpectralEmbedding falls back to it
+                warnings.warn("ARPACK did not converge (eigenvalues crowded at 1: is epsilon "
+                              "small for the data?); falling back to LOBPCG.", RuntimeWarning,
+                              stacklevel=4)
+                if not sp.issparse(op.A):  # the dense A was factorised in place: built again
+                    op.A = None
+                    op.A = diffusion_operator(Z, self.epsilon_, self.alpha, None, device,
+                                              include_self=self.include_self).A
+                return solve(task, op.A, "lobpcg")
+
+        return self._step(bar, "eigenpairs", solve_or_fall_back,
+                          max_subtasks=None if solver != "dense" else 0)
 
     def _fit_subtasks(self):
         """Subtasks of the fit for scikit-learn's callbacks: its steps (k-NN graph, bandwidth,

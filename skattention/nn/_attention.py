@@ -129,7 +129,9 @@ class MetricAttention(nn.Module):
     scores; a boolean ``key_padding_mask`` (N, S) is True for keys to ignore, a float one is added.
     ``is_causal=True`` without ``attn_mask`` applies a causal mask (``nn.MultiheadAttention``
     requires the mask; with a mask, the mask is used as given). A query whose keys are all
-    masked gets NaN, as in ``nn.MultiheadAttention``. Masks and ``prior`` are one mechanism, an
+    masked gets NaN with ``need_weights=True``, and with ``need_weights=False`` what
+    ``scaled_dot_product_attention`` gives it (zeros before ``out_proj`` on the CPU), as in
+    ``nn.MultiheadAttention``. Masks and ``prior`` are one mechanism, an
     additive log-prior ``log p0`` (:doc:`/theory`): they are summed into one float mask. With
     ``add_bias_kv`` or ``add_zero_attn`` the weights have one column per appended key after the
     ``S`` given ones, as in ``nn.MultiheadAttention``.

@@ -81,6 +81,9 @@ def test_predict_pickle_and_errors(blobs):
         AttentionMeanShift().fit(np.array([[0.0, np.nan], [1.0, 1.0]]))
     with pytest.raises(ValueError, match="bandwidth"):
         AttentionMeanShift(bandwidth=-1.0).fit(X)
+    for kernel in ["gaussian", "flat"]:  # no grid cell that full: no seed
+        with pytest.raises(ValueError, match="min_bin_freq=1000"):
+            AttentionMeanShift(kernel=kernel, bin_seeding=True, min_bin_freq=1000).fit(X)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(blurring=True), dict(kernel="flat", bandwidth=1.0)])

@@ -8,7 +8,7 @@ the same labels, the same centres (to rounding), the same ``n_iter_`` and the sa
 
 import numpy as np
 import pytest
-from sklearn.cluster import MeanShift, estimate_bandwidth
+from sklearn.cluster import MeanShift, estimate_bandwidth, get_bin_seeds
 from sklearn.datasets import make_blobs
 from sklearn.metrics import v_measure_score
 
@@ -58,6 +58,17 @@ def test_estimated_bandwidth_and_binning(blobs):
     ours = flat(bin_seeding=True).fit(X)
     assert ours.bandwidth_ == pytest.approx(estimate_bandwidth(X))
     assert_same(ours, MeanShift(bin_seeding=True).fit(X), X)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_binning_with_the_bandwidth_as_given(dtype):
+    # get_bin_seeds' float32 grid times the bandwidth is float64 for a NumPy float (the
+    # estimate) and float32 for a Python float: on this grid the two seed sets end differently
+    X = np.random.RandomState(0).randint(0, 5, size=(80, 2)).astype(dtype)
+    assert_same(flat(bin_seeding=True).fit(X), MeanShift(bin_seeding=True).fit(X), X)
+    h = np.float64(estimate_bandwidth(X))
+    for kw in [dict(bin_seeding=True), dict(seeds=get_bin_seeds(X, h))]:  # float64 seeds
+        assert_same(flat(bandwidth=h, **kw).fit(X), MeanShift(bandwidth=h, **kw).fit(X), X)
 
 
 def test_fit_predict_is_predict(blobs):

@@ -251,6 +251,23 @@ def test_k_nn_graph_of_duplicated_rows_fits_with_the_disconnected_warning(n_neig
     np.testing.assert_allclose(model.embedding_[::10], model.embedding_[9::10], atol=1e-8)
 
 
+@pytest.mark.parametrize("n_neighbors", [None, 10])
+def test_arpack_failing_on_eigenvalues_crowded_at_1_falls_back_to_lobpcg(n_neighbors):
+    # epsilon far below the spacing: dozens of eigenvalues equal 1 to rounding and ARPACK's
+    # shift-invert Lanczos ran its 10 n iterations and raised ArpackNoConvergence;
+    # SpectralEmbedding warns and falls back to LOBPCG
+    X = np.random.RandomState(0).normal(size=(201, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        with pytest.warns(RuntimeWarning, match="ARPACK did not converge"):
+            emb = AttentionDiffusionEmbedding(
+                epsilon=1e-3, n_neighbors=n_neighbors, eigen_solver="arpack", random_state=0
+            ).fit(X)
+    assert np.isfinite(emb.embedding_).all() and np.all(emb.eigenvalues_ > 1 - 1e-6)
+    # LOBPCG stops at its iteration cap in the crowd: the extension holds to its residual
+    np.testing.assert_allclose(emb.transform(X[:5]), emb.embedding_[:5], atol=1e-4)
+
+
 def test_explicit_epsilon_and_dense_solver_agree_with_arpack():
     X, _ = make_s_curve(300, random_state=0)
     dense = AttentionDiffusionEmbedding(

@@ -201,6 +201,24 @@ def test_masks(metric):
 
 
 @pytest.mark.parametrize("metric", METRICS)
+def test_a_query_with_every_key_masked_as_in_multihead_attention(metric):
+    # torch's explicit path gives NaN there, its SDPA path zeros (the output projection's bias
+    # after out_proj)
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(6, 3, batch_first=True, dtype=torch.float64)
+    layer = MetricAttention(6, 3, metric, batch_first=True, dtype=torch.float64)
+    q, k, v = _inputs()
+    kpm = torch.zeros(2, 5, dtype=torch.bool)
+    kpm[1] = True  # every key of the second sequence
+    for need_weights in [True, False]:
+        ours = layer(q, k, v, key_padding_mask=kpm, need_weights=need_weights)[0]
+        ref = mha(q, k, v, key_padding_mask=kpm, need_weights=need_weights)[0]
+        assert ours[1].isnan().all() == ref[1].isnan().all() == need_weights
+        if not need_weights:
+            torch.testing.assert_close(ours[1], layer.out_proj.bias.expand(4, 6))
+
+
+@pytest.mark.parametrize("metric", METRICS)
 def test_causal(metric):
     layer = MetricAttention(6, 2, metric, batch_first=True, dtype=torch.float64)
     x = _inputs(length=5)[1]
