@@ -42,7 +42,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ._levels import _FIRST_LEVEL, MISSING_CODE, OTHER_CODE, as_numbers, level_codes, level_counts
-from ._scaling import column_scaling, scaled, smooth_clip
+from ._scaling import column_scaling, robust_scaling, scaled, smooth_clip
 from ._table import TIME_KINDS, Table, isna, pd, reject_infinity
 from ._target_statistics import TargetStatistics
 
@@ -182,14 +182,12 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
                        groups=None):
         """Add the target statistics of the categorical columns with at least ``min_levels``
         levels present at fit (those whose statistics predict better than the mean:
-        ``TargetStatistics.kept``) to the numeric block (``_target_statistics``), centred and
-        scaled by the targets' mean and standard deviation;
+        ``TargetStatistics.kept``) to the numeric block (``_target_statistics``), robust-scaled;
         ``X`` the training rows of :meth:`fit` and ``targets`` their (n, n_targets) numbers.
         Returns the training rows' cross-fitted statistics, scaled, to replace the ones
         :meth:`transform` gives them (those of every training row); ``groups`` as
         ``TargetStatistics.fit_transform`` takes them."""
         check_is_fitted(self, "categorical_")
-        targets = np.asarray(targets, dtype=np.float64)
         table = Table(X, self, reset=False)
         columns, levels, codes = [], [], []
         for k, j in enumerate(self.categorical_columns_):
@@ -201,19 +199,14 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
                 codes.append(level_codes(values, present))
         statistics = TargetStatistics()
         raw = statistics.fit_transform(codes, [lv.size + _FIRST_LEVEL for lv in levels],
-                                       targets, sample_weight, check_random_state(random_state),
-                                       groups)
+                                       np.asarray(targets, dtype=np.float64), sample_weight,
+                                       check_random_state(random_state), groups)
         if not statistics.kept:
             return raw
         self.statistic_columns_ = np.asarray(columns, dtype=int)[statistics.kept]
         self._statistic_levels = [levels[k] for k in statistics.kept]
         self._statistics = statistics
-        # in units of the target's spread, about its mean (not the statistics' own quartiles:
-        # those of a column of nearly one row a level are the folds' means, a hair apart)
-        mean, spread = targets.mean(0), targets.std(0)
-        spread = np.where(spread > 0, spread, 1.0)
-        self._statistic_scaling = np.tile(np.column_stack([mean, spread]),
-                                          (len(statistics.kept), 1))
+        self._statistic_scaling = [robust_scaling(column) for column in raw.T]
         self._n_targets = targets.shape[1]
         self.n_numeric_out_ += statistics.width
         return self._scaled_statistics(raw)
@@ -221,6 +214,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
     def _scaled_statistics(self, raw):
         centre, scale = np.asarray(self._statistic_scaling).T
         return smooth_clip((raw - centre) / scale)
+
 
     def unseen_columns(self, X, share=0.5, max_rows=10_000):
         """Names of the categorical columns where more than ``share`` of the values present in
