@@ -25,7 +25,7 @@ def distinct_row_ids(X, max_share):
     if np.isnan(x).any():
         return unique_row_ids(X, max_share)
     x = np.ascontiguousarray(x + x.dtype.type(0))  # -0.0 -> 0.0: equal rows, equal bits
-    _, first, inverse = np.unique(row_hashes(x), return_index=True, return_inverse=True)
+    _, first, inverse = np.unique(_row_hashes(x), return_index=True, return_inverse=True)
     if first.shape[0] > max_share * n:
         return None  # (a shared hash only merges rows: the rows are at least this distinct)
     inverse = inverse.reshape(-1)
@@ -39,7 +39,7 @@ def distinct_row_ids(X, max_share):
     return torch.from_numpy(rank[inverse]).to(X.device)
 
 
-def row_hashes(x):
+def _row_hashes(x):
     """A 64-bit hash of the bits of each row of the float32/float64 array ``x``: equal rows
     hash equal."""
     bits = x.view(np.uint32 if x.itemsize == 4 else np.uint64)

@@ -11,7 +11,6 @@ from scipy import sparse
 from sklearn.utils.validation import validate_data
 
 from .._engine import budget_bytes, plan_rows
-from ._distinct_rows import row_hashes
 from ._layouts import CodesLayout, DenseLayout
 from ._table import pd, reject_infinity
 from ._tabular import _TabularEncoder
@@ -79,22 +78,10 @@ class TabularInput:
             numbers = targets()  # None: too many columns (classes, outputs) for statistics
         if numbers is not None:
             statistics = self.encoder.fit_statistics(X, numbers, self.target_statistics[1],
-                                                     sample_weight, random_state,
-                                                     self._equal_rows(X))
+                                                     sample_weight, random_state)
             statistics = statistics if statistics.shape[1] else None
         self.layout = (CodesLayout if self.codes else DenseLayout)(self.encoder)
         return statistics
-
-    def _equal_rows(self, X):
-        """An id per training row, equal for rows whose encodings are equal (and, rarely, for
-        others whose hashes collide), by blocks within the memory budget."""
-        row_bytes = 8 * (2 * X.shape[1] + self.encoder.n_numeric_out_)
-        rows = plan_rows(X.shape[0], row_bytes=row_bytes, budget=budget_bytes())
-        hashes = np.concatenate([
-            # (+ 0.0: -0.0 and 0.0 are one number, with other bits)
-            row_hashes(np.hstack([block.numeric, block.categories.astype(np.float64)]) + 0.0)
-            for block in self.encoder.transform_blocks(X, rows)])
-        return np.unique(hashes, return_inverse=True)[1].reshape(-1)
 
     def check(self, estimator, X, reset):
         """scikit-learn's checks of ``X`` (shape, feature names, infinities, complex numbers)

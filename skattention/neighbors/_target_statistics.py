@@ -49,18 +49,13 @@ class TargetStatistics:
         self.tables = []
         self.width = 0
 
-    def fit_transform(self, codes, sizes, targets, sample_weight, rng, groups=None):
+    def fit_transform(self, codes, sizes, targets, sample_weight, rng):
         """Fit on the training rows' ``codes`` (a list: per column, its codes, of ``sizes``
         codes in all) and ``targets`` (n, n_targets); return the training rows' cross-fitted
-        statistics of the kept columns, (n, width). ``groups``: an integer id per row, the
-        rows of an id in one fold (equal rows: their statistics stay equal, and the settings
-        for many rows still pool them); ``None``: every row its own."""
+        statistics of the kept columns, (n, width)."""
         n, m = targets.shape
         weight = np.ones(n) if sample_weight is None else np.asarray(sample_weight, float)
-        if groups is None:
-            folds = rng.permutation(n) % _FOLDS
-        else:
-            folds = rng.permutation(int(groups.max()) + 1 if n else 0)[groups] % _FOLDS
+        folds = rng.permutation(n) % _FOLDS
         # the overall mean and variance: of every row, and of the rows of the other folds
         per_fold = _sums(folds, weight, targets, _FOLDS)
         whole_moments = _moments(*(s.sum(0) for s in per_fold))

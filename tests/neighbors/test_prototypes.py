@@ -256,7 +256,7 @@ def test_distinct_rows_by_hash_are_torch_uniques_inverse(dtype, monkeypatch):
     assert torch.equal(_learned._distinct_rows(torch.from_numpy(with_nan)),
                        unique_row_ids(torch.from_numpy(with_nan), 0.9))
     # every row hashed alike: the check of the rows against their hash's first row finds it
-    monkeypatch.setattr(_distinct_rows, "row_hashes",
+    monkeypatch.setattr(_distinct_rows, "_row_hashes",
                         lambda x: np.zeros(x.shape[0], dtype=np.uint64))
     assert torch.equal(_learned._distinct_rows(torch.from_numpy(X)), expected)
     assert len(fallbacks) == 2  # the NaN rows above and this one

@@ -172,9 +172,9 @@ def test_statistics_that_predict_no_better_than_the_mean_are_left_out():
     assert out.shape == (y.size, 1) and len(statistics.tables) == 1
 
 
-def test_equal_rows_keep_equal_statistics():
-    # 17,500 rows drawn from 700 distinct ones: cross fitting by rows would give the copies of
-    # a row the statistics of different folds, and the settings for many rows pool equal rows
+def test_equal_rows_take_one_statistic_per_fold():
+    # 17,500 rows drawn from 700 distinct ones: a row's statistics come from the other folds,
+    # so the copies of a row differ by fold (at most 5 keys a row), equal within one
     rng = np.random.default_rng(5)
     distinct = pd.DataFrame({"x": rng.integers(0, 3, 700).astype(float),
                              "name": np.array([f"n{i}" for i in range(100)],
@@ -186,8 +186,9 @@ def test_equal_rows_keep_equal_statistics():
         warnings.simplefilter("ignore", ConvergenceWarning)
         model = cheap("MetricAttentionRegressor", max_iter=1).fit(X, y)
     assert "name_target" in model._strategy.input.encoder.get_feature_names_out()
-    keys = np.asarray(model._keys.inputs)
-    assert np.unique(keys, axis=0).shape[0] == X.drop_duplicates().shape[0]
+    n_distinct = X.drop_duplicates().shape[0]
+    assert n_distinct < np.unique(np.asarray(model._keys.inputs), axis=0).shape[0]
+    assert np.unique(np.asarray(model._keys.inputs), axis=0).shape[0] <= 5 * n_distinct
 
 
 def test_more_indicator_columns_than_the_limit_fit_no_statistics():
