@@ -36,6 +36,7 @@ from ._near_far import GroupedKeys, group_keys, near_far_attention
 from ._parallel import cpu_threads, rows_single_threaded
 from ._progress import progress_bar, track, write
 from ._rows import RowBlocks
+from ._scores import ComputeOverflowError
 from ._sdpa import augmented_coordinates, scaled_dot_product
 from ._shards import (
     Partial,
@@ -100,6 +101,7 @@ __all__ = [
     "metric_kind",
     "exact_f_of_pairs",
     "averaging_dtype",
+    "ComputeOverflowError",
     "budget_bytes",
     "check_temperature",
     "clamp_log_temperature",

@@ -22,7 +22,7 @@ from ._inputs import check_weights_count, differentiated, make_spec
 from ._knn import knn_attention, nearest_keys
 from ._one_block import few_rows_over_prepared_keys
 from ._parallel import small_calls_single_threaded
-from ._scores import PreparedKeys
+from ._scores import PreparedKeys, dtype_name, overflow_error
 from ._sdpa import sdpa_attention, sdpa_pays
 from ._stream import shifted_stream_pays, stream_attention
 
@@ -212,10 +212,10 @@ def _returned(spec, result):
     values were shaped, NumPy for NumPy queries."""
     out = result[0]
     if not bool(torch.isfinite(out).all()):
-        raise ValueError(
-            "attention produced non-finite values: the scores overflow the compute dtype at this "
-            "temperature; rescale the data, raise the temperature or use dtype=torch.float64 "
-            "(an estimator's dtype='float64')."
+        raise overflow_error(
+            f"attention produced non-finite values: the scores overflow the compute dtype "
+            f"({dtype_name(out.dtype)}) at this temperature", out.dtype,
+            by_temperature=True,
         )
     if spec.squeeze:
         out = out[:, 0]

@@ -50,6 +50,28 @@ def padded_rows(x, multiple=ROW_MULTIPLE):
     return x if pad == 0 else torch.nn.functional.pad(x, (0, 0, 0, pad))
 
 
+class ComputeOverflowError(ValueError):
+    """Values overflowing the compute dtype. ``cause`` says what overflowed and
+    ``by_temperature`` whether a higher temperature helps: an estimator without the engine's
+    options (``dtype``, ``temperature``) re-raises ``cause`` with advice in its own terms."""
+
+
+def overflow_error(cause, dtype, by_temperature=False):
+    """A :class:`ComputeOverflowError` for ``cause``, advising the engine's options (float64
+    only where ``dtype`` is narrower)."""
+    advice = ["rescale the data"] + ["raise the temperature"] * by_temperature
+    if dtype != torch.float64:
+        advice.append("use dtype=torch.float64 (an estimator's dtype='float64')")
+    exc = ComputeOverflowError(f"{cause}; {', '.join(advice[:-1])}"
+                               f"{' or ' if len(advice) > 1 else ''}{advice[-1]}.")
+    exc.cause, exc.by_temperature = cause, by_temperature  # kept in pickles (__dict__)
+    return exc
+
+
+def dtype_name(dtype):
+    return str(dtype).removeprefix("torch.")
+
+
 class PreparedKeys:
     """Prepared keys for blockwise scoring.
 
@@ -118,10 +140,9 @@ class PreparedKeys:
         if check_finite and (not bool(torch.isfinite(self.keys).all()) or (
             self.key_offset is not None and not bool(torch.isfinite(self.key_offset).all())
         ) or (self.pairwise and not math.isfinite(self._as_dtype(self.max_key_sq)))):
-            raise ValueError(
-                f"Key coordinates overflow the compute dtype once "
-                f"{'raised to the power p' if self.pairwise else 'squared'}; rescale the data "
-                f"or use dtype=torch.float64 (an estimator's dtype='float64')."
+            raise overflow_error(
+                f"Key coordinates overflow the compute dtype ({dtype_name(self.raw.dtype)}) "
+                f"once {'raised to the power p' if self.pairwise else 'squared'}", self.raw.dtype
             )
         self._remembered = {}
 

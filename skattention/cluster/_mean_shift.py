@@ -10,6 +10,7 @@ from sklearn.cluster import estimate_bandwidth, get_bin_seeds
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._engine import (
+    ComputeOverflowError,
     MeasuredThreads,
     attention,
     ball_sums,
@@ -205,6 +206,22 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
             Fitted estimator.
         """
         X = validate_data(self, X, dtype=[np.float64, np.float32], order="C")
+        try:
+            return self._fit(X)
+        except ComputeOverflowError as exc:  # the engine's advice names options not here
+            advice = ["rescale the data"]
+            if exc.by_temperature:
+                advice.append("increase the bandwidth (the temperature is 2 * bandwidth**2)")
+            if X.dtype != np.float64:
+                advice.append("pass X as float64 (the fit computes in X's precision)")
+            # the engine's frames kept, its message (whose advice misleads here) not
+            raise ValueError(
+                f"{exc.cause}; {', '.join(advice[:-1])}"
+                f"{' or ' if len(advice) > 1 else ''}{advice[-1]}."
+            ).with_traceback(exc.__traceback__) from None
+
+    def _fit(self, X):
+        """:meth:`fit` on the validated ``X``."""
         device = resolve_device(self.device)
         h = self.bandwidth
         if h is None:

@@ -125,3 +125,20 @@ def test_float32_points_far_from_the_origin_converge_as_in_float64(blurring):
     np.testing.assert_allclose(f32.cluster_centers_, f64.cluster_centers_, atol=0.05)
     if not blurring:
         np.testing.assert_array_equal(f32.predict(X.astype(np.float32)), f32.labels_)
+
+
+@pytest.mark.parametrize(("dtype", "bandwidth"), [(np.float32, 1e-30), (np.float64, 1e-160)])
+def test_overflowing_gaussian_kernel_advises_what_mean_shift_has(dtype, bandwidth):
+    # the engine's advice named dtype=torch.float64 (an estimator's dtype='float64'), an
+    # option AttentionMeanShift does not have (it computes in X's precision)
+    X = np.random.default_rng(0).normal(size=(50, 2)).astype(dtype)
+    with pytest.raises(ValueError, match="increase the bandwidth") as info:
+        AttentionMeanShift(bandwidth=bandwidth).fit(X)
+    assert "dtype=" not in str(info.value)
+    assert ("pass X as float64" in str(info.value)) == (dtype == np.float32)
+
+
+def test_float32_coordinates_overflowing_once_squared_advise_float64_input():
+    X = np.random.default_rng(0).normal(size=(50, 2)).astype(np.float32) * np.float32(1e20)
+    with pytest.raises(ValueError, match=r"rescale the data or pass X as float64 \(the fit "):
+        AttentionMeanShift().fit(X)

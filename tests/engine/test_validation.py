@@ -86,6 +86,17 @@ def test_overflowing_coordinates_are_reported():
     assert np.all(np.isfinite(out))
 
 
+def test_overflow_advises_float64_only_below_it():
+    """Advising dtype=torch.float64 to a computation in float64 sent its user in circles."""
+    with pytest.raises(ValueError, match=r"\(float32\) once squared; .*dtype=torch.float64"):
+        attention(K * 1e30, K * 1e30, V)
+    with pytest.raises(ValueError, match=r"\(float64\) once squared; rescale the data\.$"):
+        attention(K * 1e160, K * 1e160, V, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"\(float64\) at this temperature; rescale the data "
+                                         r"or raise the temperature\.$"):
+        attention(K, K, V, temperature=1e-320, dtype=torch.float64)
+
+
 @pytest.mark.parametrize("scalar", [np.float32, np.float64, np.int64, float])
 def test_temperatures_accept_numpy_scalars_everywhere(scalar):
     from skattention._engine import ball_counts, gaussian_kernel, gaussian_kernel_log_sums

@@ -226,6 +226,12 @@ def test_memory_budget_is_respected_and_too_small_budget_is_clear():
             "n_neighbors=10 must be at most",
         ),
         (dict(), np.zeros((10, 2)), "every point coincides with the nearest points"),
+        # computed in float64 already: the engine's advice of dtype=torch.float64 misled
+        (
+            dict(),
+            np.random.default_rng(0).normal(size=(10, 2)) * 1e200,
+            r"\(float64\) once squared; rescale the data\.$",
+        ),
         (dict(), np.array([[0.0, np.nan], [1.0, 2.0], [3.0, 4.0]]), "NaN"),
         (dict(device="cuda:99"), np.random.default_rng(0).normal(size=(10, 2)), "cuda"),
         (dict(alpha=2.0), np.random.default_rng(0).normal(size=(10, 2)), "alpha"),
