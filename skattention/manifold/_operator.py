@@ -40,6 +40,9 @@ AUTO_NEIGHBORS = 15
 
 _NO_SCALE = ("every point coincides with the nearest points looked at (duplicated rows): there "
              "is no scale to choose a bandwidth from; pass epsilon, or drop the duplicates.")
+_UNDERFLOW = ("the squared distances between every point and the nearest points looked at "
+              "underflow to 0 in float64 (the points differ by less than about 1e-162): there is "
+              "no scale to choose a bandwidth from; rescale the data.")
 
 
 def per_point_bandwidth(neighbor_d2, target_degree, quantile=_COVERED_QUANTILE):
@@ -171,6 +174,8 @@ def auto_epsilon(Z, knn_d2, random_state, device, keys=None, *, sample=None, ref
     # 1e-16 of the squared norms) in place of exact zeros (each point itself, duplicates) would
     # stretch it; the distances of the chosen neighbours are recomputed exactly.
     d2 = _exact_sq_distances(Z, sample, idx)
+    if not np.any(d2) and any(np.any(Z[sample] != Z[column]) for column in idx.T):
+        raise ValueError(_UNDERFLOW)  # distinct points, not the duplicates of _NO_SCALE
     scale, dimension = bgh_bandwidth(d2)
     target = float(np.median(np.exp(-d2 / scale).sum(1)))
     epsilon = per_point_bandwidth(d2, target)

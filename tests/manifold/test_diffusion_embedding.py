@@ -232,6 +232,12 @@ def test_memory_budget_is_respected_and_too_small_budget_is_clear():
             np.random.default_rng(0).normal(size=(10, 2)) * 1e200,
             r"\(float64\) once squared; rescale the data\.$",
         ),
+        # distinct points whose squared distances underflow: not "every point coincides"
+        (
+            dict(),
+            np.random.default_rng(0).normal(size=(10, 2)) * 1e-200,
+            r"squared distances .* underflow to 0 in float64 .*; rescale the data\.$",
+        ),
         (dict(), np.array([[0.0, np.nan], [1.0, 2.0], [3.0, 4.0]]), "NaN"),
         (dict(device="cuda:99"), np.random.default_rng(0).normal(size=(10, 2)), "cuda"),
         (dict(alpha=2.0), np.random.default_rng(0).normal(size=(10, 2)), "alpha"),
