@@ -82,7 +82,7 @@ def resolve_eigen_solver(eigen_solver, n, k, sparse):
 
 
 def top_eigenpairs(A, k, eigen_solver, device, random_state, *, sqrt_degree=None,
-                   eigen_tol="auto", progress=False, on_solve=None):
+                   eigen_tol="auto", progress=False, on_solve=None, after_arpack=False):
     """The ``k`` largest eigenvalues of the symmetric ``A`` (descending) and their eigenvectors.
 
     ``A`` is consumed: the dense shift-invert path factorises ``sigma I - A`` in its memory.
@@ -92,7 +92,8 @@ def top_eigenpairs(A, k, eigen_solver, device, random_state, *, sqrt_degree=None
     (``"auto"``: ``_RELATIVE_TOL`` of each ``lambda = 1 - mu``, at least ``_ABSOLUTE_TOL``).
     ``progress``: verbosity. ``on_solve()``, when given, is called after each application of
     the iterated operator (ARPACK's shift-inverted solve, a LOBPCG iteration); its result is
-    ignored: the solvers cannot be stopped and still return eigenpairs.
+    ignored: the solvers cannot be stopped and still return eigenpairs. ``after_arpack``: LOBPCG
+    is the fallback from ARPACK, which its warning then does not advise.
     """
     solver = resolve_eigen_solver(eigen_solver, A.shape[0], k, sp.issparse(A))
     with threadpool_limits(limits=1, user_api="blas"):
@@ -103,7 +104,7 @@ def top_eigenpairs(A, k, eigen_solver, device, random_state, *, sqrt_degree=None
             w, v = _shift_invert(A, k, tol, random_state, progress, on_solve)
         else:
             w, v = _lobpcg_pairs(A, sqrt_degree, k, _lobpcg_tolerance(eigen_tol), solver,
-                                 random_state, progress, on_solve)
+                                 random_state, progress, on_solve, after_arpack)
     # stable: the known top eigenvector stays first when a disconnected graph ties it
     order = np.argsort(-w, kind="stable")
     return np.ascontiguousarray(w[order]), np.ascontiguousarray(v[:, order])
@@ -171,7 +172,8 @@ def _never_applied(n):
     return LinearOperator((n, n), matvec=fail, dtype=np.float64)
 
 
-def _lobpcg_pairs(A, sqrt_degree, k, tolerance, solver, random_state, progress, on_solve):
+def _lobpcg_pairs(A, sqrt_degree, k, tolerance, solver, random_state, progress, on_solve,
+                  after_arpack=False):
     """LOBPCG (``solver="lobpcg"`` or ``"amg"``) for the smallest eigenpairs of the Laplacian
     ``L = I - A`` orthogonal to its known null vectors (one per connected component of a sparse
     graph), which are prepended (the eigenvalues returned are those of ``A``: ``1 - lambda``)."""
@@ -212,7 +214,8 @@ def _lobpcg_pairs(A, sqrt_degree, k, tolerance, solver, random_state, progress, 
         X = random_state.standard_normal((n, block))
     lam = np.zeros(0)
     if wanted:
-        lam, X = _iterate(apply, X, nulls, precondition, wanted, tolerance, progress, on_solve)
+        lam, X = _iterate(apply, X, nulls, precondition, wanted, tolerance, progress, on_solve,
+                          after_arpack)
     vectors = np.c_[nulls[:, :known], X[:, :wanted]]
     if order is not None:
         vectors[order] = vectors.copy()
@@ -233,7 +236,8 @@ def _null_vectors(L, top):
     return np.c_[top, basis[:, :n_components - 1]]
 
 
-def _iterate(apply, X, nulls, precondition, wanted, tolerance, progress, on_solve):
+def _iterate(apply, X, nulls, precondition, wanted, tolerance, progress, on_solve,
+             after_arpack=False):
     """:func:`lobpcg_smallest` (orthogonal to the orthonormal columns of ``nulls``) with a
     progress bar of at most ``_MAX_ITER`` iterations (the time left at most) and a
     ``ConvergenceWarning`` when they do not reach ``tolerance``."""
@@ -252,8 +256,9 @@ def _iterate(apply, X, nulls, precondition, wanted, tolerance, progress, on_solv
         warnings.warn(
             f"LOBPCG stopped after {done} iterations with a residual norm of "
             f"{residual.max():.3g} above its tolerance "
-            f"{tolerance(lam[:wanted]).min():.3g}; raise eigen_tol or use "
-            "eigen_solver='arpack'.",
+            f"{tolerance(lam[:wanted]).min():.3g}; raise eigen_tol or "
+            + ("epsilon (ARPACK, which it fell back from, did not converge either: eigenvalues "
+               "crowded at 1)." if after_arpack else "use eigen_solver='arpack'."),
             ConvergenceWarning,
             stacklevel=4,
         )

@@ -337,13 +337,14 @@ class AttentionDiffusionEmbedding(
         solver = resolve_eigen_solver(self.eigen_solver, op.A.shape[0], k, sp.issparse(op.A))
         iteration = "Lanczos solve" if solver == "arpack" else "LOBPCG iteration"
 
-        def solve(task, A, eigen_solver):
+        def solve(task, A, eigen_solver, after_arpack=False):
             return top_eigenpairs(
                 A, k, eigen_solver, device, rng, sqrt_degree=np.sqrt(op.degree),
                 eigen_tol=self.eigen_tol, progress=self.verbose,
                 on_solve=None if task is None else (
                     lambda: report_subtask(self, iteration, parent=task)
                 ),
+                after_arpack=after_arpack,
             )
 
         def solve_or_fall_back(task):
@@ -359,7 +360,7 @@ class AttentionDiffusionEmbedding(
                     op.A = None
                     op.A = diffusion_operator(Z, self.epsilon_, self.alpha, None, device,
                                               include_self=self.include_self).A
-                return solve(task, op.A, "lobpcg")
+                return solve(task, op.A, "lobpcg", after_arpack=True)
 
         return self._step(bar, "eigenpairs", solve_or_fall_back,
                           max_subtasks=None if solver != "dense" else 0)

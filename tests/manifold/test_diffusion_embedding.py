@@ -280,6 +280,15 @@ def test_arpack_failing_on_eigenvalues_crowded_at_1_falls_back_to_lobpcg(n_neigh
     np.testing.assert_allclose(emb.transform(X[:5]), emb.embedding_[:5], atol=1e-4)
 
 
+def test_lobpcg_falling_back_from_arpack_does_not_advise_arpack():
+    # its ConvergenceWarning advised eigen_solver='arpack', right after ARPACK's failure
+    X = np.random.RandomState(0).normal(size=(201, 2))
+    with pytest.warns(RuntimeWarning, match="ARPACK did not converge"):
+        with pytest.warns(ConvergenceWarning, match="raise eigen_tol or epsilon") as record:
+            AttentionDiffusionEmbedding(epsilon=1e-3, random_state=0).fit(X)
+    assert not any("eigen_solver='arpack'" in str(w.message) for w in record)
+
+
 def test_explicit_epsilon_and_dense_solver_agree_with_arpack():
     X, _ = make_s_curve(300, random_state=0)
     dense = AttentionDiffusionEmbedding(
