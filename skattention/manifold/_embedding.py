@@ -391,10 +391,13 @@ class AttentionDiffusionEmbedding(
     def transform(self, X):
         """Embed points by attention to the training points (the Nyström extension).
 
-        ``transform`` of the training points reproduces ``embedding_``. The attention is a
-        softmax: a point far beyond the kernel's reach of every training point (all its
-        affinities below floating point) takes its nearest training points' extension, the
-        softmax's limit, rather than zeros.
+        ``transform`` of the training points reproduces ``embedding_``, except with
+        ``include_self=False`` and, with the k-NN operator, on points with exactly tied k-th
+        neighbour distances (integer data: the fitted graph keeps ``k`` of the tied points,
+        ``transform`` all of them; see docs/manifold.md). The attention is a softmax: a point
+        far beyond the kernel's reach of every training point (all its affinities below
+        floating point) takes its nearest training points' extension, the softmax's limit,
+        rather than zeros.
 
         Parameters
         ----------
