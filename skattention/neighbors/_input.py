@@ -78,7 +78,8 @@ class TabularInput:
             numbers = targets()  # None: too many columns (classes, outputs) for statistics
         if numbers is not None:
             statistics = self.encoder.fit_statistics(X, numbers, self.target_statistics[1],
-                                                     sample_weight, random_state)
+                                                     sample_weight, random_state,
+                                                     budget_bytes())
             statistics = statistics if statistics.shape[1] else None
         self.layout = (CodesLayout if self.codes else DenseLayout)(self.encoder)
         return statistics

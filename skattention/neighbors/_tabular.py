@@ -178,13 +178,15 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         self._statistics = None
         return self
 
-    def fit_statistics(self, X, targets, min_levels, sample_weight=None, random_state=None):
+    def fit_statistics(self, X, targets, min_levels, sample_weight=None, random_state=None,
+                       max_bytes=None):
         """Add the target statistics of the categorical columns with at least ``min_levels``
         levels present at fit (those whose statistics predict better than the mean:
         ``TargetStatistics.kept``) to the numeric block (``_target_statistics``), robust-scaled;
         ``X`` the training rows of :meth:`fit` and ``targets`` their (n, n_targets) numbers.
         Returns the training rows' cross-fitted statistics, scaled, to replace the ones
-        :meth:`transform` gives them (those of every training row)."""
+        :meth:`transform` gives them (those of every training row); ``max_bytes`` as
+        ``TargetStatistics.fit_transform`` takes it."""
         check_is_fitted(self, "categorical_")
         table = Table(X, self, reset=False)
         columns, levels, codes = [], [], []
@@ -198,7 +200,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         statistics = TargetStatistics()
         raw = statistics.fit_transform(codes, [lv.size + _FIRST_LEVEL for lv in levels],
                                        np.asarray(targets, dtype=np.float64), sample_weight,
-                                       check_random_state(random_state))
+                                       check_random_state(random_state), max_bytes)
         if not statistics.kept:
             return raw
         self.statistic_columns_ = np.asarray(columns, dtype=int)[statistics.kept]

@@ -20,6 +20,8 @@ import pandas as pd
 from ._levels import OTHER_CODE
 
 _FOLDS = 5
+# per-fold tables of a column's codes alive at once while its statistics are computed
+_SCRATCH_TABLES = 8
 
 
 class TargetStatistics:
@@ -49,10 +51,12 @@ class TargetStatistics:
         self.tables = []
         self.width = 0
 
-    def fit_transform(self, codes, sizes, targets, sample_weight, rng):
+    def fit_transform(self, codes, sizes, targets, sample_weight, rng, max_bytes=None):
         """Fit on the training rows' ``codes`` (a list: per column, its codes, of ``sizes``
         codes in all) and ``targets`` (n, n_targets); return the training rows' cross-fitted
-        statistics of the kept columns, (n, width)."""
+        statistics of the kept columns, (n, width). A column whose per-fold tables would take
+        more than ``max_bytes`` of scratch memory (an id of a million levels and many classes)
+        is not kept (its skill NaN)."""
         n, m = targets.shape
         weight = np.ones(n) if sample_weight is None else np.asarray(sample_weight, float)
         folds = rng.permutation(n) % _FOLDS
@@ -66,6 +70,9 @@ class TargetStatistics:
         baseline_error = weight @ ((targets - baseline) ** 2).sum(1)
         self.skills, self.kept, self.tables, out = [], [], [], []
         for position, (column, size) in enumerate(zip(codes, sizes, strict=True)):
+            if max_bytes is not None and _SCRATCH_TABLES * _FOLDS * size * m * 8 > max_bytes:
+                self.skills.append(float("nan"))
+                continue
             sums = _sums(folds * size + column, weight, targets, _FOLDS * size)
             # a row's statistics: every fold but its own
             whole = [s.sum(0) for s in sums]

@@ -234,3 +234,15 @@ def test_targets_of_too_many_classes_are_never_built():
     finally:
         tracemalloc.stop()
     assert peak < 20 * 2**20
+
+
+def test_a_column_whose_tables_exceed_the_memory_budget_adds_none():
+    values, levels, y = _column(3000, 40)
+    codes, size = [level_codes(values, levels)], [levels.size + 2]
+    statistics = TargetStatistics()
+    out = statistics.fit_transform(codes, size, y[:, None], None, np.random.RandomState(0),
+                                   max_bytes=1000)
+    assert out.shape == (3000, 0) and statistics.kept == [] and np.isnan(statistics.skills[0])
+    statistics.fit_transform(codes, size, y[:, None], None, np.random.RandomState(0),
+                             max_bytes=10**6)
+    assert statistics.kept == [0]
