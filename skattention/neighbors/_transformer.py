@@ -6,7 +6,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._engine import resolve_device
 from ..utils._param_validation import StrOptions
-from ..utils._sklearn_compat import _fit_context
+from ..utils._sklearn_compat import _fit_context, _num_samples
 from ..utils._threads import uses_n_jobs
 from . import _docs
 from ._base import _BaseMetricAttention
@@ -174,6 +174,40 @@ class MetricAttentionTransformer(
             The fitted transformer.
         """
         return self._fit_labels(X, y, sample_weight)
+
+    def fit_transform(self, X, y, sample_weight=None):
+        """Fit, then map the training data.
+
+        As ``fit(X, y).transform(X)``, except where the encoding adds target statistics
+        (``metric="tabular"`` on many rows; see ``categorical_features``): the training rows
+        then take the cross-fitted statistics they were trained with, not those of every
+        training row, so that a model after this one in a pipeline does not learn from
+        statistics that saw each row's own target (as
+        :meth:`sklearn.preprocessing.TargetEncoder.fit_transform`).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data.
+        y : array-like of shape (n_samples,)
+            Class labels.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each training point in the loss and as a candidate.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_components)
+            ``phi`` of the encoded training inputs.
+        """
+        self.fit(X, y, sample_weight)
+        encoder = getattr(self._strategy.input, "encoder", None)
+        inputs = getattr(self._keys, "inputs", None)
+        if (len(getattr(encoder, "statistic_columns_", ())) == 0 or inputs is None
+                or inputs.shape[0] != _num_samples(X)):
+            return self.transform(X)
+        device, dtype = resolve_device(self.device), self._compute_dtype()
+        return self._strategy.embed(inputs, "key", device, dtype).astype(inputs.dtype,
+                                                                        copy=False)
 
     @uses_n_jobs
     def transform(self, X):

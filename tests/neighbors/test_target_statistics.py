@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import TargetEncoder
 
@@ -246,3 +247,29 @@ def test_a_column_whose_tables_exceed_the_memory_budget_adds_none():
     statistics.fit_transform(codes, size, y[:, None], None, np.random.RandomState(0),
                              max_bytes=10**6)
     assert statistics.kept == [0]
+
+
+def test_the_transformers_fit_transform_gives_the_training_rows_cross_fitted_statistics():
+    X, y = _many_rows()
+    labels = np.where(y > 0, "hi", "lo")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = cheap("MetricAttentionTransformer", max_iter=1)
+        fitted = model.fit_transform(X, labels)
+    assert "name_target" in model._strategy.input.encoder.get_feature_names_out()
+    assert fitted.shape == (X.shape[0], model.map_.n_components)
+    # transform(X) gives the training rows every row's statistics, their own targets' among them
+    assert not np.allclose(fitted, model.transform(X))
+    expected = model._strategy.embed(np.asarray(model._keys.inputs), "key",
+                                     torch.device("cpu"), model._compute_dtype())
+    np.testing.assert_array_equal(fitted, expected)
+
+
+def test_the_transformers_fit_transform_without_statistics_is_fit_then_transform():
+    X, y = _many_rows(n=3000)
+    labels = np.where(y > 0, "hi", "lo")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = cheap("MetricAttentionTransformer", max_iter=1)
+        fitted = model.fit_transform(X, labels)
+    np.testing.assert_array_equal(fitted, model.transform(X))
