@@ -215,7 +215,6 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         centre, scale = np.asarray(self._statistic_scaling).T
         return smooth_clip((raw - centre) / scale)
 
-
     def unseen_columns(self, X, share=0.5, max_rows=10_000):
         """Names of the categorical columns where more than ``share`` of the values present in
         ``X`` (evenly spaced rows, at most ``max_rows``) are levels this encoding does not

@@ -175,6 +175,7 @@ class MetricAttentionTransformer(
         """
         return self._fit_labels(X, y, sample_weight)
 
+    @uses_n_jobs
     def fit_transform(self, X, y, sample_weight=None):
         """Fit, then map the training data.
 
