@@ -13,6 +13,7 @@ from ._calibration import calibrate_temperature
 from ._cluster import iterate_centers, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
 from ._device import (
     device_available,
+    dtype_name,
     is_auto_device,
     parse_device,
     resolve_device,
@@ -36,7 +37,7 @@ from ._near_far import GroupedKeys, group_keys, near_far_attention
 from ._parallel import cpu_threads, rows_single_threaded
 from ._progress import progress_bar, track, write
 from ._rows import RowBlocks
-from ._scores import ComputeOverflowError
+from ._scores import ComputeOverflowError, overflow_message
 from ._sdpa import augmented_coordinates, scaled_dot_product
 from ._shards import (
     Partial,
@@ -102,6 +103,7 @@ __all__ = [
     "exact_f_of_pairs",
     "averaging_dtype",
     "ComputeOverflowError",
+    "overflow_message",
     "budget_bytes",
     "check_temperature",
     "clamp_log_temperature",
@@ -114,6 +116,7 @@ __all__ = [
     "progress_bar",
     "resolve_device",
     "resolve_dtype",
+    "dtype_name",
     "rows_single_threaded",
     "seeded_torch_rng",
     "track",

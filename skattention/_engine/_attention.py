@@ -18,11 +18,12 @@ import math
 
 import torch
 
+from ._device import dtype_name
 from ._inputs import check_weights_count, differentiated, make_spec
 from ._knn import knn_attention, nearest_keys
 from ._one_block import few_rows_over_prepared_keys
 from ._parallel import small_calls_single_threaded
-from ._scores import PreparedKeys, dtype_name, overflow_error
+from ._scores import PreparedKeys, overflow_error
 from ._sdpa import sdpa_attention, sdpa_pays
 from ._stream import shifted_stream_pays, stream_attention
 

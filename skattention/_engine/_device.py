@@ -142,6 +142,18 @@ def resolve_dtype(dtype, *tensors):
     return resolved
 
 
+def dtype_name(dtype):
+    """The name (``"float64"``, ...) of the floating dtype that ``dtype`` names, read as
+    :func:`resolve_dtype` reads it (a name, a NumPy scalar type or dtype, a torch dtype);
+    ``None`` where it names none (``None``, an integer dtype, an unknown name)."""
+    if dtype is None:
+        return None  # "follow the inputs", not a dtype
+    try:
+        return str(resolve_dtype(dtype)).removeprefix("torch.")
+    except (TypeError, ValueError):
+        return None
+
+
 @contextlib.contextmanager
 def seeded_torch_rng(seed, device):
     """Seed torch's global RNG (CPU, and ``device`` if it is a GPU) for the block, restoring the

@@ -29,6 +29,7 @@ from ._budget import (
     span_columns,
     span_stop,
 )
+from ._device import dtype_name
 from ._distance_logits import EuclideanLogits, distance_logits, sqrt_zero_grad
 from ._kinds import (
     DISTANCE_KINDS,
@@ -62,14 +63,15 @@ def overflow_error(cause, dtype, by_temperature=False):
     advice = ["rescale the data"] + ["raise the temperature"] * by_temperature
     if dtype != torch.float64:
         advice.append("use dtype=torch.float64 (an estimator's dtype='float64')")
-    exc = ComputeOverflowError(f"{cause}; {', '.join(advice[:-1])}"
-                               f"{' or ' if len(advice) > 1 else ''}{advice[-1]}.")
+    exc = ComputeOverflowError(overflow_message(cause, advice))
     exc.cause, exc.by_temperature = cause, by_temperature  # kept in pickles (__dict__)
     return exc
 
 
-def dtype_name(dtype):
-    return str(dtype).removeprefix("torch.")
+def overflow_message(cause, advice):
+    """``cause``, then the ``advice`` (a list of what to do): "a, b or c"."""
+    return (f"{cause}; {', '.join(advice[:-1])}{' or ' if len(advice) > 1 else ''}"
+            f"{advice[-1]}.")
 
 
 class PreparedKeys:

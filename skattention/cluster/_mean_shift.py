@@ -17,6 +17,7 @@ from .._engine import (
     gaussian_kernel_log_sums,
     kneighbors,
     mean_kth_distance,
+    overflow_message,
     progress_bar,
     resolve_device,
 )
@@ -215,10 +216,8 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
             if X.dtype != np.float64:
                 advice.append("pass X as float64 (the fit computes in X's precision)")
             # the engine's frames kept, its message (whose advice misleads here) not
-            raise ValueError(
-                f"{exc.cause}; {', '.join(advice[:-1])}"
-                f"{' or ' if len(advice) > 1 else ''}{advice[-1]}."
-            ).with_traceback(exc.__traceback__) from None
+            raise ValueError(overflow_message(exc.cause, advice)).with_traceback(
+                exc.__traceback__) from None
 
     def _fit(self, X):
         """:meth:`fit` on the validated ``X``."""

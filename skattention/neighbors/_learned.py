@@ -16,6 +16,7 @@ from .._engine import (
     batch_rows,
     build_map,
     progress_bar,
+    resolve_dtype,
     seeded_torch_rng,
     train_metric,
 )
@@ -24,7 +25,7 @@ from ..utils._convergence import warn_if_max_iter_reached
 from ..utils._device import _cuda_nondeterministic
 from ._distinct_rows import distinct_row_ids
 from ._input import TabularInput
-from ._strategy import MetricFit, MetricStrategy, torch_dtype
+from ._strategy import MetricFit, MetricStrategy
 from ._summary import FitPrototypes, summarize
 from ._temperature import MAX_QUERIES, neighbor_scale
 from ._training_settings import (
@@ -103,8 +104,7 @@ class LearnedMetric(MetricStrategy):
                 f"{self.map.n_features}."
             )
         rng = check_random_state(estimator.random_state)
-        # training precision
-        dtype = torch.float32 if estimator.dtype is None else torch_dtype(estimator.dtype)
+        dtype = resolve_dtype(estimator.dtype)  # training precision (None: float32)
         seed = int(rng.randint(np.iinfo(np.int32).max))
         # A private, seeded torch RNG for initialisation and dropout; the caller's is restored.
         with seeded_torch_rng(seed, device) as release_rng:
@@ -340,7 +340,7 @@ class LearnedMetric(MetricStrategy):
     def compute_dtype(self, dtype, fit_dtype):
         """``dtype``, else float32: the precision the map is trained in (float64 would only
         double the keys' memory and the time of their products)."""
-        return torch_dtype(dtype) if dtype is not None else torch.float32
+        return resolve_dtype(dtype)  # (None: float32)
 
     def ready_map(self, device, dtype):
         """A copy of the fitted map on ``device`` and ``dtype`` in eval mode, made once."""

@@ -34,13 +34,6 @@ TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 FIXED_METRICS = ("euclidean", "manhattan", "cosine", "minkowski")
 
 
-def torch_dtype(dtype):
-    """The torch dtype of a ``dtype`` parameter other than ``None``: ``"float64"``,
-    ``np.float64``, ``np.dtype("float64")`` and ``torch.float64`` are one (``DtypeOptions``
-    admits what the engine reads as float32 or float64)."""
-    return resolve_dtype(dtype)
-
-
 @dataclass
 class MetricFit:
     """The public fitted attributes a metric's fit sets (``map_``, ``temperature_``, ...)."""
@@ -120,7 +113,7 @@ class MetricStrategy:
         """Precision of attention and of the map: ``dtype`` (the parameter); else the
         training data's (float32 data stays float32)."""
         if dtype is not None:
-            return torch_dtype(dtype)
+            return resolve_dtype(dtype)
         return torch.float32 if fit_dtype == np.float32 else torch.float64
 
     def embed(self, X, side, device, dtype):
@@ -240,7 +233,7 @@ class PrecomputedMetric(MetricStrategy):
     def compute_dtype(self, dtype, fit_dtype):
         if dtype is None:
             return torch.float64  # the squared distances of float32 input are exact in float64
-        return torch_dtype(dtype)
+        return resolve_dtype(dtype)
 
     def embed(self, X, side, device, dtype):
         return -np.square(X, dtype=np.float64)

@@ -1,7 +1,7 @@
 """Parameter constraints of the estimators: scikit-learn's (through the compat module), Count and
 DtypeOptions."""
 
-from .._engine import resolve_dtype
+from .._engine import dtype_name
 from ._sklearn_compat import HasMethods, Hidden, Interval, StrOptions, validate_params
 
 __all__ = [
@@ -25,18 +25,6 @@ class Count(Interval):
 
     def is_satisfied_by(self, val):
         return not isinstance(val, bool) and super().is_satisfied_by(val)
-
-
-def dtype_name(dtype):
-    """The name (``"float64"``, ...) of the floating dtype that ``dtype`` names, read as the
-    engine reads its own ``dtype`` argument (a name, a NumPy scalar type or dtype, a torch dtype);
-    ``None`` where it names none (``None``, an integer dtype, an unknown name)."""
-    if dtype is None:
-        return None  # the engine's "follow the inputs", not a dtype
-    try:
-        return str(resolve_dtype(dtype)).removeprefix("torch.")
-    except (TypeError, ValueError):
-        return None
 
 
 class DtypeOptions(StrOptions):
