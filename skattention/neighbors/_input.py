@@ -80,7 +80,6 @@ class TabularInput:
             statistics = self.encoder.fit_statistics(X, numbers, self.target_statistics[1],
                                                      sample_weight, random_state,
                                                      budget_bytes())
-            statistics = statistics if statistics.shape[1] else None
         self.layout = (CodesLayout if self.codes else DenseLayout)(self.encoder)
         return statistics
 
@@ -147,11 +146,7 @@ class TabularInput:
         # per row: the densified input row, the encoder's numbers and codes, the dense output
         row_bytes = 8 * (2 * X.shape[1] + self.layout.width)
         rows = plan_rows(X.shape[0], row_bytes=row_bytes, budget=budget_bytes())
-        start = 0
-        for block in self.encoder.transform_blocks(X, rows):
-            if statistics is not None:
-                block.numeric[:, -statistics.shape[1]:] = statistics[start:start + len(block)]
-            start += len(block)
+        for block in self.encoder.transform_blocks(X, rows, statistics):
             yield self.layout.dense(block, dtype)
 
     def few_rows(self, estimator, X):

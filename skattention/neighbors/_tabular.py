@@ -108,6 +108,8 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
     (2, 2)
     """
 
+    _statistics = None  # the fitted TargetStatistics, if any (also of encoders pickled before)
+
     def __init__(self, categorical_features="from_dtype", numeric_scaling="robust",
                  missing_indicators=True, min_frequency=1, dtype=np.float32):
         self.categorical_features = categorical_features
@@ -178,15 +180,21 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         self._statistics = None
         return self
 
+    @property
+    def _statistic_positions(self):
+        """``statistic_columns_``, or none (an encoder pickled before the statistics)."""
+        return () if self._statistics is None else self.statistic_columns_
+
     def fit_statistics(self, X, targets, min_levels, sample_weight=None, random_state=None,
                        max_bytes=None):
         """Add the target statistics of the categorical columns with at least ``min_levels``
         levels present at fit (those whose statistics predict better than the mean:
         ``TargetStatistics.kept``) to the numeric block (``_target_statistics``), robust-scaled;
         ``X`` the training rows of :meth:`fit` and ``targets`` their (n, n_targets) numbers.
-        Returns the training rows' cross-fitted statistics, scaled, to replace the ones
-        :meth:`transform` gives them (those of every training row); ``max_bytes`` as
-        ``TargetStatistics.fit_transform`` takes it."""
+        Returns the training rows' cross-fitted statistics, scaled, for
+        :meth:`transform_blocks` to give them instead of those of every training row (``None``
+        where no column has statistics); ``max_bytes`` as ``TargetStatistics.fit_transform``
+        takes it."""
         check_is_fitted(self, "categorical_")
         table = Table(X, self, reset=False)
         columns, levels, codes = [], [], []
@@ -202,12 +210,11 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
                                        np.asarray(targets, dtype=np.float64), sample_weight,
                                        check_random_state(random_state), max_bytes)
         if not statistics.kept:
-            return raw
+            return None
         self.statistic_columns_ = np.asarray(columns, dtype=int)[statistics.kept]
         self._statistic_levels = [levels[k] for k in statistics.kept]
         self._statistics = statistics
         self._statistic_scaling = [robust_scaling(column) for column in raw.T]
-        self._n_targets = targets.shape[1]
         self.n_numeric_out_ += statistics.width
         return self._scaled_statistics(raw)
 
@@ -334,15 +341,16 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         codes = np.zeros((len(frame), self.categorical_columns_.size), dtype=np.int64)
         for k, values in enumerate(columns):
             codes[:, k] = level_codes(values, self.categories_[k])
-        self._write_statistics([columns[k] for k in getattr(self, "statistic_columns_", ())],
-                               numeric)
+        self._write_statistics([columns[k] for k in self._statistic_positions], numeric)
         return TabularBlock(numeric, codes)
 
-    def transform_blocks(self, X, block_rows):
+    def transform_blocks(self, X, block_rows, statistics=None):
         """Yield ``TabularBlock`` s of at most ``block_rows`` rows (``None``: one block).
 
         A sparse matrix is densified one row block at a time, so a caller that bounds
-        ``block_rows`` by its memory budget never holds the dense matrix.
+        ``block_rows`` by its memory budget never holds the dense matrix. ``statistics``: the
+        rows' scaled target statistics to give them (the training rows' cross-fitted ones,
+        from :meth:`fit_statistics`) instead of computing those of every training row.
         """
         check_is_fitted(self, "categorical_")
         table = Table(X, self, reset=False)
@@ -350,11 +358,12 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         step = n if block_rows is None else max(1, int(block_rows))
         for start in range(0, max(n, 1), max(step, 1)):
             rows = slice(start, min(n, start + step))
-            yield self._encode(table.rows(rows))
+            yield self._encode(table.rows(rows),
+                               None if statistics is None else statistics[rows])
             if n == 0:
                 return
 
-    def _encode(self, table):
+    def _encode(self, table, statistics=None):
         n = table.n_rows
         numeric = np.zeros((n, self.n_numeric_out_), dtype=self.dtype)
         n_num = self.numeric_columns_.size
@@ -377,19 +386,22 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         for k, j in enumerate(self.categorical_columns_):
             values = self._category_values(table, k, j)
             codes[:, k] = level_codes(values, self.categories_[k])
-            if k in getattr(self, "statistic_columns_", ()):
+            if k in self._statistic_positions and statistics is None:
                 statistic_values.append(values)
-        self._write_statistics(statistic_values, numeric)
+        self._write_statistics(statistic_values, numeric, statistics)
         return TabularBlock(numeric, codes)
 
-    def _write_statistics(self, values, numeric):
+    def _write_statistics(self, values, numeric, statistics=None):
         """The scaled target statistics of rows whose statistic columns hold ``values`` (a
-        list), into the last columns of their ``numeric`` block."""
-        if getattr(self, "_statistics", None) is None:
+        list), or the given ``statistics`` of the rows, into the last columns of their
+        ``numeric`` block."""
+        if self._statistics is None:
             return
-        codes = [level_codes(v, lv) for v, lv in zip(values, self._statistic_levels, strict=True)]
-        raw = self._statistics.transform(codes)
-        numeric[:, numeric.shape[1] - raw.shape[1]:] = self._scaled_statistics(raw)
+        if statistics is None:
+            codes = [level_codes(v, lv)
+                     for v, lv in zip(values, self._statistic_levels, strict=True)]
+            statistics = self._scaled_statistics(self._statistics.transform(codes))
+        numeric[:, numeric.shape[1] - statistics.shape[1]:] = statistics
 
     def _category_values(self, table, k, j):
         """Input column ``j`` (categorical column ``k``) as its fitted levels read it: numbers,
@@ -428,7 +440,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
     def _read_levels(self, k):
         """The levels that categorical column ``k``'s values must match: its codes' levels, or
         where every level is rare (no code of its own), its target statistics' levels."""
-        columns = list(getattr(self, "statistic_columns_", ()))
+        columns = list(self._statistic_positions)
         if self.categories_[k].size or k not in columns:
             return self.categories_[k]
         return self._statistic_levels[columns.index(k)]
@@ -461,8 +473,8 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             names = np.array([f"x{i}" for i in range(self.n_features_in_)], dtype=object)
         out = [names[j] for j in self.numeric_columns_]
         out += [f"missing_{names[j]}" for j in self.indicator_columns_]
-        targets = getattr(self, "_n_targets", 0)
-        for k in getattr(self, "statistic_columns_", ()):
+        targets = 0 if self._statistics is None else self._statistics.tables[0].shape[1]
+        for k in self._statistic_positions:
             name = names[self.categorical_columns_[k]]
             out += [f"{name}_target"] if targets == 1 else [f"{name}_target{t}"
                                                               for t in range(targets)]

@@ -206,9 +206,7 @@ class MetricAttentionTransformer(
         if (len(getattr(encoder, "statistic_columns_", ())) == 0 or inputs is None
                 or inputs.shape[0] != _num_samples(X)):
             return self.transform(X)
-        device, dtype = resolve_device(self.device), self._compute_dtype()
-        return self._strategy.embed(inputs, "key", device, dtype).astype(inputs.dtype,
-                                                                        copy=False)
+        return self._embedded([inputs])
 
     @uses_n_jobs
     def transform(self, X):
@@ -225,9 +223,13 @@ class MetricAttentionTransformer(
             ``phi`` of the encoded inputs, float32 for float32 input, else float64.
         """
         check_is_fitted(self, "_keys")
+        return self._embedded(self._encoded_blocks(X))
+
+    def _embedded(self, blocks):
+        """``phi`` of encoded row ``blocks``, each in its own dtype, as one array."""
         device, dtype = resolve_device(self.device), self._compute_dtype()
         return np.concatenate([self._strategy.embed(Q, "key", device, dtype)
-                               .astype(Q.dtype, copy=False) for Q in self._encoded_blocks(X)])
+                               .astype(Q.dtype, copy=False) for Q in blocks])
 
     @property
     def _n_features_out(self):
