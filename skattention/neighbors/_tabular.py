@@ -214,7 +214,11 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         self.statistic_columns_ = np.asarray(columns, dtype=int)[statistics.kept]
         self._statistic_levels = [levels[k] for k in statistics.kept]
         self._statistics = statistics
-        self._statistic_scaling = [robust_scaling(column) for column in raw.T]
+        # scaled as rows at predict read them (every training row's statistics): the
+        # cross-fitted values of a level seen in one fold alone are their folds' means, a
+        # hair apart, whose quartiles would blow that hair up to the clipping range
+        full = statistics.transform([codes[k] for k in statistics.kept])
+        self._statistic_scaling = [robust_scaling(column) for column in full.T]
         self.n_numeric_out_ += statistics.width
         return self._scaled_statistics(raw)
 

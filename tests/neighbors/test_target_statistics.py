@@ -273,3 +273,25 @@ def test_the_transformers_fit_transform_without_statistics_is_fit_then_transform
         model = cheap("MetricAttentionTransformer", max_iter=1)
         fitted = model.fit_transform(X, labels)
     np.testing.assert_array_equal(fitted, model.transform(X))
+
+
+def test_levels_seen_once_take_training_statistics_near_the_centre():
+    # Most levels are seen in one row (an id): their cross-fitted statistics are their other
+    # folds' means, a hair apart, and must stay a hair apart once scaled, not be blown up by
+    # quartiles that fall among those means (the few repeated levels carry the signal).
+    from skattention.neighbors._tabular import _TabularEncoder
+
+    rng = np.random.default_rng(0)
+    repeated = np.repeat([f"r{i}" for i in range(10)], 40)
+    once = np.array([f"u{i}" for i in range(1600)], dtype=object)
+    values = np.concatenate([repeated, once]).astype(object)
+    y = np.where(np.char.startswith(values.astype(str), "r"),
+                 np.repeat(np.linspace(-2, 2, 10), 40).tolist() + [0.0] * 1600, 0.0)
+    y = y + 0.3 * rng.normal(size=y.size)
+    X = pd.DataFrame({"id": values})
+    encoder = _TabularEncoder().fit(X)
+    rows = encoder.fit_statistics(X, target_numbers(y, False, 16), 30, random_state=0)
+    assert rows is not None
+    seen_once = rows[repeated.size:, 0]
+    assert np.ptp(seen_once) < 0.1
+    assert np.ptp(rows[:repeated.size, 0]) > 1.0
