@@ -297,7 +297,7 @@ class AttentionKMeans(
             order = np.lexsort(centers.T[::-1])
             centers = centers[order]
             labels = np.argsort(order)[labels]
-        warn_if_fewer_clusters(len(np.unique(labels)), self.n_clusters, stacklevel=2)
+        warn_if_fewer_clusters(len(np.unique(labels)), self.n_clusters)
         self.cluster_centers_ = np.ascontiguousarray(centers)
         self.labels_ = labels.astype(np.int32)  # KMeans' label dtype
         self.inertia_ = float(best.inertia)
