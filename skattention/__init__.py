@@ -22,8 +22,9 @@ _LAZY_NAMES = {
     "MetricAttentionTransformer": "neighbors",
     "AttentionNetworkClassifier": "nn",
 }
-# the subpackages that importing the names above made attributes of the package
-_LAZY_MODULES = {"_engine", "cluster", "manifold", "neighbors", "nn", "utils"}
+# the subpackages that importing the names above made attributes of the package, and the
+# public ones no name above comes from
+_LAZY_MODULES = {"_engine", "cluster", "manifold", "neighbors", "nn", "plotting", "utils"}
 
 __version__ = "0.1.0.dev0"
 

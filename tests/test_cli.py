@@ -574,3 +574,17 @@ def test_id_like_columns_are_used_but_hinted(tmp_path, capsys):
     assert main(["embed", "--data", str(path), "--target", "label"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "--drop customer_id" in err[0]
+
+
+def test_a_warning_is_one_line_of_the_subcommand(tmp_path):
+    # Python printed "<frozen runpy>:88: ConvergenceWarning: ..." and scikit-learn's
+    # "sklearn/base.py:1403: ... return fit_method(...)" source line
+    path = tmp_path / "same.csv"
+    path.write_text("a,b\n" + "1,2\n" * 10)
+    out = subprocess.run(
+        [sys.executable, "-m", "skattention", "cluster", "--data", str(path), "--n-clusters", "2"],
+        capture_output=True, text=True, check=True,
+    )
+    lines = out.stderr.splitlines()
+    assert lines and all(line.startswith("skattention cluster: warning: ") for line in lines)
+    assert "Number of distinct clusters (1)" in lines[0]

@@ -4,6 +4,8 @@ names stay in one compat module, the README's quick start runs."""
 import ast
 import pathlib
 import re
+import subprocess
+import sys
 
 import skattention
 
@@ -73,6 +75,16 @@ def test_public_surface():
                  "AttentionMeanShift", "AttentionNetworkClassifier",
                  "config_context", "get_config", "set_config", "resolve_device"]:
         assert name in skattention.__all__ and hasattr(skattention, name)
+
+
+def test_every_public_subpackage_is_an_attribute_of_the_package():
+    # in a fresh interpreter, where no test imported them: skattention.plotting was missing
+    # while skattention.utils was there
+    names = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py")
+                   if not p.parent.name.startswith("_"))
+    assert "plotting" in names
+    code = f"import skattention\nfor name in {names}: getattr(skattention, name)"
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_readme_quick_start_runs(capsys):

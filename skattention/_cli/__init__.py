@@ -13,9 +13,10 @@ the data have been checked, so that a mistake is answered at once.
 """
 
 import sys
+import warnings
 
 from ._cluster import cluster
-from ._common import CLIError
+from ._common import CLIError, note
 from ._compare import compare
 from ._embed import embed
 from ._output import new_figure
@@ -31,9 +32,13 @@ def main(argv=None):
     from .. import __version__
 
     args = build_parser(__version__).parse_args(argv)
-    try:
-        fig = new_figure(args) if args.plot else None  # a bad --plot fails before any work
-        return _COMMANDS[args.command](args, fig)
-    except CLIError as exc:
-        print(f"skattention: error: {exc}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():
+        # a warning as a line of the subcommand: Python's "file:line: Category: ..." points
+        # into the libraries (or at <frozen runpy>), and a source line follows it
+        warnings.showwarning = lambda message, *_, **__: note(args, f"warning: {message}")
+        try:
+            fig = new_figure(args) if args.plot else None  # a bad --plot fails before any work
+            return _COMMANDS[args.command](args, fig)
+        except CLIError as exc:
+            print(f"skattention: error: {exc}", file=sys.stderr)
+            return 2

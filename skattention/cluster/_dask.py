@@ -77,8 +77,7 @@ def fit(estimator, X, sample_weight):
     best, stopped = best_run(estimator, resolve_n_init(estimator.n_init, init, T), run_once,
                              fitted_centers=lambda centers: centers + mean,
                              kind="Lloyd" if not T else "soft")
-    warn_if_fewer_clusters(int(np.count_nonzero(best.counts)), estimator.n_clusters,
-                           stacklevel=3)
+    warn_if_fewer_clusters(int(np.count_nonzero(best.counts)), estimator.n_clusters)
     estimator.cluster_centers_ = np.ascontiguousarray(best.centers + mean)
     estimator.labels_ = best.labels
     estimator.inertia_ = float(best.inertia)

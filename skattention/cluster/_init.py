@@ -1,12 +1,12 @@
 """AttentionKMeans' initial centroids and number of runs, as KMeans chooses them (shared by the
 in-memory and the Dask fits)."""
 
-import warnings
-
 import numpy as np
 from scipy import sparse
 from sklearn.cluster import kmeans_plusplus
 from sklearn.utils.validation import check_array
+
+from ..utils._warnings import warn_user
 
 
 def checked_init(init, n_clusters, n_features, dtype):
@@ -25,9 +25,9 @@ def resolve_n_init(n_init, init, T):
         random_init = (isinstance(init, str) and init == "random") or callable(init)
         n_init = 10 if random_init and T == 0 else 1
     if not isinstance(init, str) and not callable(init) and n_init != 1:
-        warnings.warn(
+        warn_user(
             "Explicit initial center position passed: performing only one init in "
-            f"AttentionKMeans instead of n_init={n_init}.", RuntimeWarning, stacklevel=3,
+            f"AttentionKMeans instead of n_init={n_init}.", RuntimeWarning,
         )
         n_init = 1
     return n_init

@@ -297,7 +297,7 @@ class AttentionKMeans(
             order = np.lexsort(centers.T[::-1])
             centers = centers[order]
             labels = np.argsort(order)[labels]
-        warn_if_fewer_clusters(len(np.unique(labels)), self.n_clusters, stacklevel=2)
+        warn_if_fewer_clusters(len(np.unique(labels)), self.n_clusters)
         self.cluster_centers_ = np.ascontiguousarray(centers)
         self.labels_ = labels.astype(np.int32)  # KMeans' label dtype
         self.inertia_ = float(best.inertia)
@@ -331,11 +331,17 @@ class AttentionKMeans(
         shift), on the device: the engine centres each block of ``X`` itself, so no centred copy
         of ``X`` is made (working_memory)."""
         device = resolve_device(self.device)
-        dtype = torch.float64 if X.dtype == np.float64 else torch.float32
+        dtype = self._compute_dtype(X)
         shift = self.cluster_centers_.mean(0)
         Xt = as_tensor(X, device, dtype)
         Ct = torch.from_numpy(np.ascontiguousarray(self.cluster_centers_ - shift)).to(device, dtype)
         return Xt, Ct, torch.from_numpy(np.ascontiguousarray(shift)).to(device, dtype)
+
+    def _compute_dtype(self, X):
+        """float64 when ``X`` or the centroids are: float32 queries to a model fitted on float64
+        keep its centroids exact and get float64 distances (as KMeans)."""
+        wide = np.float64 in (X.dtype, self.cluster_centers_.dtype)
+        return torch.float64 if wide else torch.float32
 
     def _labels_inertia(self, X, sample_weight=None, inertia=True):
         Xt, Ct, shift = self._tensors(X)
@@ -395,7 +401,7 @@ class AttentionKMeans(
         """
         X = self._check_test_data(X)
         T = check_temperature(self.temperature_ if temperature is None else temperature)
-        dtype = torch.float64 if X.dtype == np.float64 else torch.float32
+        dtype = self._compute_dtype(X)
         eye = np.eye(self.n_clusters)
         if T == 0:
             return eye[self._labels_inertia(X, inertia=False)[0]]

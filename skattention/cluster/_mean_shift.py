@@ -225,6 +225,11 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
         h = self.bandwidth
         if h is None:
             h = _estimated_bandwidth(X, self.kernel, device)
+            if not math.isfinite(h):  # the engine would name its own parameter, the radius
+                raise ValueError(
+                    "The estimated bandwidth is infinite: the squared distances between the "
+                    "points overflow; rescale the data."
+                )
         # the bin size as given: MeanShift's bins come out float64 for a NumPy float (the
         # estimate) and float32 for a Python float, and end at different modes
         bin_size, h = h, float(h)

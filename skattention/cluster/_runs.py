@@ -2,13 +2,13 @@
 runs (progress, scikit-learn's callbacks, the best run kept) and the warning when fewer
 clusters than asked hold points."""
 
-import warnings
 from dataclasses import dataclass
 
 from sklearn.exceptions import ConvergenceWarning
 
 from .._engine import progress_bar
 from ..utils._callbacks import begin_subtask, end_subtask, report_subtask
+from ..utils._warnings import warn_user
 
 
 @dataclass
@@ -69,12 +69,11 @@ def best_run(estimator, n_init, run_once, fitted_centers, kind):
     return best, stopped
 
 
-def warn_if_fewer_clusters(distinct, n_clusters, stacklevel):
-    """KMeans's ConvergenceWarning when fewer than ``n_clusters`` clusters hold points
-    (``stacklevel`` as the caller would give it to ``warnings.warn``)."""
+def warn_if_fewer_clusters(distinct, n_clusters):
+    """KMeans's ConvergenceWarning when fewer than ``n_clusters`` clusters hold points."""
     if distinct < n_clusters:
-        warnings.warn(
+        warn_user(
             f"Number of distinct clusters ({distinct}) found smaller than n_clusters "
             f"({n_clusters}). Possibly due to duplicate points in X.",
-            ConvergenceWarning, stacklevel=stacklevel + 1,
+            ConvergenceWarning,
         )

@@ -24,8 +24,6 @@ shared machine the thin products of Lanczos and LOBPCG lose more at each call's 
 than a second thread gains.
 """
 
-import warnings
-
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -36,6 +34,7 @@ from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
 from .._engine import progress_bar, resolve_device
+from ..utils._warnings import warn_user
 from ._lobpcg import lobpcg_smallest
 from ._multigrid import laplacian_multigrid
 
@@ -253,14 +252,13 @@ def _iterate(apply, X, nulls, precondition, wanted, tolerance, progress, on_solv
             apply, X, nulls, precondition, wanted, tolerance, _MAX_ITER, count
         )
     if np.any(residual > tolerance(lam[:wanted])):
-        warnings.warn(
+        warn_user(
             f"LOBPCG stopped after {done} iterations with a residual norm of "
             f"{residual.max():.3g} above its tolerance "
             f"{tolerance(lam[:wanted]).min():.3g}; raise eigen_tol or "
             + ("epsilon (ARPACK, which it fell back from, did not converge either: eigenvalues "
                "crowded at 1)." if after_arpack else "use eigen_solver='arpack'."),
             ConvergenceWarning,
-            stacklevel=4,
         )
     return lam, X
 

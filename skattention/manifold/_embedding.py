@@ -1,6 +1,5 @@
 """AttentionDiffusionEmbedding: the attention matrix as a diffusion operator (diffusion maps)."""
 
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -18,6 +17,7 @@ from ..utils._device import DevicePortableMixin
 from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, HasMethods, Interval, StrOptions
 from ..utils._sklearn_compat import _fit_context, _num_samples
+from ..utils._warnings import warn_user
 from ._eigen import resolve_eigen_solver, top_eigenpairs
 from ._nystrom import knn_nystrom
 from ._operator import (
@@ -278,7 +278,7 @@ class AttentionDiffusionEmbedding(
             mu, v = self._eigenpairs(op, Z, rng, device, bar)
             bar.set_postfix_str("done")
         if not op.connected or mu[1] > 1.0 - _DISCONNECTED_GAP:
-            warnings.warn(_NOT_CONNECTED, UserWarning, stacklevel=2)
+            warn_user(_NOT_CONNECTED, UserWarning)
         psi = diffusion_coordinates(op, v)[:, 1:]
         mu = mu[1:]
         del op.A, v
@@ -353,9 +353,8 @@ class AttentionDiffusionEmbedding(
             except ArpackNoConvergence:
                 # eigenvalues equal to 1 to rounding (epsilon small for the data's spacing):
                 # LOBPCG's block takes them, as SpectralEmbedding falls back to it
-                warnings.warn("ARPACK did not converge (eigenvalues crowded at 1: is epsilon "
-                              "small for the data?); falling back to LOBPCG.", RuntimeWarning,
-                              stacklevel=4)
+                warn_user("ARPACK did not converge (eigenvalues crowded at 1: is epsilon "
+                          "small for the data?); falling back to LOBPCG.", RuntimeWarning)
                 if not sp.issparse(op.A):  # the dense A was factorised in place: built again
                     op.A = None
                     op.A = diffusion_operator(Z, self.epsilon_, self.alpha, None, device,

@@ -160,6 +160,16 @@ class MetricAttention(nn.Module):
     >>> out, w = cross(x, torch.randn(2, 7, 3), torch.randn(2, 7, 5))
     >>> tuple(out.shape), tuple(w.shape)  # the zero key is the 8th column
     ((2, 5, 16), (2, 5, 8))
+
+    In a stack of encoder layers, ``enable_nested_tensor=False`` (the nested-tensor fast path
+    reads ``nn.MultiheadAttention``'s packed weights; the encoder warns that it is off):
+
+    >>> from torch import nn
+    >>> layer = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, batch_first=True)
+    >>> layer.self_attn = MetricAttention(16, 4, batch_first=True)
+    >>> encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+    >>> tuple(encoder(x).shape)
+    (2, 5, 16)
     """
 
     def __init__(self, embed_dim, num_heads=1, metric="mlp", *, dropout=0.0, bias=True,

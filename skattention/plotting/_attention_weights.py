@@ -191,9 +191,9 @@ class AttentionWeightsDisplay:
         if not hasattr(final, "attention_weights"):
             raise TypeError(f"{type(final).__name__} has no attention_weights method.")
         check_is_fitted(final)
-        Xq = query
+        Xq = _with_feature_names(query, estimator)
         if hasattr(estimator, "steps"):
-            Xq = estimator[:-1].transform(query) if len(estimator.steps) > 1 else query
+            Xq = estimator[:-1].transform(Xq) if len(estimator.steps) > 1 else Xq
         n_fit = getattr(final, "n_samples_fit_", X_train.shape[0])
         if n_fit != X_train.shape[0]:
             raise ValueError(
@@ -217,3 +217,16 @@ class AttentionWeightsDisplay:
             labels = ("principal component 1", "principal component 2")
         display = cls(points, q, weights, indices, xlabel=labels[0], ylabel=labels[1])
         return display.plot(ax=ax, **plot_kwargs)
+
+
+def _with_feature_names(query, estimator):
+    """The query as a DataFrame of the names the estimator was fitted with (the checked array
+    lost them, and scikit-learn warns about a nameless query), else as it is."""
+    names = getattr(estimator, "feature_names_in_", None)
+    if names is None or len(names) != query.shape[1]:
+        return query
+    try:
+        import pandas as pd
+    except ImportError:  # fitted on another dataframe library: its warning stays
+        return query
+    return pd.DataFrame(query, columns=names)

@@ -59,6 +59,22 @@ def test_float32_stays_float32(blobs):
     assert km.transform(X).shape == (X.shape[0], 3)
 
 
+@pytest.mark.parametrize("temperature", ["auto", 0, 1.0])
+def test_float32_queries_to_a_float64_model_compute_in_float64(blobs, temperature):
+    """As KMeans: a model fitted on float64 keeps its centroids exact for float32 queries and
+    gives float64 distances (they were rounded to float32)."""
+    X = blobs[0]
+    km = AttentionKMeans(3, temperature=temperature, random_state=0, device="cpu").fit(X)
+    X32 = X[:50].astype(np.float32)
+    as64 = X32.astype(np.float64)
+    distances = km.transform(X32)
+    assert distances.dtype == KMeans(3, n_init=1).fit(X).transform(X32).dtype == np.float64
+    np.testing.assert_array_equal(distances, km.transform(as64))
+    np.testing.assert_array_equal(km.predict(X32), km.predict(as64))
+    np.testing.assert_array_equal(km.predict_proba(X32), km.predict_proba(as64))
+    assert km.score(X32) == km.score(as64)
+
+
 def test_annealing_finds_the_blobs_whatever_the_seed():
     # 8 blobs where k-means++ with one init often merges two of them
     X, y = make_blobs(n_samples=4000, n_features=10, centers=8, cluster_std=2.0, random_state=0)

@@ -142,3 +142,11 @@ def test_float32_coordinates_overflowing_once_squared_advise_float64_input():
     X = np.random.default_rng(0).normal(size=(50, 2)).astype(np.float32) * np.float32(1e20)
     with pytest.raises(ValueError, match=r"rescale the data or pass X as float64 \(the fit "):
         AttentionMeanShift().fit(X)
+
+
+@pytest.mark.parametrize("blurring", [False, True])
+def test_flat_kernel_whose_estimated_bandwidth_overflows_says_so(blurring):
+    # the engine's error named a radius the user never gave
+    X = np.random.default_rng(0).normal(size=(50, 2)) * 1e160
+    with pytest.raises(ValueError, match="estimated bandwidth is infinite.*rescale the data"):
+        AttentionMeanShift(kernel="flat", blurring=blurring).fit(X)

@@ -1,6 +1,7 @@
 """The displays draw what the estimators computed (checked on the artists, not on pixels)."""
 
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -167,6 +168,24 @@ def test_import_without_matplotlib_and_clear_error(monkeypatch):
     assert fresh.EmbeddingDisplay is not EmbeddingDisplay
     with pytest.raises(ImportError, match=r"skattention\[plot\]"):
         fresh.EmbeddingDisplay([[0.0, 1.0]]).plot()
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_attention_weights_of_a_model_fitted_on_a_dataframe_warn_nothing(blobs, pipeline):
+    # the query reached the estimator without its column names: scikit-learn's "X does not
+    # have valid feature names" warning on every call
+    pd = pytest.importorskip("pandas")
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = blobs
+    frame = pd.DataFrame(X, columns=["a", "b"])
+    clf = MetricAttentionClassifier("euclidean", temperature=0.5)
+    model = (make_pipeline(StandardScaler(), clf) if pipeline else clf).fit(frame, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        display = AttentionWeightsDisplay.from_estimator(model, frame, frame.iloc[3], n_weights=4)
+    assert display.indices[0] == 3
 
 
 def test_attention_weights_through_a_pipeline(blobs):
