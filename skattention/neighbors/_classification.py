@@ -1,6 +1,5 @@
 """MetricAttentionClassifier: attention from queries to the training set, propagating labels."""
 
-import warnings
 from numbers import Real
 
 import numpy as np
@@ -11,6 +10,7 @@ from ..utils._param_validation import StrOptions
 from ..utils._sklearn_compat import _check_sample_weight, _fit_context
 from ..utils._threads import uses_n_jobs
 from ..utils._validation import ProbabilisticClassifierMixin
+from ..utils._warnings import warn_user
 from . import _docs
 from ._base import _BaseMetricAttention
 from ._queries import NeighborsQueryMixin
@@ -193,12 +193,8 @@ class MetricAttentionClassifier(
             if match.size == 1:
                 proba[outliers, start + match[0]] = 1.0
             else:
-                warnings.warn(
-                    f"Outlier label {label} is not in training classes. All class "
-                    "probabilities of outliers will be assigned with 0.",
-                    UserWarning,
-                    stacklevel=3,
-                )
+                warn_user(f"Outlier label {label} is not in training classes. All class "
+                          "probabilities of outliers will be assigned with 0.")
             start += classes.size
         return proba
 

@@ -1,8 +1,8 @@
 """The ConvergenceWarning of the estimators that train for up to ``max_iter`` epochs."""
 
-import warnings
-
 from sklearn.exceptions import ConvergenceWarning
+
+from ._warnings import warn_user
 
 
 def warn_if_max_iter_reached(estimator, epochs_run, rule):
@@ -13,10 +13,9 @@ def warn_if_max_iter_reached(estimator, epochs_run, rule):
         return
     resume = (" (or warm_start and fit again)"
               if "warm_start" in estimator.get_params(deep=False) else "")
-    warnings.warn(
+    warn_user(
         f"{type(estimator).__name__}: training stopped at max_iter={estimator.max_iter} epochs "
         f"before {rule}; the model may not have converged. Raise max_iter{resume} if the "
         "training loss is still falling (loss_curve_).",
         ConvergenceWarning,
-        stacklevel=2,
     )

@@ -1,6 +1,5 @@
 """Input preparation shared by the estimators (scikit-learn side)."""
 
-import warnings
 
 import numpy as np
 from sklearn.exceptions import DataConversionWarning
@@ -8,6 +7,7 @@ from sklearn.utils.multiclass import check_classification_targets
 
 from ._dask import is_dask_collection, lazy_predict
 from ._threads import uses_n_jobs
+from ._warnings import warn_user
 
 
 def standardisation(X):
@@ -49,11 +49,10 @@ def label_columns(y):
     one output, with scikit-learn's warning (as in KNeighborsClassifier)."""
     y = np.asarray(y)
     if y.ndim == 2 and y.shape[1] == 1:
-        warnings.warn(
+        warn_user(
             "A column-vector y was passed when a 1d array was expected. Please change the shape "
             "of y to (n_samples,), for example using ravel().",
             DataConversionWarning,
-            stacklevel=3,
         )
         return y[:, 0]
     return y
