@@ -103,6 +103,10 @@ class LearnedMetric(MetricStrategy):
                 f"warm_start: X has {X.shape[1]} features but the map was trained on "
                 f"{self.map.n_features}."
             )
+        if not warm and self.metric == "linear" and (estimator.n_components or 0) > X.shape[1]:
+            raise ValueError(f"n_components={estimator.n_components} cannot be greater than "
+                             f"the {X.shape[1]} features of X (after encoding) with "
+                             "metric='linear', whose W x has no more dimensions (as in NCA).")
         rng = check_random_state(estimator.random_state)
         dtype = resolve_dtype(estimator.dtype)  # training precision (None: float32)
         seed = int(rng.randint(np.iinfo(np.int32).max))
