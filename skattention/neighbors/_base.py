@@ -14,7 +14,6 @@ The classes in ``_classification.py``, ``_regression.py`` and ``_transformer.py`
 their kind of estimator does with the propagated values.
 """
 
-import warnings
 from functools import partial
 from numbers import Integral, Real
 
@@ -32,6 +31,7 @@ from ..utils._param_validation import Count, DtypeOptions, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight
 from ..utils._threads import uses_n_jobs
 from ..utils._validation import encode_classes, label_columns
+from ..utils._warnings import warn_user
 from . import _dask
 from ._keys import FittedKeys
 from ._learned import LearnedMetric
@@ -161,10 +161,10 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
                 lambda: target_numbers(y, classes, _STATISTICS_MAX_TARGETS), weight,
                 self.random_state)
         elif unseen := strategy.input.encoder.unseen_columns(X_checked):
-            warnings.warn(
+            warn_user(
                 f"warm_start keeps the first fit's encoding: most values of {unseen} are levels "
                 "it did not see, which it reads as one 'unseen' level; fit with "
-                "warm_start=False to encode them.", UserWarning, stacklevel=3)
+                "warm_start=False to encode them.")
         strategy.input.check_dense_fits(X_checked)
         self._strategy = strategy
         return np.concatenate(list(strategy.input.blocks(X_checked, statistics))), y

@@ -1,6 +1,5 @@
 """MetricAttentionClassifier: attention from queries to the training set, propagating labels."""
 
-import warnings
 from numbers import Real
 
 import numpy as np
@@ -11,6 +10,7 @@ from ..utils._param_validation import StrOptions
 from ..utils._sklearn_compat import _check_sample_weight, _fit_context
 from ..utils._threads import uses_n_jobs
 from ..utils._validation import ProbabilisticClassifierMixin
+from ..utils._warnings import warn_user
 from . import _docs
 from ._base import _BaseMetricAttention
 from ._queries import NeighborsQueryMixin
@@ -50,9 +50,10 @@ class MetricAttentionClassifier(
         in :class:`~sklearn.neighbors.RadiusNeighborsClassifier`: its probabilities are one-hot
         on that class (all 0, with a warning, for a label that is not a training class), and
         ``"most_frequent"`` is the most frequent training class, each point counted by its
-        sample weight, as repeated points (ties: the smallest label). ``None``: such a query
-        raises ``ValueError``. Without ``radius`` every query has neighbours and it is not used.
-        A list gives one per output.
+        sample weight, as repeated points (ties: the smallest label); a label must be of the
+        classes' kind (text for text labels, a number for numeric ones: ``TypeError``
+        otherwise). ``None``: such a query raises ``ValueError``. Without ``radius`` every
+        query has neighbours and it is not used. A list gives one per output.
     {LEARNING}
     {DEVICE}
     {CATEGORICAL}
@@ -166,6 +167,8 @@ class MetricAttentionClassifier(
             if isinstance(label, str) and label == "most_frequent" else label
             for label, c, y in zip(labels, classes, self._fit_y.T, strict=True)
         ]
+        for label, c in zip(labels, classes, strict=True):
+            _check_outlier_label(label, c)
         self.outlier_label_ = labels if self.outputs_2d_ else labels[0]
         return self
 
@@ -193,12 +196,8 @@ class MetricAttentionClassifier(
             if match.size == 1:
                 proba[outliers, start + match[0]] = 1.0
             else:
-                warnings.warn(
-                    f"Outlier label {label} is not in training classes. All class "
-                    "probabilities of outliers will be assigned with 0.",
-                    UserWarning,
-                    stacklevel=3,
-                )
+                warn_user(f"Outlier label {label} is not in training classes. All class "
+                          "probabilities of outliers will be assigned with 0.")
             start += classes.size
         return proba
 
@@ -206,5 +205,18 @@ class MetricAttentionClassifier(
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = True
         return tags
+
+
+def _check_outlier_label(label, classes):
+    """Text for numeric classes, or a number for text classes, would turn every prediction
+    into the label's kind (``2`` into ``"2"``, unequal to the true labels):
+    RadiusNeighborsClassifier's TypeError instead. Object classes hold either."""
+    if label is None or classes.dtype == object:
+        return
+    if isinstance(label, str) != (classes.dtype.kind in "US"):
+        raise TypeError(
+            f"The dtype of outlier_label {label!r} is inconsistent with classes {classes} in y."
+        )
+
 
 MetricAttentionClassifier.__doc__ = _docs.fill(MetricAttentionClassifier.__doc__)

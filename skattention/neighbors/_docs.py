@@ -83,7 +83,8 @@ NEIGHBORS = """n_neighbors : int, default=None
 
 LEARNING = """n_components : int, default=None
         Dimension of the learned space. ``None``: 64 for ``"tabular"``; otherwise the number of
-        features, at most 128 (then initialised by PCA).
+        features, at most 128 (then initialised by PCA). At most the number of features (after
+        encoding) for ``"linear"``, as in NCA.
     numeric_embedding : {"auto", "plr", "none"}, default="auto"
         How ``metric="tabular"`` embeds each number (and missing indicator): ``"plr"``, a
         periodic embedding (24 learned frequencies, cosines and sines through a linear layer

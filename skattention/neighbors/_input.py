@@ -181,11 +181,13 @@ class TabularInput:
 
 def _check_frame_columns(estimator, X):
     """check_array's errors for a frame without columns (its dtype probe of no column fails
-    first) and for complex columns (the object-typed copy that validate_data checks hides them;
-    a float conversion would drop their imaginary parts)."""
-    if X.shape[1] == 0:
-        raise ValueError(f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 "
-                         f"is required by {type(estimator).__name__}.")
+    first) or rows (validate_data checks an empty copy: an array of no rows is its error too)
+    and for complex columns (the object-typed copy that validate_data checks hides them; a
+    float conversion would drop their imaginary parts)."""
+    for axis, what in ((1, "feature"), (0, "sample")):
+        if X.shape[axis] == 0:
+            raise ValueError(f"Found array with 0 {what}(s) (shape={X.shape}) while a minimum "
+                             f"of 1 is required by {type(estimator).__name__}.")
     complex_columns = [str(c) for c, d in X.dtypes.items() if pd.api.types.is_complex_dtype(d)]
     if complex_columns:
         raise ValueError(f"Complex data not supported: column(s) {complex_columns} of X.")

@@ -4,7 +4,6 @@ mapped by it as keys."""
 
 import copy
 import math
-import warnings
 
 import numpy as np
 import torch
@@ -23,6 +22,7 @@ from .._engine import (
 from ..utils._callbacks import EpochTasks
 from ..utils._convergence import warn_if_max_iter_reached
 from ..utils._device import _cuda_nondeterministic
+from ..utils._warnings import warn_user
 from ._distinct_rows import distinct_row_ids
 from ._input import TabularInput
 from ._strategy import MetricFit, MetricStrategy
@@ -103,6 +103,10 @@ class LearnedMetric(MetricStrategy):
                 f"warm_start: X has {X.shape[1]} features but the map was trained on "
                 f"{self.map.n_features}."
             )
+        if not warm and self.metric == "linear" and (estimator.n_components or 0) > X.shape[1]:
+            raise ValueError(f"n_components={estimator.n_components} cannot be greater than "
+                             f"the {X.shape[1]} features of X (after encoding) with "
+                             "metric='linear', whose W x has no more dimensions (as in NCA).")
         rng = check_random_state(estimator.random_state)
         dtype = resolve_dtype(estimator.dtype)  # training precision (None: float32)
         seed = int(rng.randint(np.iinfo(np.int32).max))
@@ -412,11 +416,10 @@ class _TrainingData:
         train_idx, val_idx = indices
         if not bool((self.weight[val_idx] > 0).any()):
             # its loss is 0/0: it can neither stop the training nor calibrate the temperature
-            warnings.warn(
+            warn_user(
                 "The validation split holds only rows of zero sample weight: it cannot judge "
                 "the training, so this fit trains on every row as early_stopping=False does "
-                "(stopping on the training loss, keeping the trained temperature).",
-                UserWarning, stacklevel=2)
+                "(stopping on the training loss, keeping the trained temperature).")
             return None
         validation = (self.X[val_idx], self.values[val_idx], self.weight[val_idx])
         self.X, self.values, self.weight = (self.X[train_idx], self.values[train_idx],

@@ -1,6 +1,5 @@
 """MetricAttentionRegressor: attention from queries to the training set, propagating targets."""
 
-import warnings
 
 import numpy as np
 from sklearn.base import RegressorMixin
@@ -11,6 +10,7 @@ from ..utils._dask import is_dask_collection, lazy_predict
 from ..utils._param_validation import StrOptions
 from ..utils._sklearn_compat import _check_sample_weight, _fit_context
 from ..utils._threads import uses_n_jobs
+from ..utils._warnings import warn_user
 from . import _docs
 from ._base import _BaseMetricAttention
 from ._queries import NeighborsQueryMixin
@@ -225,11 +225,8 @@ class MetricAttentionRegressor(RegressorMixin, NeighborsQueryMixin, _BaseMetricA
         out, no_neighbour = self._propagate(X)
         if no_neighbour is not None and no_neighbour.any():
             # scikit-learn's RadiusNeighborsRegressor (warnings.simplefilter("error") to raise)
-            warnings.warn(
-                "One or more samples have no neighbors within specified radius; predicting NaN.",
-                UserWarning,
-                stacklevel=2,
-            )
+            warn_user(
+                "One or more samples have no neighbors within specified radius; predicting NaN.")
             out[no_neighbour] = np.nan
         return out[:, 0] if self._y_1d else out
 

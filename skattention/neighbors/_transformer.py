@@ -32,7 +32,8 @@ class MetricAttentionTransformer(
     ----------
     n_components : int, default=None
         Dimension of the output. ``None``: 64 for ``"tabular"``; otherwise the number of
-        features, at most 128 (then initialised by PCA).
+        features, at most 128 (then initialised by PCA). At most the number of features (after
+        encoding) for ``"linear"``, as in NCA.
     metric : {"tabular", "mlp", "linear"}, default="tabular"
         ``"tabular"``: ``phi`` embeds numbers and categories and is trained with the
         non-squared distance (see :class:`MetricAttentionClassifier` and :doc:`/tabular`);

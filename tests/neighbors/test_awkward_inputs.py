@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from sklearn.exceptions import ConvergenceWarning
 
 from skattention import (
     MetricAttentionClassifier,
@@ -153,14 +154,24 @@ def test_a_frame_without_columns_is_scikit_learns_error(clf):
 # ------------------------------------------------------------------ the regressor
 
 
-@pytest.mark.parametrize("two_outputs", [False, True])
-def test_regressor_predicts_no_rows_as_an_empty_array(two_outputs):
-    X, _ = _frame()
-    y = np.column_stack([X.num, -X.num]) if two_outputs else X.num.to_numpy()
-    reg = MetricAttentionRegressor(**FAST).fit(X, y)
-    assert reg.trend_ is not None  # the trend's RidgeCV refused no rows
-    out = reg.predict(X.iloc[:0])
-    assert out.shape == ((0, 2) if two_outputs else (0,)) and out.dtype == np.float64
+def test_a_frame_without_rows_is_scikit_learns_error(clf):
+    # as an array without rows (and scikit-learn's estimators on either): a frame of no rows
+    # was predicted as an empty array, and at fit the error named y's shape
+    X, y = _frame()
+    message = r"0 sample\(s\) \(shape=\(0, 2\)\) while a minimum of 1 is required by Metric"
+    with pytest.warns(ConvergenceWarning):
+        reg = MetricAttentionRegressor(**FAST).fit(X, X.num)
+        transformer = MetricAttentionTransformer(**FAST).fit(X, y)
+    calls = [clf.predict, clf.predict_proba, clf.kneighbors, clf.attention_weights,
+             reg.predict, transformer.transform]
+    for call in calls:
+        with pytest.raises(ValueError, match=message):
+            call(X.iloc[:0])
+        with pytest.raises(ValueError, match=message):
+            call(X.to_numpy()[:0])
+    for estimator in [MetricAttentionClassifier(), MetricAttentionTransformer()]:
+        with pytest.raises(ValueError, match=message):
+            estimator.fit(X.iloc[:0], y[:0])
 
 
 def test_targets_beyond_float32_fail_at_fit_not_at_predict():

@@ -218,6 +218,23 @@ def test_warm_start_with_other_features_is_a_clear_error(noisy_classification):
     np.testing.assert_array_equal(clf.predict_proba(Xtr), expected)
 
 
+def test_a_linear_map_to_more_components_than_features_is_an_error_as_in_nca():
+    # W x of 3 features has rank 3: NCA refuses n_components=5; the other maps may widen
+    X, y = make_classification(n_samples=60, n_features=3, n_informative=3, n_redundant=0,
+                               random_state=0)
+    message = r"n_components=5 cannot be greater than the 3 features of X"
+    for estimator in [MetricAttentionClassifier("linear", n_components=5),
+                      MetricAttentionTransformer(5, metric="linear")]:
+        with pytest.raises(ValueError, match=message):
+            estimator.fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        assert MetricAttentionTransformer(3, metric="linear", max_iter=1).fit_transform(
+            X, y).shape == (60, 3)
+        assert MetricAttentionTransformer(5, metric="mlp", max_iter=1).fit_transform(
+            X, y).shape == (60, 5)
+
+
 def test_grid_search_over_metric_temperature_neighbors_with_knn_and_nca():
     from sklearn.model_selection import GridSearchCV
     from sklearn.neighbors import NeighborhoodComponentsAnalysis

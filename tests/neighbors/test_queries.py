@@ -437,3 +437,24 @@ def test_graph_rows_sorted_by_distance(continuous):
     for i in range(5):
         row = graph.data[graph.indptr[i]:graph.indptr[i + 1]]
         assert np.all(np.diff(row) >= 0)
+
+
+@pytest.mark.parametrize("labels, outlier", [([0, 1], "unknown"), (["no", "yes"], 5)])
+def test_an_outlier_label_of_another_kind_than_the_classes_is_an_error(labels, outlier):
+    # as RadiusNeighborsClassifier: a string label made every numeric prediction a string
+    X = np.arange(6.0).reshape(-1, 1)
+    y = np.array(labels)[np.arange(6) % 2]
+    clf = MetricAttentionClassifier("euclidean", radius=0.5, temperature=np.inf,
+                                    outlier_label=outlier)
+    with pytest.raises(TypeError, match="outlier_label .* inconsistent with classes"):
+        clf.fit(X, y)
+    with pytest.raises(TypeError, match="inconsistent"):
+        clf.set_params(outlier_label=[0, outlier]).fit(X, np.column_stack([y, y]))
+    # a label of the classes' kind, also one not among them, keeps working
+    clf.set_params(outlier_label="maybe" if outlier == 5 else -1).fit(X, y)
+    with pytest.warns(UserWarning, match="not in training classes"):
+        assert clf.predict([[100.0]]).dtype.kind == y.dtype.kind
+    if outlier == 5:  # object classes hold any label
+        clf.set_params(outlier_label=outlier).fit(X, y.astype(object))
+        with pytest.warns(UserWarning, match="not in training classes"):
+            assert clf.predict([[100.0]])[0] == outlier
