@@ -72,8 +72,11 @@ def lazy_predict(estimator, method, X):
     if tasks is None:
         est = dask.delayed(estimator, traverse=False)
         tasks = [dask.delayed(_call)(est, method, block) for block in blocks]
+    # an empty block (a filtered partition) is never handed to the estimator, which refuses
+    # no rows as scikit-learn's estimators do
     arrays = [
-        da.from_delayed(task, shape=(n, *tail), dtype=dtype)
+        da.from_delayed(task, shape=(n, *tail), dtype=dtype) if n else
+        da.empty((0, *tail), dtype=dtype)
         for task, n in zip(tasks, lengths, strict=True)
     ]
     return da.concatenate(arrays) if len(arrays) > 1 else arrays[0]
