@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import torch
-from sklearn.model_selection import train_test_split
 from sklearn.utils import check_random_state
 
 from .._engine import (
@@ -22,18 +21,17 @@ from .._engine import (
 from ..utils._callbacks import EpochTasks
 from ..utils._convergence import warn_if_max_iter_reached
 from ..utils._device import _cuda_nondeterministic
-from ..utils._warnings import warn_user
 from ._distinct_rows import distinct_row_ids
 from ._input import TabularInput
 from ._strategy import MetricFit, MetricStrategy
 from ._summary import FitPrototypes, summarize
 from ._temperature import MAX_QUERIES, neighbor_scale
+from ._training_rows import TrainingRows, calibration_rows, validation_split
 from ._training_settings import (
     _AUTO_BATCH,
     _AUTO_CANDIDATE_SHARE,
     _AUTO_CANDIDATES,
     _AVERAGE_DECAY,
-    _CALIBRATION_ROWS,
     _DEFAULT_MAX_COMPONENTS,
     _DISTINCT_SHARE,
     _EMBED_CHUNK,
@@ -50,7 +48,6 @@ from ._training_settings import (
     _TABULAR_CANDIDATES,
     _TABULAR_COMPONENTS,
     _VALIDATION_KEYS,
-    MAX_VALIDATION_ROWS,
 )
 
 
@@ -125,11 +122,11 @@ class LearnedMetric(MetricStrategy):
                 return MetricFit(temperature=1.0 if isinstance(temperature, str)
                                  else float(temperature), map=self.map,
                                  n_iter=getattr(estimator, "n_iter_", 0) if warm else 0)
-            data = _TrainingData(X, values if train_values is None else train_values,
+            data = TrainingRows(X, values if train_values is None else train_values,
                                  prior_weight, dtype, device)
             log_t = self._initial_log_temperature(estimator, metric_map, data.X, prior_weight,
                                                   warm, dtype, device)
-            validation = data.split(self._validation_split(estimator, X.shape[0], stratify,
+            validation = data.split(validation_split(estimator, X.shape[0], stratify,
                                                            rng))
             row_groups = self._row_groups(data.X)
             history = self._train(estimator, metric_map, log_t, data, loss, validation,
@@ -140,7 +137,7 @@ class LearnedMetric(MetricStrategy):
             prototypes.choose(log_t, data.X if validation is None else validation[0],
                               generator, _EMBED_CHUNK, row_groups)
             if validation is not None and estimator.temperature == "auto":
-                prototypes.calibrate(log_t, _calibration_rows(validation, generator))
+                prototypes.calibrate(log_t, calibration_rows(validation, generator))
             if prototypes.centres is not None:
                 self.prototypes = prototypes.centres.to("cpu", torch.float32)
                 self.prototype_error, self.prototype_near = prototypes.error, prototypes.n_near
@@ -319,23 +316,6 @@ class LearnedMetric(MetricStrategy):
         log_start = min(max(math.log(start), 0.5 * math.log(info.tiny)), 0.5 * math.log(info.max))
         return torch.tensor(log_start, dtype=dtype, device=device, requires_grad=True)
 
-    @staticmethod
-    def _validation_split(estimator, n, stratify, rng):
-        """Sorted (train, validation) row indices, or ``None`` without early stopping."""
-        if not estimator.early_stopping:
-            return None
-        n_val = min(int(math.ceil(estimator.validation_fraction * n)), MAX_VALIDATION_ROWS)
-        if n_val < 1 or n - n_val < 2:
-            return None
-        strat = stratify
-        if strat is not None:
-            counts = np.bincount(strat)
-            if counts[counts > 0].min() < 2 or n_val < np.count_nonzero(counts):
-                strat = None  # too small to stratify
-        train_idx, val_idx = train_test_split(np.arange(n), test_size=n_val, random_state=rng,
-                                              stratify=strat)
-        return torch.as_tensor(np.sort(train_idx)), torch.as_tensor(np.sort(val_idx))
-
     def keys(self, X, device, dtype):
         return self.embed(X, "key", device, dtype)
 
@@ -391,65 +371,10 @@ class LearnedMetric(MetricStrategy):
         return tags
 
 
-# sample weights whose largest is outside this range are trained divided by it
-_WEIGHT_SCALES = (1e-10, 1e10)
-
-
-class _TrainingData:
-    """The training rows, values and weights as tensors, less the validation rows."""
-
-    def __init__(self, X, values, weight, dtype, device):
-        self.X = torch.as_tensor(X, dtype=dtype, device=device)
-        self.values = torch.as_tensor(values, dtype=dtype, device=device)
-        weight = np.asarray(weight, dtype=np.float64)
-        peak = float(weight.max()) if weight.size else 0.0
-        if peak > 0 and not _WEIGHT_SCALES[0] <= peak <= _WEIGHT_SCALES[1]:
-            # their scale changes no softmax (a constant log-prior) and no weighted mean loss;
-            # weights of 1e-60 or 1e60 would underflow or overflow the training dtype
-            weight = weight / peak
-        self.weight = torch.as_tensor(weight, dtype=dtype, device=device)
-
-    def split(self, indices):
-        """Keep the training rows; return the validation ``(X, values, weight)`` or ``None``."""
-        if indices is None:
-            return None
-        train_idx, val_idx = indices
-        if not bool((self.weight[val_idx] > 0).any()):
-            # its loss is 0/0: it can neither stop the training nor calibrate the temperature
-            warn_user(
-                "The validation split holds only rows of zero sample weight: it cannot judge "
-                "the training, so this fit trains on every row as early_stopping=False does "
-                "(stopping on the training loss, keeping the trained temperature).")
-            return None
-        validation = (self.X[val_idx], self.values[val_idx], self.weight[val_idx])
-        self.X, self.values, self.weight = (self.X[train_idx], self.values[train_idx],
-                                            self.weight[train_idx])
-        if not bool((self.weight > 0).any()):
-            raise ValueError("All training sample weights are zero after the validation split.")
-        return validation
-
-
 def _distinct_rows(X):
     """The distinct row of each row of ``X`` (:func:`distinct_row_ids`) where at most
     ``_DISTINCT_SHARE`` of the rows are distinct, else ``None``."""
     return distinct_row_ids(X, _DISTINCT_SHARE)
-
-
-def _calibration_rows(validation, generator):
-    """The validation ``(X, values, weight)`` that the temperature is calibrated on: all of
-    them, or ``_CALIBRATION_ROWS`` drawn at random among those of positive weight (the others
-    add nothing to the loss; a draw of them alone would calibrate nothing)."""
-    n = validation[0].shape[0]
-    if n <= _CALIBRATION_ROWS:
-        return validation
-    weighted = (validation[2] > 0).nonzero().squeeze(1).cpu()
-    if weighted.numel() < n:
-        validation = tuple(part[weighted.to(part.device)] for part in validation)
-        n = weighted.numel()
-        if n <= _CALIBRATION_ROWS:
-            return validation
-    rows = torch.randperm(n, generator=generator)[:_CALIBRATION_ROWS].sort().values
-    return tuple(part[rows.to(part.device)] for part in validation)
 
 
 def _temperature(estimator, log_t):

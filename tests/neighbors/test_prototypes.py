@@ -13,7 +13,7 @@ from sklearn.datasets import make_classification, make_regression
 from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 from skattention._engine import build_map, calibrate_temperature
 from skattention._engine._training import EpochBatches
-from skattention.neighbors import _distinct_rows, _learned, _summary
+from skattention.neighbors import _distinct_rows, _learned, _summary, _training_rows
 from skattention.neighbors._distinct_rows import unique_row_ids
 
 FAST = {"max_iter": 3, "random_state": 0}
@@ -175,10 +175,9 @@ def test_epoch_rows_bound_the_steps_of_an_epoch(monkeypatch):
 
 
 def test_validation_split_is_bounded(monkeypatch):
-    monkeypatch.setattr(_learned, "MAX_VALIDATION_ROWS", 25)
+    monkeypatch.setattr(_training_rows, "MAX_VALIDATION_ROWS", 25)
     est = MetricAttentionClassifier(validation_fraction=0.5)
-    train, val = _learned.LearnedMetric._validation_split(est, 400, None,
-                                                          np.random.RandomState(0))
+    train, val = _training_rows.validation_split(est, 400, None, np.random.RandomState(0))
     assert len(val) == 25 and len(train) == 375
 
 

@@ -9,7 +9,7 @@ import torch
 
 from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 from skattention._engine import build_map, calibrate_temperature
-from skattention.neighbors import _learned, _summary
+from skattention.neighbors import _learned, _summary, _training_rows
 
 pd = pytest.importorskip("pandas")
 
@@ -150,11 +150,11 @@ def test_temperature_is_calibrated_on_a_bounded_sample(monkeypatch):
         seen.append(validation[0].shape[0])
 
     monkeypatch.setattr(_summary, "calibrate_temperature", spy)
-    monkeypatch.setattr(_learned, "_CALIBRATION_ROWS", 50)
+    monkeypatch.setattr(_training_rows, "_CALIBRATION_ROWS", 50)
     X, y = _frame(1000)
     MetricAttentionClassifier(max_iter=1, random_state=0).fit(X, y)
     assert seen == [50]  # of the 150 validation rows
-    monkeypatch.setattr(_learned, "_CALIBRATION_ROWS", 2048)
+    monkeypatch.setattr(_training_rows, "_CALIBRATION_ROWS", 2048)
     MetricAttentionClassifier(max_iter=1, random_state=0).fit(X, y)
     assert seen == [50, 150]
 
