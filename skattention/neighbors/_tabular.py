@@ -42,9 +42,9 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ._levels import _FIRST_LEVEL, MISSING_CODE, OTHER_CODE, as_numbers, level_codes, level_counts
-from ._scaling import column_scaling, robust_scaling, scaled, smooth_clip
+from ._scaling import column_scaling, scaled
 from ._table import TIME_KINDS, Table, isna, pd, reject_infinity
-from ._target_statistics import TargetStatistics
+from ._target_statistics import LevelStatistics
 
 
 class _TabularEncoder(TransformerMixin, BaseEstimator):
@@ -108,7 +108,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
     (2, 2)
     """
 
-    _statistics = None  # the fitted TargetStatistics, if any (also of encoders pickled before)
+    _statistics = None  # the fitted LevelStatistics, if any (also of encoders pickled before)
 
     def __init__(self, categorical_features="from_dtype", numeric_scaling="robust",
                  missing_indicators=True, min_frequency=1, dtype=np.float32):
@@ -197,34 +197,24 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         takes it."""
         check_is_fitted(self, "categorical_")
         table = Table(X, self, reset=False)
-        columns, levels, codes = [], [], []
+        columns, levels, values = [], [], []
         for k, j in enumerate(self.categorical_columns_):
-            values = self._category_values(table, k, j)
-            present, _ = level_counts(values[~isna(values)])  # every level, the rare ones too
+            column = self._category_values(table, k, j)
+            present, _ = level_counts(column[~isna(column)])  # every level, the rare ones too
             if present.size >= min_levels:
                 columns.append(k)
                 levels.append(present)
-                codes.append(level_codes(values, present))
-        statistics = TargetStatistics()
-        raw = statistics.fit_transform(codes, [lv.size + _FIRST_LEVEL for lv in levels],
-                                       np.asarray(targets, dtype=np.float64), sample_weight,
-                                       check_random_state(random_state), max_bytes)
+                values.append(column)
+        statistics = LevelStatistics()
+        rows = statistics.fit_transform(values, levels, np.asarray(targets, dtype=np.float64),
+                                        sample_weight, check_random_state(random_state),
+                                        max_bytes)
         if not statistics.kept:
             return None
         self.statistic_columns_ = np.asarray(columns, dtype=int)[statistics.kept]
-        self._statistic_levels = [levels[k] for k in statistics.kept]
         self._statistics = statistics
-        # scaled as rows at predict read them (every training row's statistics): the
-        # cross-fitted values of a level seen in one fold alone are their folds' means, a
-        # hair apart, whose quartiles would blow that hair up to the clipping range
-        full = statistics.transform([codes[k] for k in statistics.kept])
-        self._statistic_scaling = [robust_scaling(column) for column in full.T]
         self.n_numeric_out_ += statistics.width
-        return self._scaled_statistics(raw)
-
-    def _scaled_statistics(self, raw):
-        centre, scale = np.asarray(self._statistic_scaling).T
-        return smooth_clip((raw - centre) / scale)
+        return rows
 
     def unseen_columns(self, X, share=0.5, max_rows=10_000):
         """Names of the categorical columns where more than ``share`` of the values present in
@@ -402,9 +392,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         if self._statistics is None:
             return
         if statistics is None:
-            codes = [level_codes(v, lv)
-                     for v, lv in zip(values, self._statistic_levels, strict=True)]
-            statistics = self._scaled_statistics(self._statistics.transform(codes))
+            statistics = self._statistics.transform(values)
         numeric[:, numeric.shape[1] - statistics.shape[1]:] = statistics
 
     def _category_values(self, table, k, j):
@@ -447,7 +435,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         columns = list(self._statistic_positions)
         if self.categories_[k].size or k not in columns:
             return self.categories_[k]
-        return self._statistic_levels[columns.index(k)]
+        return self._statistics.levels[columns.index(k)]
 
     def _encode_numeric_array(self, array, numeric):
         """The numeric block of a float array's rows (no quantile scaling) into ``numeric``."""
@@ -477,7 +465,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             names = np.array([f"x{i}" for i in range(self.n_features_in_)], dtype=object)
         out = [names[j] for j in self.numeric_columns_]
         out += [f"missing_{names[j]}" for j in self.indicator_columns_]
-        targets = 0 if self._statistics is None else self._statistics.tables[0].shape[1]
+        targets = 0 if self._statistics is None else self._statistics.n_targets
         for k in self._statistic_positions:
             name = names[self.categorical_columns_[k]]
             out += [f"{name}_target"] if targets == 1 else [f"{name}_target{t}"

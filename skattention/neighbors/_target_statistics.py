@@ -17,7 +17,8 @@ adds none (``TargetStatistics.kept``).
 import numpy as np
 import pandas as pd
 
-from ._levels import OTHER_CODE
+from ._levels import _FIRST_LEVEL, OTHER_CODE, level_codes
+from ._scaling import robust_scaling, smooth_clip
 
 _FOLDS = 5
 # per-fold tables of a column's codes alive at once while its statistics are computed
@@ -95,6 +96,62 @@ class TargetStatistics:
         (n, width)."""
         return np.hstack([table[column] for column, table in zip(codes, self.tables,
                                                                  strict=True)])
+
+
+class LevelStatistics:
+    """The scaled target statistics of some categorical columns, read from their values.
+
+    Attributes
+    ----------
+    kept : list of int
+        The columns given to :meth:`fit_transform` that have statistics (positions in its
+        ``values``).
+    levels : list of ndarray
+        Per kept column, its levels present at fit (the rare ones too).
+    target_statistics : TargetStatistics
+        Their statistics per code.
+    scaling : list of (float, float)
+        Per output column, the (median, interquartile range) it is robust-scaled by.
+    """
+
+    def fit_transform(self, values, levels, targets, sample_weight, rng, max_bytes=None):
+        """Fit on the training rows' ``values`` of some columns (a list) and each column's
+        ``levels`` present; return the training rows' cross-fitted statistics, scaled, (n,
+        width)."""
+        codes = [level_codes(v, lv) for v, lv in zip(values, levels, strict=True)]
+        statistics = TargetStatistics()
+        raw = statistics.fit_transform(codes, [lv.size + _FIRST_LEVEL for lv in levels],
+                                       targets, sample_weight, rng, max_bytes)
+        self.kept, self.target_statistics = statistics.kept, statistics
+        self.levels = [levels[k] for k in statistics.kept]
+        if not self.kept:
+            self.scaling = []
+            return raw
+        # scaled as rows at predict read them (every training row's statistics): the
+        # cross-fitted values of a level seen in one fold alone are their folds' means, a
+        # hair apart, whose quartiles would blow that hair up to the clipping range
+        full = statistics.transform([codes[k] for k in statistics.kept])
+        self.scaling = [robust_scaling(column) for column in full.T]
+        return self._scaled(raw)
+
+    @property
+    def width(self):
+        return self.target_statistics.width
+
+    @property
+    def n_targets(self):
+        """Statistics per column (a target's, or a class's)."""
+        return self.width // max(len(self.levels), 1)
+
+    def transform(self, values):
+        """The scaled statistics of rows whose kept columns hold ``values`` (a list), from
+        every training row."""
+        codes = [level_codes(v, lv) for v, lv in zip(values, self.levels, strict=True)]
+        return self._scaled(self.target_statistics.transform(codes))
+
+    def _scaled(self, raw):
+        centre, scale = np.asarray(self.scaling).T
+        return smooth_clip((raw - centre) / scale)
 
 
 def target_numbers(y, classes, max_width):

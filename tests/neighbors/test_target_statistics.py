@@ -154,9 +154,10 @@ def test_a_warm_start_keeps_the_first_fits_statistics():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         model = cheap("MetricAttentionRegressor", max_iter=1, warm_start=True).fit(X, y)
-        tables = [t.copy() for t in model._strategy.input.encoder._statistics.tables]
+        statistics = model._strategy.input.encoder._statistics.target_statistics
+        tables = [t.copy() for t in statistics.tables]
         model.fit(X, -y)  # other targets: statistics refitted would differ
-    kept = model._strategy.input.encoder._statistics.tables
+    kept = model._strategy.input.encoder._statistics.target_statistics.tables
     for before, after in zip(tables, kept, strict=True):
         np.testing.assert_array_equal(before, after)
 
