@@ -232,7 +232,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         if self.n_neighbors is not None and self.n_neighbors > n_samples:
             raise ValueError(
                 f"n_neighbors={self.n_neighbors} is larger than the number of training samples "
-                f"({n_samples})."
+                f"(n_samples={n_samples})."
             )
         if self.weights != "uniform":
             _check_distance_weighting(self, prior_weight)

@@ -15,12 +15,14 @@ from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import check_fit2d_1sample
 
 from skattention import (
     MetricAttentionClassifier,
     MetricAttentionRegressor,
     MetricAttentionTransformer,
 )
+from tests.conftest import cheap
 
 ESTIMATORS = [
     partial(MetricAttentionClassifier, "euclidean"),
@@ -239,6 +241,14 @@ def test_bad_input_errors(cls, iris):
         cls().fit(X, y, sample_weight=np.zeros(len(y)))
     with pytest.raises(ValueError, match="(?i)negative"):
         cls().fit(X, y, sample_weight=-np.ones(len(y)))
+
+
+@pytest.mark.parametrize("name", ["MetricAttentionClassifier", "MetricAttentionRegressor"])
+@pytest.mark.parametrize("metric", ["tabular", "euclidean"])
+def test_too_few_samples_for_n_neighbors_names_n_samples(name, metric):
+    # scikit-learn's check_fit2d_1sample accepts a ValueError that names the sample count in
+    # its words ("n_samples=1"); the fit-time n_neighbors check ran before the one-class check
+    check_fit2d_1sample(name, cheap(name, metric=metric, n_neighbors=3))
 
 
 @pytest.mark.parametrize("metric", ["euclidean", "tabular", "mlp"])
