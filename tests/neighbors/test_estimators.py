@@ -203,6 +203,20 @@ def test_auto_temperature_is_chosen_by_leave_one_out(iris):
     assert best <= loo_logloss(clf.temperature_ * 2) and best <= loo_logloss(clf.temperature_ / 2)
 
 
+
+@pytest.mark.parametrize("metric, p, power", [("manhattan", 2, 1), ("minkowski", 3, 3),
+                                              ("cosine", 2, 0), ("euclidean", 2, 2)])
+def test_auto_temperature_is_in_units_of_the_metric(iris, metric, p, power):
+    # X times 3 multiplies f by 3**power (cosine: unchanged), so the temperature searched
+    # around the nearest-neighbour f must follow; it was searched around squared Euclidean
+    # distances (x9) whatever the metric (cosine on digits: log-loss 2.07 against 0.14)
+    X = StandardScaler().fit_transform(iris[0])
+    y = iris[1]
+    one = MetricAttentionClassifier(metric, p=p).fit(X, y)
+    three = MetricAttentionClassifier(metric, p=p).fit(3 * X, y)
+    assert three.temperature_ == pytest.approx(3.0**power * one.temperature_, rel=1e-9)
+    np.testing.assert_allclose(three.predict_proba(3 * X), one.predict_proba(X), atol=1e-9)
+
 # ----------------------------------------------------------------------------- bad input
 
 
