@@ -232,7 +232,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         if self.n_neighbors is not None and self.n_neighbors > n_samples:
             raise ValueError(
                 f"n_neighbors={self.n_neighbors} is larger than the number of training samples "
-                f"({n_samples})."
+                f"(n_samples={n_samples})."
             )
         if self.weights != "uniform":
             _check_distance_weighting(self, prior_weight)
@@ -428,10 +428,20 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         # the tabular encoder: missing values, sparse matrices, category and string columns
         tags.input_tags.allow_nan = True
-        tags.input_tags.sparse = True
+        # sparse matrices are numeric only: columns named categorical refuse them at fit
+        tags.input_tags.sparse = not _names_categorical_columns(self.categorical_features)
         tags.input_tags.categorical = True
         tags.input_tags.string = True
         return STRATEGIES[self.metric].tags(tags, self.device)
+
+
+def _names_categorical_columns(categorical_features):
+    """Whether ``categorical_features`` makes some column categorical whatever the data (a
+    mask with a True, indices or names), rather than reading the kinds from the dtypes."""
+    if categorical_features is None or isinstance(categorical_features, str):
+        return False
+    selection = np.asarray(categorical_features)
+    return bool(selection.any()) if selection.dtype == bool else selection.size > 0
 
 
 def _check_distance_weighting(estimator, prior_weight):

@@ -69,7 +69,7 @@ class ShardedFit:
         if estimator.n_neighbors is not None and estimator.n_neighbors > self.n:
             raise ValueError(
                 f"n_neighbors={estimator.n_neighbors} is larger than the number of training "
-                f"samples ({self.n})."
+                f"samples (n_samples={self.n})."
             )
         self.classes = self.counts = self.weighted_counts = None
 

@@ -42,9 +42,11 @@ TEMPERATURE = """temperature : float >= 0 or "auto", default="auto"
         jointly (starting from the median squared distance between a training point and its
         nearest neighbour in the initial map); after training, with ``early_stopping``, ``T`` is
         re-fitted alone to minimise the loss of the validation points attending to the training
-        points (a grid over ``log T`` and a golden-section search). With ``"euclidean"``: the
-        value among 8 from 1/8 to 16 times that median with the lowest leave-one-out loss (on at
-        most 2000 training points). The value used is ``temperature_``."""
+        points (a grid over ``log T`` and a golden-section search). With a fixed metric: the
+        value among 8 from 1/8 to 16 times the median ``f`` between a training point and its
+        nearest distinct one (the squared distance for ``"euclidean"``) with the lowest
+        leave-one-out loss (on at most 2000 training points). The value used is
+        ``temperature_``."""
 
 NEIGHBORS = """n_neighbors : int, default=None
         k-NN prior at prediction: each query attends only to its ``n_neighbors`` nearest training

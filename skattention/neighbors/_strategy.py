@@ -256,7 +256,9 @@ class PrecomputedMetric(MetricStrategy):
     @classmethod
     def tags(cls, tags, device):
         tags.input_tags.pairwise = True
-        # distances: no missing values, sparse graphs, categories or strings
+        # distances: non-negative (negative ones are refused), no missing values, sparse
+        # graphs, categories or strings
+        tags.input_tags.positive_only = True
         tags.input_tags.allow_nan = tags.input_tags.sparse = False
         tags.input_tags.categorical = tags.input_tags.string = False
         return tags

@@ -34,7 +34,7 @@ def auto_temperature(keys, values, sample_weight, loo_loss, engine_kwargs):
     if positive.size > MAX_QUERIES:
         positive = positive[np.linspace(0, positive.size - 1, MAX_QUERIES).astype(int)]
     scale = neighbor_scale(keys, positive, sample_weight, log_weight, engine_kwargs["device"],
-                           engine_kwargs["dtype"])
+                           engine_kwargs["dtype"], engine_kwargs["metric"])
     w = sample_weight[positive]
     kwargs = dict(engine_kwargs, temperature=scale, log_prior=log_weight)
     if np.all(w <= 1):
@@ -51,14 +51,21 @@ def auto_temperature(keys, values, sample_weight, loo_loss, engine_kwargs):
     return best
 
 
-def neighbor_scale(Z, queries, sample_weight, log_weight, device, dtype=torch.float64):
-    """Weighted median squared distance from ``Z[queries]`` to their nearest distinct key in
-    ``Z``."""
+def neighbor_scale(Z, queries, sample_weight, log_weight, device, dtype=torch.float64,
+                   metric="sqeuclidean"):
+    """Weighted median of the pseudo-metric ``metric`` (the engine's name; by default the
+    squared Euclidean distance) from ``Z[queries]`` to their nearest distinct key in ``Z``."""
     n_candidates = min(_CANDIDATES, int(np.sum(sample_weight > 0)) - 1)
     if n_candidates < 1:
         return 1.0
-    _, idx = kneighbors(Z[queries], Z, n_candidates, log_prior=log_weight,
+    f, idx = kneighbors(Z[queries], Z, n_candidates, metric=metric, log_prior=log_weight,
                         exclude_self=queries, device=device, dtype=dtype)
+    if metric != "sqeuclidean":
+        # the temperature is in units of f: the engine's exact f of the candidates (Manhattan,
+        # Minkowski, cosine), not squared Euclidean distances; duplicates (0) are skipped
+        f = np.asarray(f, dtype=np.float64)
+        nearest = np.where((idx >= 0) & (f > 0), f, np.inf).min(1)
+        return _median_of_finite(nearest, sample_weight[queries])
     # Exact distances on the candidates (duplicates are exactly 0 and skipped), in chunks so the
     # gathered candidates (and their differences) stay small.
     nearest = np.full(queries.size, np.inf)
@@ -81,9 +88,15 @@ def neighbor_scale(Z, queries, sample_weight, log_weight, device, dtype=torch.fl
             "The squared distances between distinct points underflow float64 (coordinates "
             "of about 1e-160 or less): rescale the data (e.g. StandardScaler)."
         )
+    return _median_of_finite(nearest, sample_weight[queries])
+
+
+def _median_of_finite(nearest, weight):
+    """Weighted median of the finite nearest values (1 where there are none)."""
+    keep = np.isfinite(nearest)
     if not np.any(keep):
         return 1.0
-    median = _weighted_median(nearest[keep], sample_weight[queries][keep])
+    median = _weighted_median(nearest[keep], weight[keep])
     return float(median) if median > 0 else 1.0
 
 

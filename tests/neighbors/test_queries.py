@@ -13,6 +13,7 @@ from sklearn.neighbors import (
     RadiusNeighborsClassifier,
     RadiusNeighborsRegressor,
 )
+from sklearn.utils.estimator_checks import check_positive_only_tag_during_fit
 
 from skattention import (
     MetricAttentionClassifier,
@@ -322,6 +323,16 @@ def test_precomputed_errors(tied_distances):
         att.fit(sparse.csr_matrix(D), y)
     assert att.__sklearn_tags__().input_tags.pairwise
 
+
+
+@pytest.mark.parametrize("cls", [MetricAttentionClassifier, MetricAttentionRegressor])
+def test_precomputed_distances_are_tagged_positive_only(cls):
+    # negative distances are refused, so the tag says so (scikit-learn's
+    # check_positive_only_tag_during_fit then expects that refusal instead of a fit)
+    estimator = cls("precomputed", temperature=1.0)
+    assert estimator.__sklearn_tags__().input_tags.positive_only
+    assert not cls("euclidean").__sklearn_tags__().input_tags.positive_only
+    check_positive_only_tag_during_fit(cls.__name__, estimator)
 
 # ---------------------------------------------------------------------- multi-output
 

@@ -8,6 +8,7 @@ import pytest
 from scipy import sparse
 from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 from sklearn.preprocessing import OneHotEncoder
+from sklearn.utils.estimator_checks import check_estimator_sparse_tag
 
 from skattention import (
     MetricAttentionClassifier,
@@ -15,6 +16,7 @@ from skattention import (
     MetricAttentionTransformer,
     config_context,
 )
+from tests.conftest import cheap
 
 pd = pytest.importorskip("pandas")
 
@@ -123,6 +125,19 @@ def test_categorical_features_errors_are_clear():
         MetricAttentionClassifier(categorical_features=[0]).fit(
             sparse.csr_matrix(np.eye(4)), [0, 1, 0, 1])
 
+
+
+@pytest.mark.parametrize("name", ["MetricAttentionClassifier", "MetricAttentionTransformer"])
+@pytest.mark.parametrize("categorical_features", [[0], [True, False, False], ["a"]])
+def test_columns_named_categorical_are_tagged_dense_only(name, categorical_features):
+    # the sparse tag follows the refusal above, so scikit-learn's checks do not send sparse
+    # matrices (check_estimator_sparse_tag failed with categorical_features=[0])
+    estimator = cheap(name, categorical_features=categorical_features)
+    assert not estimator.__sklearn_tags__().input_tags.sparse
+    for numeric in ["from_dtype", None, [], [False, False, False]]:
+        assert cheap(name, categorical_features=numeric).__sklearn_tags__().input_tags.sparse
+    if categorical_features == [0]:
+        check_estimator_sparse_tag(name, estimator)
 
 @pytest.mark.parametrize("fmt", ["csr", "csc"])
 def test_sparse_equals_dense(fmt):
