@@ -142,6 +142,14 @@ def resolve_dtype(dtype, *tensors):
     return resolved
 
 
+def accumulation_dtype(dtype):
+    """The dtype sums of weights and weighted values of ``dtype`` accumulate in: float32 for
+    the half-precision dtypes (float16's largest number is 65,504: the weight sum of a row over
+    more keys than that overflowed, and each added weight lost more bits), as fused attention
+    kernels accumulate; else ``dtype``."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def dtype_name(dtype):
     """The name (``"float64"``, ...) of the floating dtype that ``dtype`` names, read as
     :func:`resolve_dtype` reads it (a name, a NumPy scalar type or dtype, a torch dtype);

@@ -14,6 +14,7 @@ import torch
 
 from ._budget import CPU_BLOCK_ENTRIES, cpu_block_rows, plan_blocks, plan_rows, score_pair_bytes
 from ._cells import key_cells
+from ._device import accumulation_dtype
 from ._exact import merge_exact, row_packed, sort_exact
 from ._masks import call_prior_fn, query_index, raw_scores, scaled
 from ._multiplicity import keys_to_select, lightest_weights, multiplicity
@@ -403,14 +404,16 @@ def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_ro
         p = batch_exp(z - torch.where(torch.isfinite(m), m, 0.0))
         # keys past the k units of a weighted selection are not selected
         selected = torch.where(torch.isneginf(prior), -1, idx)
-    total = p.sum(1)
-    empty = empty_rows_of(total)
     # Sum first, divide once: equal vote counts stay exactly equal. The values' dtype may be
-    # wider than the scores' (``_inputs.averaging_dtype``): the sum and the division in it.
+    # wider than the scores' (``_inputs.averaging_dtype``): the sum and the division in it;
+    # half-precision ones accumulate in float32 (``accumulation_dtype``).
+    acc = accumulation_dtype(values.dtype)
+    total = p.sum(1, dtype=accumulation_dtype(p.dtype))
+    empty = empty_rows_of(total)
     total = torch.where(total > 0, total, 1.0)[:, None]
-    out = (torch.bmm(p[:, None, :].to(values.dtype), values).squeeze(1)
-           / total.to(values.dtype))
-    return torch.where(empty[:, None], 0.0, out), p / total, selected
+    out = (torch.bmm(p[:, None, :].to(acc), values.to(acc)).squeeze(1) / total.to(acc))
+    weights = (p / total).to(p.dtype)
+    return torch.where(empty[:, None], 0.0, out).to(values.dtype), weights, selected
 
 
 def nearest_keys(spec):

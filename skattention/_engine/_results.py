@@ -27,7 +27,8 @@ def cat_or_empty(parts, shape, like, dtype=None):
 def backend_result(outs, weights, indices, n_weights, values):
     """A backend's ``(out,)``, or ``(out, weights, indices)`` with ``n_weights``, from the parts
     of its query blocks."""
-    out = cat_or_empty(outs, (0, values.shape[1]), values)
+    # (half-precision values' blocks come in float32, their accumulation dtype)
+    out = cat_or_empty(outs, (0, values.shape[1]), values).to(values.dtype)
     if n_weights is None:
         return (out,)
     return (

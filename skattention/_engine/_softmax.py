@@ -9,6 +9,7 @@ import platform
 
 import torch
 
+from ._device import accumulation_dtype
 from ._scores import NEG_INF, padded_rows
 
 # Entries per vector of the widest exp kernel (AVX-512, float32); a multiple of the others.
@@ -215,7 +216,10 @@ def product_values(v):
     row's weight sum, which :class:`OnlineSoftmax` reads there instead of summing its block in
     a pass of its own: docs/performance.md, "float64"), and zero columns up to a multiple of
     :func:`value_columns` (the kernel rounds a row alike in any batch only with whole
-    vectors). Callers slice the first ``d`` columns off their results."""
+    vectors). Callers slice the first ``d`` columns off their results. Half-precision values
+    are taken to float32 (``accumulation_dtype``): the weights' products and running sums then
+    accumulate there, and the caller rounds its result to the values' dtype."""
+    v = v.to(accumulation_dtype(v.dtype))
     ones = v.new_ones((v.shape[0], 1))
     pad = -(v.shape[1] + 1) % value_columns(v.dtype, v.device)
     return torch.cat([v, ones, v.new_zeros((v.shape[0], pad))], 1)

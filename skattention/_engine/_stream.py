@@ -31,7 +31,7 @@ def stream_attention(spec, state_only=False):
         out = one_block_attention(spec.keys, spec.queries, spec.temperature, spec.prior_vec,
                                   spec.values_mm, stream.dv)
         if out is not None:
-            return (out,)
+            return (out.to(spec.values.dtype),)
     starts = range(0, stream.n_q, stream.bq)
     outs, weights, indices = [], [], []
     for out, w, i in track(
@@ -207,8 +207,9 @@ def _top_weights(top, state, empty, uniform):
     else:
         logw = top.r
     shift = torch.where(torch.isfinite(state.m), state.m, 0.0)
-    total = torch.where(state.l > 0, state.l, 1.0).to(logw.dtype)  # sums may be float64
-    w = torch.exp(logw - shift[:, None]) / total[:, None]
+    # sums may be float64 (averaged values) or float32 (half-precision ones)
+    total = torch.where(state.l > 0, state.l, 1.0)
+    w = (torch.exp(logw - shift[:, None]) / total[:, None]).to(logw.dtype)
     w = torch.where(empty[:, None], 0.0, w)
     return torch.where(top.r > NEG_INF, w, 0.0)
 

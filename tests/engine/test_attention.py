@@ -531,3 +531,26 @@ def test_bfloat16_attention_of_numpy_inputs_returns_float32():
     out = attention(np.ones((2, 3)), np.ones((4, 3)), np.ones((4, 1)), dtype=torch.bfloat16)
     assert isinstance(out, np.ndarray) and out.dtype == np.float32
     np.testing.assert_allclose(out, 1.0)
+
+
+@pytest.mark.parametrize("call", [
+    dict(temperature=math.inf), dict(temperature=1.0, backend="stream"),
+    dict(temperature=1.0, radius=100.0), dict(temperature=math.inf, n_neighbors=70_000),
+    dict(temperature=1.0, backend="stream", return_weights=True, n_weights=3),
+])
+def test_float16_weights_of_more_keys_than_its_largest_number_sum_in_float32(call):
+    # a row's weight sum over 100,000 keys passes float16's 65,504: it overflowed to inf and
+    # the output silently became 0 (the sums now accumulate in float32)
+    g = torch.Generator().manual_seed(0)
+    k = (torch.randn(100_000, 2, generator=g) * 1e-3).half()
+    v = torch.rand(100_000, 1, generator=g).half()
+    result = attention(torch.zeros(1, 2).half(), k, v, **call)
+    out = result[0] if isinstance(result, tuple) else result
+    assert out.dtype == torch.float16
+    expected = v.double().mean() if call.get("n_neighbors") is None else None
+    if expected is not None:
+        assert abs(float(out) - float(expected)) < 2e-3
+    else:
+        assert abs(float(out) - 0.5) < 0.02
+    if isinstance(result, tuple):
+        assert result[1].dtype == torch.float16 and bool((result[1] > 0).all())
