@@ -4,6 +4,8 @@ square root whose gradient at 0 is 0 (``PreparedKeys`` computes the partial scor
 
 import torch
 
+from ._first_order import first_order_backward
+
 
 def distances_from_partial(partial, offset, out=None):
     """``sqrt(max(offset - partial, 0))``: Euclidean distances from a block of partial scores
@@ -58,7 +60,7 @@ class EuclideanLogits(torch.autograd.Function):
         return z
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @first_order_backward
     def backward(ctx, dz):
         d, scale = ctx.saved_tensors
         needs = ctx.needs_input_grad

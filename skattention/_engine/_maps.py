@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ._budget import budget_bytes, plan_rows
+from ._first_order import first_order_backward
 from ._kinds import LEARNED_METRICS
 from ._parallel import _mkl_threads
 from ._scores import padded_rows
@@ -404,7 +405,7 @@ class _CosSin(torch.autograd.Function):
         return torch.cat([cos, sin], -1)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @first_order_backward
     def backward(ctx, grad):
         cos, sin = ctx.saved_tensors
         n = cos.shape[-1]

@@ -15,6 +15,7 @@ import torch
 
 from ._budget import budget_bytes, cache_row_slices, dense_plan, pair_bytes
 from ._distance_logits import distance_logits
+from ._first_order import first_order_backward
 from ._inputs import check_prepared, checked_log_prior, checked_values, values_for_products
 from ._masks import mask_self
 from ._parallel import _mkl_threads, rows_single_threaded
@@ -115,7 +116,7 @@ class _SingleBlockSoftmax(torch.autograd.Function):
         return out
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @first_order_backward
     def backward(ctx, d_out):
         p, d, v_t, out, scale = ctx.saved_tensors
         need_partial, need_offset, need_scale, need_prior, need_v, _ = ctx.needs_input_grad

@@ -11,6 +11,7 @@ import torch
 
 from ._budget import cache_row_slices
 from ._distance_logits import distance_logits_grads, over_distances
+from ._first_order import first_order_backward
 from ._parallel import map_chunk_groups
 from ._scratch import claim, reusing_buffers, scratch
 from ._softmax import LOG2E, flushed_exp
@@ -124,7 +125,7 @@ class RecomputedEuclideanSoftmax(torch.autograd.Function):
         return flushed_exp(z, inplace=True, base2=True)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @first_order_backward
     def backward(ctx, d_out):
         q_rows, k_rows, prior, v_t, out, shift, row_sum, scale = ctx.saved_tensors
         need_q, need_keys, need_key_offset, need_offset, need_scale, need_prior, need_v, _ = (
