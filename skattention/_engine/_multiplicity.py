@@ -34,10 +34,12 @@ def keys_to_select(lightest, k):
 def multiplicity(log_weight, valid, k):
     """Log of each selected key's share of the ``k`` units: keys in (distance, index) order
     count ``exp(log_prior)`` each (an integer weight is that many copies of the key) until ``k``
-    is reached, the last one contributing the remainder; ``-inf`` beyond. Remainders below the
-    weights' rounding are dropped."""
+    is reached, the last one contributing the remainder; ``-inf`` beyond. A remainder below the
+    sums' rounding (a key past the k units by rounding alone) is dropped; a key counted whole
+    is kept however light (weights of 1e-6 are ordinary normalised sample weights)."""
     weight = torch.where(valid, torch.exp(log_weight), 0.0)
     before = torch.cumsum(weight, 1) - weight
     share = torch.minimum(weight, (k - before).clamp(min=0))
     rounding = 4 * k * torch.finfo(share.dtype).eps
-    return torch.where(valid & (share > rounding), torch.log(share), NEG_INF)
+    kept = valid & (share > 0) & ((share >= weight) | (share > rounding))
+    return torch.where(kept, torch.log(share), NEG_INF)

@@ -567,3 +567,16 @@ def test_a_second_derivative_through_the_streaming_backward_is_refused(metric):
         torch.autograd.grad(out.sum(), q, create_graph=True)
     (first,) = torch.autograd.grad(attention(q, k, v, metric=metric, backend="stream").sum(), q)
     assert first.shape == q.shape and not first.requires_grad
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_light_key_weights_count_whole_in_a_selection(dtype):
+    # weights of 1e-6 each (normalised sample weights of many rows) never add up to the k
+    # units: every key counts, as with weights of 1e-3; they were all dropped as "rounding"
+    # and the call raised that no key had weight
+    rng = np.random.default_rng(0)
+    X, y, Q = rng.normal(size=(50, 2)), rng.normal(size=50), rng.normal(size=(2, 2))
+    light = attention(Q, X, y, n_neighbors=5, log_prior=np.full(50, np.log(1e-6)), dtype=dtype)
+    heavier = attention(Q, X, y, n_neighbors=5, log_prior=np.full(50, np.log(1e-3)),
+                        dtype=dtype)
+    np.testing.assert_allclose(light, heavier, rtol=1e-5)
