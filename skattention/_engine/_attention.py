@@ -20,7 +20,7 @@ import torch
 
 from ._device import dtype_name
 from ._inputs import check_weights_count, differentiated, make_spec
-from ._knn import knn_attention, nearest_keys
+from ._knn import knn_attention, nearest_keys, selection_count
 from ._one_block import few_rows_over_prepared_keys
 from ._parallel import small_calls_single_threaded
 from ._scores import PreparedKeys, overflow_error
@@ -101,7 +101,8 @@ def attention(
     return_weights : bool, default=False
         Also return the largest attention weights of each query and their key indices.
     n_weights : int, default=None
-        How many weights to return: by default ``n_neighbors`` with a k-NN prior, else all keys.
+        How many weights to return: by default (and at most) the keys a k-NN prior selects
+        (``n_neighbors``, more where a per-key prior gives keys weights below 1), else all keys.
         Rows are sorted by decreasing weight (by increasing distance with a k-NN prior or at
         ``temperature=inf``); padding entries have weight 0 and index -1.
     on_empty : {"raise", "zero"}, default="raise"
@@ -160,7 +161,9 @@ def attention(
     )
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be 'auto', 'stream' or 'sdpa', got {backend!r}.")
-    spec.n_weights = check_weights_count(spec, return_weights, n_weights)
+    spec.n_weights = check_weights_count(
+        spec, return_weights, n_weights,
+        selection_count(spec, spec.n_neighbors) if return_weights and spec.n_neighbors else None)
     spec.grad = differentiated(spec)
     sdpa_ok = _sdpa_applies(spec, backend)
     with torch.set_grad_enabled(spec.grad), small_calls_single_threaded(spec):

@@ -250,11 +250,13 @@ def check_prepared(prepared, metric, device, dtype):
         )
 
 
-def check_weights_count(spec, return_weights, n_weights):
-    """How many weights :func:`attention` returns per query (``None``: no weights)."""
+def check_weights_count(spec, return_weights, n_weights, selected=None):
+    """How many weights :func:`attention` returns per query (``None``: no weights): at most
+    (and by default) the keys that can get weight, ``selected`` with a k-NN prior (more than
+    ``n_neighbors`` where key weights below 1 count as fractions of a key), else every key."""
     if not return_weights:
         return None
-    limit = spec.n_neighbors if spec.n_neighbors is not None else spec.n_keys
+    limit = selected if spec.n_neighbors is not None else spec.n_keys
     return limit if n_weights is None else check_count(n_weights, "n_weights", limit)
 
 

@@ -321,7 +321,7 @@ def _exact_pass(spec, q, q_raw, rows, bound, k, bk, budget):
     return torch.cat(parts_f), torch.cat(parts_i)
 
 
-def _keys_to_select(spec, k):
+def selection_count(spec, k):
     """How many nearest keys hold the k-NN prior's ``k`` units of weight, whatever the query:
     ``k`` without a per-key prior; with one, enough keys that even the lightest ones add up to
     ``k`` (a key's weight ``exp(log_prior)`` is its multiplicity: :func:`multiplicity`)."""
@@ -337,7 +337,7 @@ def knn_attention(spec):
     prepared, Q, V, T = spec.keys, spec.queries, spec.values, spec.temperature
     n_weights = spec.n_weights
     k = spec.n_neighbors if spec.n_neighbors is not None else (n_weights or 1)
-    n_select = _keys_to_select(spec, k)
+    n_select = selection_count(spec, k)
     dv = V.shape[1]
     gather_bytes = n_select * (V.element_size() * dv
                                + Q.element_size() * ((prepared.dim if spec.grad else 0) + 6))

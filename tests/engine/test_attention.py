@@ -580,3 +580,17 @@ def test_light_key_weights_count_whole_in_a_selection(dtype):
     heavier = attention(Q, X, y, n_neighbors=5, log_prior=np.full(50, np.log(1e-3)),
                         dtype=dtype)
     np.testing.assert_allclose(light, heavier, rtol=1e-5)
+
+
+def test_weights_of_a_selection_of_light_keys_cover_every_key_that_gets_weight():
+    # key weights below 1 make the k units span more than k keys: the weights returned are
+    # theirs (key 3, the heaviest, was cut off and the weights summed to 0.5)
+    X, y = np.arange(6.0)[:, None], np.arange(6.0)
+    log_prior = np.log([0.5, 0.5, 0.5, 10.0, 1.0, 1.0])
+    call = dict(n_neighbors=3, log_prior=log_prior, temperature=math.inf, return_weights=True,
+                dtype="float64")
+    _, weights, indices = attention([[0.0]], X, y, **call)
+    np.testing.assert_allclose(weights.sum(1), 1.0)
+    assert 3 in indices[0]
+    _, weights, indices = attention([[0.0]], X, y, n_weights=4, **call)
+    np.testing.assert_array_equal(indices, [[0, 1, 2, 3]])
