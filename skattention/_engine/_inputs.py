@@ -355,9 +355,9 @@ def check_radius(radius, n_q, n_k, device, dtype, f_of):
         if bool((query_r < 0).any()) or bool((key_r < 0).any()):
             raise ValueError("radii must be >= 0.")
         return Radius(f_of, query_r=query_r, key_r=key_r)
-    if not isinstance(radius, Real) or isinstance(radius, bool) or not radius > 0:
+    if not isinstance(radius, Real) or isinstance(radius, bool) or not radius >= 0:
         raise ValueError(
-            f"radius must be a positive number, a (query_radius, key_radius) pair of arrays "
+            f"radius must be a number >= 0, a (query_radius, key_radius) pair of arrays "
             f"or None, got {radius!r}."
         )
     return None if math.isinf(radius) else Radius(f_of, radius=float(radius))
@@ -385,6 +385,8 @@ def check_log_prior(log_prior, n_keys, device, dtype):
 
 
 def check_exclude_self(exclude_self, n_q, n_k, device):
+    if isinstance(exclude_self, np.bool_):  # NumPy's True and False mean Python's
+        exclude_self = bool(exclude_self)
     if exclude_self is None or exclude_self is False:
         return None
     if exclude_self is True:

@@ -2,6 +2,8 @@
 distance, and the exact float64 values of pairs for the kinds that are not a matrix product
 (Minkowski's, cosine). ``PreparedKeys`` (``_scores.py``) computes their blocks."""
 
+import numbers
+
 import torch
 
 from ._parallel import one_thread
@@ -32,7 +34,7 @@ def metric_kind(metric):
         return "sqeuclidean", 2.0
     if isinstance(metric, tuple) and len(metric) == 2 and metric[0] == "minkowski":
         p = metric[1]
-        if (isinstance(p, bool) or not isinstance(p, (int, float))
+        if (isinstance(p, bool) or not isinstance(p, numbers.Real)
                 or not 1 <= float(p) < float("inf")):
             raise ValueError(f"Minkowski's p must be a finite number >= 1, got {p!r}.")
         return "minkowski", float(p)

@@ -344,7 +344,12 @@ class PreparedKeys:
     def _pairwise_block(self, q, start, stop, scale, log_prior):
         """``scale * -f + log_prior`` of a key block for the pairwise kinds: ``torch.cdist``
         (a loop over the pairs: a row's values do not depend on the rows around it)."""
-        f = torch.cdist(q, self.keys[start:stop], p=self.p)
+        keys = self.keys[start:stop]
+        if q.dtype in (torch.float16, torch.bfloat16) and q.device.type == "cpu":
+            # torch's CPU cdist has no half-precision kernel: float32, rounded back
+            f = torch.cdist(q.float(), keys.float(), p=self.p).to(q.dtype)
+        else:
+            f = torch.cdist(q, keys, p=self.p)
         if self.p != 1.0:
             f = f.pow_(self.p) if not f.requires_grad else f.pow(self.p)
         if isinstance(scale, torch.Tensor) or f.requires_grad:

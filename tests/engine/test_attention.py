@@ -594,3 +594,27 @@ def test_weights_of_a_selection_of_light_keys_cover_every_key_that_gets_weight()
     assert 3 in indices[0]
     _, weights, indices = attention([[0.0]], X, y, n_weights=4, **call)
     np.testing.assert_array_equal(indices, [[0, 1, 2, 3]])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("metric", ["manhattan", ("minkowski", 3), ("minkowski", np.int64(2))])
+def test_pairwise_metrics_in_half_precision_on_the_cpu(metric, dtype):
+    # torch's CPU cdist has no half kernel (a raw NotImplementedError); NumPy's integer p was
+    # refused where its float was accepted
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(n, 3, generator=g) for n in (5, 50, 50))
+    out = attention(q.to(dtype), k.to(dtype), v.to(dtype), metric=metric)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), attention(q, k, v, metric=metric), atol=2e-2,
+                               rtol=0)
+    _, idx = kneighbors(q.to(dtype), k.to(dtype), 3, metric=metric)
+    assert idx.shape == (5, 3)
+
+
+def test_a_radius_of_zero_holds_the_keys_at_distance_zero_and_numpy_bools_exclude_self():
+    X, y = np.array([[0.0], [0.0], [1.0], [2.0]]), np.array([1.0, 3.0, 5.0, 7.0])
+    out = attention([[0.0], [1.0], [0.5]], X, y, radius=0.0, temperature=math.inf,
+                    dtype="float64", on_empty="zero")
+    np.testing.assert_array_equal(out, [2.0, 5.0, 0.0])
+    np.testing.assert_array_equal(kneighbors(X, X, 2, exclude_self=np.True_)[1],
+                                  kneighbors(X, X, 2, exclude_self=True)[1])

@@ -28,7 +28,7 @@ V = np.ones(20)
         (dict(n_neighbors=21), ValueError, "n_neighbors=21 is larger than the number of keys"),
         (dict(n_neighbors=0), ValueError, "n_neighbors must be a positive integer"),
         (dict(n_neighbors=2.5), ValueError, "n_neighbors must be a positive integer"),
-        (dict(radius=-1.0), ValueError, "radius must be a positive number"),
+        (dict(radius=-1.0), ValueError, "radius must be a number >= 0"),
         (dict(radius=1.0, metric="dot"), ValueError, "radius needs a distance metric"),
         (dict(metric="chebyshev"), ValueError, "metric='chebyshev' is not supported"),
         (dict(log_prior=np.ones(3)), ValueError, r"log_prior must have shape \(n_keys,\)"),
