@@ -99,12 +99,17 @@ def attention(
         ``True`` masks key ``i`` for query ``i`` (queries are the keys). An integer array masks key
         ``exclude_self[i]`` for query ``i`` (``-1``: nothing).
     return_weights : bool, default=False
-        Also return the largest attention weights of each query and their key indices.
+        Also return the largest attention weights of each query and their key indices (with
+        a k-NN prior, or at ``temperature=inf`` where every key weighs alike, the nearest
+        keys' weights instead: with a per-key ``log_prior`` at ``temperature=inf`` these are
+        not necessarily the largest).
     n_weights : int, default=None
         How many weights to return: by default (and at most) the keys a k-NN prior selects
         (``n_neighbors``, more where a per-key prior gives keys weights below 1), else all keys.
         Rows are sorted by decreasing weight (by increasing distance with a k-NN prior or at
-        ``temperature=inf``); padding entries have weight 0 and index -1.
+        ``temperature=inf``, ties by key index); keys of exactly equal weight come in an order
+        that does not depend on the batch but is not that of their indices; padding entries
+        have weight 0 and index -1.
     on_empty : {"raise", "zero"}, default="raise"
         What to do with a query whose keys are all masked: raise ``ValueError`` or output zeros
         (its weights are then all 0).
