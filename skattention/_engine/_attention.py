@@ -216,16 +216,28 @@ def _backend_result(spec, backend, sdpa_ok):
     return stream_attention(spec)
 
 
+def _non_finite_error(spec, dtype):
+    """What overflowed where the output is not finite: the values' weighted sums (values near
+    the dtype's largest number: each query's sum of weights times values, before the division
+    by the weights' sum, overflows however the weights fall), else the scores at this
+    temperature."""
+    largest = float(spec.values.abs().amax()) if spec.values.numel() else 0.0
+    if largest * spec.n_keys > torch.finfo(spec.values.dtype).max:
+        return overflow_error(
+            f"attention produced non-finite values: the values (up to {largest:.3g} in "
+            f"absolute value) summed over the keys overflow the compute dtype "
+            f"({dtype_name(dtype)})", dtype)
+    return overflow_error(
+        f"attention produced non-finite values: the scores overflow the compute dtype "
+        f"({dtype_name(dtype)}) at this temperature", dtype, by_temperature=True)
+
+
 def _returned(spec, result):
     """What :func:`attention` returns from a backend's result: checked finite, as the caller's
     values were shaped, NumPy for NumPy queries."""
     out = result[0]
     if not bool(torch.isfinite(out).all()):
-        raise overflow_error(
-            f"attention produced non-finite values: the scores overflow the compute dtype "
-            f"({dtype_name(out.dtype)}) at this temperature", out.dtype,
-            by_temperature=True,
-        )
+        raise _non_finite_error(spec, out.dtype)
     if spec.squeeze:
         out = out[:, 0]
     if spec.n_weights is None:

@@ -618,3 +618,11 @@ def test_a_radius_of_zero_holds_the_keys_at_distance_zero_and_numpy_bools_exclud
     np.testing.assert_array_equal(out, [2.0, 5.0, 0.0])
     np.testing.assert_array_equal(kneighbors(X, X, 2, exclude_self=np.True_)[1],
                                   kneighbors(X, X, 2, exclude_self=True)[1])
+
+
+def test_values_whose_sum_overflows_are_named_as_the_cause():
+    # the scores were blamed ("at this temperature"), which no temperature fixes
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(3, 2, generator=g), torch.randn(5, 2, generator=g)
+    with pytest.raises(ValueError, match="the values .* summed over the keys overflow"):
+        attention(q, k, torch.full((5,), 3e38))
