@@ -6,9 +6,9 @@ from numbers import Integral, Real
 
 import numpy as np
 from scipy import sparse
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import _num_samples, check_is_fitted
 
-from .._engine import resolve_device
+from .._engine import budget_bytes, plan_rows, resolve_device
 from ..utils._threads import uses_n_jobs
 
 # kneighbors' default without n_neighbors (scikit-learn's NearestNeighbors default)
@@ -85,17 +85,28 @@ class NeighborsQueryMixin:
                 f"neighbours{' (each but the query itself)' if X is None else ''}; got "
                 f"n_neighbors={n_neighbors}."
             )
-        dist, ind = [], []
-        device = resolve_device(self.device)
+        # The whole result is allocated first, as scikit-learn's is: a result too large for
+        # memory fails at once (numpy's MemoryError) instead of after most of the search, and
+        # the engine is called on row chunks within the budget, so that its outputs and their
+        # conversions are scratch, not further copies of the result.
+        n_rows = self._n_query_rows(X)
+        ind = np.empty((n_rows, n_neighbors), np.int64)
+        dist = np.empty((n_rows, n_neighbors)) if return_distance else None
+        rows = plan_rows(None, row_bytes=32 * n_neighbors, budget=budget_bytes())
+        device, stop = resolve_device(self.device), 0
         for Z, exclude_self in self._embedded_blocks(X, device):
-            f, idx = self._keys.select(Z, n_neighbors, exclude_self,
-                                       self._selection_kwargs(device, Z))
-            dist.append(f)
-            ind.append(idx)
-        ind = np.concatenate(ind)
-        if not return_distance:
-            return ind
-        return self._strategy.distances(np.concatenate(dist)), ind
+            for start in range(0, Z.shape[0], rows):
+                Zc = Z[start:start + rows]
+                own = exclude_self
+                if isinstance(own, np.ndarray):
+                    own = own[start:start + rows]
+                f, idx = self._keys.select(Zc, n_neighbors, own,
+                                           self._selection_kwargs(device, Zc))
+                stop, begin = stop + idx.shape[0], stop
+                ind[begin:stop] = idx
+                if return_distance:
+                    dist[begin:stop] = self._strategy.distances(f)
+        return (dist, ind) if return_distance else ind
 
     @uses_n_jobs
     def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
@@ -262,6 +273,15 @@ class NeighborsQueryMixin:
         if radius is not None:
             selection.update(self._strategy.radius_kwargs(Z, radius, kwargs["log_prior"]))
         return selection
+
+    def _n_query_rows(self, X):
+        """Rows of the queries ``X`` (``None``: the training points), before their checks."""
+        if X is None:
+            return self.n_samples_fit_
+        try:
+            return _num_samples(X)
+        except TypeError:  # not array-like: the checks of the first block say so
+            return 0
 
     def _n_keys_available(self, exclude_self):
         """Training points that can be a neighbour (positive weight), less the query itself."""
