@@ -161,26 +161,31 @@ class NeighborsQueryMixin:
             raise ValueError("return_distance must be True if sort_results is True.")
         if self.metric == "dot":
             raise ValueError("radius_neighbors needs a distance metric; metric='dot' has none.")
-        f_found, ind_found, counts = [], [], []
-        device = resolve_device(self.device)
+        # Each chunk's neighbours become its rows' arrays at once (views of the chunk's found
+        # entries), so the result is held once, not also as flat copies and a global sort.
+        n_rows = self._n_query_rows(X)
+        ind = np.empty(n_rows, dtype=object)
+        dist = np.empty(n_rows, dtype=object) if return_distance else None
+        device, offset = resolve_device(self.device), 0
         for Z, exclude_self in self._embedded_blocks(X, device):
-            for _, f, idx in self._keys.within(Z, float(radius), exclude_self,
-                                               partial(self._selection_kwargs, device)):
+            for rows, f, idx in self._keys.within(Z, float(radius), exclude_self,
+                                                  partial(self._selection_kwargs, device)):
                 found = idx >= 0  # each row's keys come first (row-major order keeps them)
-                f_found.append(f[found])
-                ind_found.append(idx[found])
-                counts.append(found.sum(1))
-        counts = np.concatenate(counts) if counts else np.zeros(0, np.int64)
-        ind = np.concatenate(ind_found) if ind_found else np.zeros(0, np.int64)
-        dist = self._strategy.distances(np.concatenate(f_found) if f_found else np.zeros(0))
-        if not sort_results:  # index order, as scikit-learn's brute-force search gives
-            # one sort of (row, index) pairs (a row holds a key once)
-            rows = np.repeat(np.arange(counts.size), counts)
-            order = np.argsort(rows * self._keys.n_samples + ind)
-            ind, dist = ind[order], dist[order]
-        ends = np.cumsum(counts)
-        ind = _row_arrays(ind, ends - counts, ends)
-        return (_row_arrays(dist, ends - counts, ends), ind) if return_distance else ind
+                counts = found.sum(1)
+                rows_ind = idx[found]
+                rows_dist = self._strategy.distances(f[found]) if return_distance else None
+                if not sort_results:  # index order, as scikit-learn's brute-force search gives
+                    # one sort of (row, index) pairs (a row holds a key once)
+                    order = np.argsort(np.repeat(np.arange(counts.size), counts)
+                                       * self._keys.n_samples + rows_ind)
+                    rows_ind = rows_ind[order]
+                    rows_dist = rows_dist[order] if return_distance else None
+                ends = np.cumsum(counts)
+                ind[offset + rows] = _row_arrays(rows_ind, ends - counts, ends)
+                if return_distance:
+                    dist[offset + rows] = _row_arrays(rows_dist, ends - counts, ends)
+            offset += Z.shape[0]
+        return (dist, ind) if return_distance else ind
 
     def kneighbors_graph(self, X=None, n_neighbors=None, mode="connectivity"):
         """The graph of the nearest training points of each query, as

@@ -49,3 +49,23 @@ def test_kneighbors_result_beyond_memory_fails_before_the_search(fitted, monkeyp
     with pytest.raises(MemoryError):
         clf.kneighbors(Q, n_neighbors=5)
     assert not calls
+
+
+@pytest.mark.parametrize("queries", [None, "X"])
+@pytest.mark.parametrize("sort_results", [False, True])
+def test_radius_taking_every_key_holds_its_result_once(queries, sort_results):
+    X = np.random.default_rng(1).standard_normal((800, 4))
+    clf = MetricAttentionClassifier("euclidean", radius=1.0, temperature=1.0)
+    clf.fit(X, np.arange(800) % 3)
+    Q = None if queries is None else X[:500]
+    ref = clf.radius_neighbors(Q, radius=1e3, sort_results=sort_results)
+    with skattention.config_context(working_memory=0.25):
+        (dist, ind), peak = _numpy_peak(
+            lambda: clf.radius_neighbors(Q, radius=1e3, sort_results=sort_results))
+    assert len(ind) == len(ref[1]) and all(i.size == 800 - (Q is None) for i in ind)
+    for got, want in [(dist, ref[0]), (ind, ref[1])]:
+        np.testing.assert_array_equal(np.concatenate(list(got)), np.concatenate(list(want)))
+    result = sum(a.nbytes for a in dist) + sum(a.nbytes for a in ind)
+    # the result plus about the budget: neither chunks widened to every key beyond the budget
+    # nor flat copies of the result
+    assert peak < result + 4 * 2**20
