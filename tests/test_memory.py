@@ -5,6 +5,8 @@ result; inputs that cannot fit even in chunks raise MemoryError naming working_m
 """
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -140,6 +142,36 @@ def test_dense_diffusion_arrays_beyond_available_memory_suggest_n_neighbors(monk
         AttentionDiffusionEmbedding(n_neighbors=15, eigen_solver="dense", random_state=0).fit(X)
     small = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)  # sparse path fits
     np.testing.assert_allclose(small.embedding_, ref.embedding_, rtol=1e-7, atol=1e-10)
+
+
+_DIFFUSION_UNDER_A_CAP = """
+import resource
+from sklearn.datasets import make_s_curve
+from skattention import config_context
+from skattention.manifold import AttentionDiffusionEmbedding
+X, _ = make_s_curve(6000, random_state=0)
+with config_context(working_memory=4):
+    AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X[:300])  # warm
+    vm = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    cap = vm + 150 * 2**20  # a ulimit -v: the dense 6000 x 6000 operator takes 275 MiB
+    resource.setrlimit(resource.RLIMIT_AS,
+                       (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
+    try:
+        AttentionDiffusionEmbedding(n_neighbors=None, random_state=0).fit(X)
+    except MemoryError as exc:
+        print(exc)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_dense_diffusion_counts_an_address_space_limit_as_unavailable():
+    # Under ulimit -v the allocations fail (torch's as a RuntimeError after the kernel blocks)
+    # whatever MemAvailable says: the check before any work reads the limit too.
+    out = subprocess.run([sys.executable, "-c", _DIFFUSION_UNDER_A_CAP], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "274.7 MiB for a dense 6000 x 6000 operator" in out.stdout, out.stdout
 
 
 def test_dense_diffusion_operator_is_not_scratch():

@@ -42,22 +42,26 @@ _LINEAR_MEMORY_KERNELS = (
 )
 
 
-def scaled_dot_product(q, k, v, *, scale, attn_mask=None, dropout_p=0.0, linear_memory=False):
+def scaled_dot_product(q, k, v, *, scale, attn_mask=None, dropout_p=0.0, linear_memory=False,
+                       is_causal=False):
     """``F.scaled_dot_product_attention`` under the library's SDPA lock.
 
     ``linear_memory``: only the O(n)-memory kernels (never the math kernel, which materialises
-    the score matrix); a RuntimeError when none accepts the inputs.
+    the score matrix); a RuntimeError when none accepts the inputs. ``is_causal``: SDPA's own
+    causal mask (upper left), which no ``L x S`` array holds.
     """
     # torch.compile traces the call (it cannot trace a lock); its compiled kernels do not go
     # through sdpa_kernel's process-wide flags
     with contextlib.nullcontext() if torch.compiler.is_compiling() else SDPA_LOCK:
         if not linear_memory:
             return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale,
+                is_causal=is_causal,
             )
         with torch.nn.attention.sdpa_kernel(list(_LINEAR_MEMORY_KERNELS)):
             return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale,
+                is_causal=is_causal,
             )
 
 

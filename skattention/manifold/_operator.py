@@ -10,6 +10,11 @@ are computed instead so that everything stays real.
 import math
 from dataclasses import dataclass
 
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
@@ -231,12 +236,25 @@ class DiffusionOperator:
 
 
 def _available_memory():
-    """Bytes of memory the system can still give this process (Linux ``MemAvailable``), or
+    """Bytes of memory the system can still give this process (Linux ``MemAvailable``, and
+    within an address-space limit, ``ulimit -v``, what it leaves above ``VmSize``), or
     ``None`` where it cannot be read."""
+    available = _proc_kib("/proc/meminfo", "MemAvailable:")
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0] if resource is not None else None
+    used = _proc_kib("/proc/self/status", "VmSize:")
+    if limit is not None and limit != resource.RLIM_INFINITY and used is not None:
+        # past such a limit allocations fail (torch's as a RuntimeError) whatever MemAvailable
+        left = max(0, limit - used)
+        available = left if available is None else min(available, left)
+    return available
+
+
+def _proc_kib(path, field):
+    """Bytes of a ``kB`` field of a /proc file, or ``None`` where it cannot be read."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass

@@ -172,33 +172,44 @@ class FittedKeys:
         return kneighbors(Z, keys, n_neighbors, exclude_self=exclude_self, **kwargs)
 
     def within(self, Z, radius, exclude_self, selection_kwargs):
-        """Yield ``(rows, f, idx)`` per chunk of the mapped queries ``Z`` (``rows`` the chunk's
-        slice of them): every unmasked key within ``radius`` in (distance, index) order, padded
-        with ``inf`` and ``-1``. Chunks are gathered with room for ``k`` neighbours per row,
-        ``k`` doubled for the rows that fill it (their k-th neighbour is within the radius, so
-        more may be). ``selection_kwargs(Z, radius)``: the engine's selection arguments of a
-        block of queries (a precomputed metric's radius mask is read from it)."""
-        n_keys = self.n_samples
-        k = min(n_keys, _FIRST_RADIUS_NEIGHBORS)
+        """Yield ``(rows, f, idx)`` per chunk of the mapped queries ``Z`` (``rows`` the
+        indices of the chunk's rows in ``Z``; chunks come in no particular order): every
+        unmasked key within ``radius`` in (distance, index) order, padded with ``inf`` and
+        ``-1``. Rows are selected with room for ``k`` neighbours, ``k`` doubled for the rows
+        that fill it (their k-th neighbour is within the radius, so more may be), in chunks of
+        as many rows as the budget holds at their width. ``selection_kwargs(Z, radius)``: the
+        engine's selection arguments of a block of queries (a precomputed metric's radius mask
+        is read from it)."""
+        k = min(self.n_samples, _FIRST_RADIUS_NEIGHBORS)
         rows = plan_rows(Z.shape[0], row_bytes=32 * k, budget=budget_bytes())
         for start in range(0, Z.shape[0], rows):
-            Zc = Z[start:start + rows]
+            stop = min(Z.shape[0], start + rows)
             own = exclude_self
             if isinstance(own, np.ndarray):
-                own = own[start:start + rows]
-            f, idx = self.select(Zc, k, own, selection_kwargs(Zc, radius))
-            full = np.flatnonzero(idx[:, -1] >= 0)
-            width = k
-            while full.size and width < n_keys:
-                width = min(n_keys, 2 * width)
-                f_more, idx_more = self.select(
-                    Zc[full], width, own[full] if isinstance(own, np.ndarray) else own,
-                    selection_kwargs(Zc[full], radius),
-                )
-                f, idx = _widen(f, width), _widen(idx, width, -1)
-                f[full], idx[full] = f_more, idx_more
-                full = full[idx_more[:, -1] >= 0]
-            yield slice(start, start + Zc.shape[0]), f, idx
+                own = own[start:stop]
+            yield from self._within(Z[start:stop], own, np.arange(start, stop), k, radius,
+                                    selection_kwargs)
+
+    def _within(self, Z, own, rows, width, radius, selection_kwargs):
+        """:meth:`within`'s chunks of the rows ``rows`` (mapped: ``Z``) selected at ``width``:
+        the rows that fill it again at twice the width, in chunks that hold the wider rows
+        within the budget, and only after the others are yielded (a radius that takes every key
+        would otherwise widen a chunk planned for ``k`` to every key, and keep it while the
+        wider ones are selected)."""
+        f, idx = self.select(Z, width, own, selection_kwargs(Z, radius))
+        full = idx[:, -1] >= 0 if width < self.n_samples else np.zeros(len(rows), bool)
+        more = np.flatnonzero(full)
+        if not more.size:
+            yield rows, f, idx
+            return
+        yield rows[~full], f[~full], idx[~full]
+        del f, idx
+        width = min(self.n_samples, 2 * width)
+        step = plan_rows(more.size, row_bytes=32 * width, budget=budget_bytes())
+        for start in range(0, more.size, step):
+            chunk = more[start:start + step]
+            yield from self._within(Z[chunk], own[chunk] if isinstance(own, np.ndarray) else own,
+                                    rows[chunk], width, radius, selection_kwargs)
 
     def weights(self, Z, exclude_self, n_weights, kwargs, progress):
         """``(weights, indices)``: the ``n_weights`` largest attention weights of each mapped

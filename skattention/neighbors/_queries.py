@@ -6,9 +6,9 @@ from numbers import Integral, Real
 
 import numpy as np
 from scipy import sparse
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import _num_samples, check_is_fitted
 
-from .._engine import resolve_device
+from .._engine import budget_bytes, plan_rows, resolve_device
 from ..utils._threads import uses_n_jobs
 
 # kneighbors' default without n_neighbors (scikit-learn's NearestNeighbors default)
@@ -85,17 +85,28 @@ class NeighborsQueryMixin:
                 f"neighbours{' (each but the query itself)' if X is None else ''}; got "
                 f"n_neighbors={n_neighbors}."
             )
-        dist, ind = [], []
-        device = resolve_device(self.device)
+        # The whole result is allocated first, as scikit-learn's is: a result too large for
+        # memory fails at once (numpy's MemoryError) instead of after most of the search, and
+        # the engine is called on row chunks within the budget, so that its outputs and their
+        # conversions are scratch, not further copies of the result.
+        n_rows = self._n_query_rows(X)
+        ind = np.empty((n_rows, n_neighbors), np.int64)
+        dist = np.empty((n_rows, n_neighbors)) if return_distance else None
+        rows = plan_rows(None, row_bytes=32 * n_neighbors, budget=budget_bytes())
+        device, stop = resolve_device(self.device), 0
         for Z, exclude_self in self._embedded_blocks(X, device):
-            f, idx = self._keys.select(Z, n_neighbors, exclude_self,
-                                       self._selection_kwargs(device, Z))
-            dist.append(f)
-            ind.append(idx)
-        ind = np.concatenate(ind)
-        if not return_distance:
-            return ind
-        return self._strategy.distances(np.concatenate(dist)), ind
+            for start in range(0, Z.shape[0], rows):
+                Zc = Z[start:start + rows]
+                own = exclude_self
+                if isinstance(own, np.ndarray):
+                    own = own[start:start + rows]
+                f, idx = self._keys.select(Zc, n_neighbors, own,
+                                           self._selection_kwargs(device, Zc))
+                stop, begin = stop + idx.shape[0], stop
+                ind[begin:stop] = idx
+                if return_distance:
+                    dist[begin:stop] = self._strategy.distances(f)
+        return (dist, ind) if return_distance else ind
 
     @uses_n_jobs
     def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
@@ -150,26 +161,31 @@ class NeighborsQueryMixin:
             raise ValueError("return_distance must be True if sort_results is True.")
         if self.metric == "dot":
             raise ValueError("radius_neighbors needs a distance metric; metric='dot' has none.")
-        f_found, ind_found, counts = [], [], []
-        device = resolve_device(self.device)
+        # Each chunk's neighbours become its rows' arrays at once (views of the chunk's found
+        # entries), so the result is held once, not also as flat copies and a global sort.
+        n_rows = self._n_query_rows(X)
+        ind = np.empty(n_rows, dtype=object)
+        dist = np.empty(n_rows, dtype=object) if return_distance else None
+        device, offset = resolve_device(self.device), 0
         for Z, exclude_self in self._embedded_blocks(X, device):
-            for _, f, idx in self._keys.within(Z, float(radius), exclude_self,
-                                               partial(self._selection_kwargs, device)):
+            for rows, f, idx in self._keys.within(Z, float(radius), exclude_self,
+                                                  partial(self._selection_kwargs, device)):
                 found = idx >= 0  # each row's keys come first (row-major order keeps them)
-                f_found.append(f[found])
-                ind_found.append(idx[found])
-                counts.append(found.sum(1))
-        counts = np.concatenate(counts) if counts else np.zeros(0, np.int64)
-        ind = np.concatenate(ind_found) if ind_found else np.zeros(0, np.int64)
-        dist = self._strategy.distances(np.concatenate(f_found) if f_found else np.zeros(0))
-        if not sort_results:  # index order, as scikit-learn's brute-force search gives
-            # one sort of (row, index) pairs (a row holds a key once)
-            rows = np.repeat(np.arange(counts.size), counts)
-            order = np.argsort(rows * self._keys.n_samples + ind)
-            ind, dist = ind[order], dist[order]
-        ends = np.cumsum(counts)
-        ind = _row_arrays(ind, ends - counts, ends)
-        return (_row_arrays(dist, ends - counts, ends), ind) if return_distance else ind
+                counts = found.sum(1)
+                rows_ind = idx[found]
+                rows_dist = self._strategy.distances(f[found]) if return_distance else None
+                if not sort_results:  # index order, as scikit-learn's brute-force search gives
+                    # one sort of (row, index) pairs (a row holds a key once)
+                    order = np.argsort(np.repeat(np.arange(counts.size), counts)
+                                       * self._keys.n_samples + rows_ind)
+                    rows_ind = rows_ind[order]
+                    rows_dist = rows_dist[order] if return_distance else None
+                ends = np.cumsum(counts)
+                ind[offset + rows] = _row_arrays(rows_ind, ends - counts, ends)
+                if return_distance:
+                    dist[offset + rows] = _row_arrays(rows_dist, ends - counts, ends)
+            offset += Z.shape[0]
+        return (dist, ind) if return_distance else ind
 
     def kneighbors_graph(self, X=None, n_neighbors=None, mode="connectivity"):
         """The graph of the nearest training points of each query, as
@@ -262,6 +278,15 @@ class NeighborsQueryMixin:
         if radius is not None:
             selection.update(self._strategy.radius_kwargs(Z, radius, kwargs["log_prior"]))
         return selection
+
+    def _n_query_rows(self, X):
+        """Rows of the queries ``X`` (``None``: the training points), before their checks."""
+        if X is None:
+            return self.n_samples_fit_
+        try:
+            return _num_samples(X)
+        except TypeError:  # not array-like: the checks of the first block say so
+            return 0
 
     def _n_keys_available(self, exclude_self):
         """Training points that can be a neighbour (positive weight), less the query itself."""

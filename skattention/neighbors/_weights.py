@@ -99,14 +99,14 @@ class DistanceWeighting:
         out = np.zeros((Z.shape[0], keys.values.shape[1]))
         empty = np.zeros(Z.shape[0], dtype=bool)
         for rows, f, idx in keys.within(Z, self.radius, False, selection_kwargs):
-            for i in range(rows.start, rows.stop):
-                found = idx[i - rows.start] >= 0
-                order = np.argsort(idx[i - rows.start][found], kind="stable")  # index order
-                ind = idx[i - rows.start][found][order]
+            for j, i in enumerate(rows.tolist()):
+                found = idx[j] >= 0
+                order = np.argsort(idx[j][found], kind="stable")  # index order
+                ind = idx[j][found][order]
                 if not ind.size:
                     empty[i] = True
                     continue
-                row_f = f[i - rows.start][found][order][None]
+                row_f = f[j][found][order][None]
                 dist = metric.exact_distances(Z[i:i + 1], keys.points, ind[None])
                 w = distance_weights(dist.copy(), self.weights)
                 check_weights(w, dist.shape)

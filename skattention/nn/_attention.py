@@ -379,12 +379,17 @@ class MetricAttention(nn.Module):
         zq, zk, v = self._features(query, key, value)
         q, k, scale = self._score_inputs(zq, zk)
         v = self._heads(v)
+        # A causal mask alone goes to SDPA as is_causal: as an array it would be L x S (bytes
+        # and floats: 5 GiB at 32k positions) where the fused kernel needs none.
+        causal_kernel = (is_causal and not need_weights and attn_mask is None
+                         and key_padding_mask is None and self.prior is None
+                         and not self._extra_keys())
         mask = merged_mask(
-            attn_mask, key_padding_mask, is_causal, self.prior, n=n, num_heads=self.num_heads,
-            length=length, src_len=src_len, extra_keys=self._extra_keys(), dtype=q.dtype,
-            device=q.device,
+            attn_mask, key_padding_mask, is_causal and not causal_kernel, self.prior, n=n,
+            num_heads=self.num_heads, length=length, src_len=src_len,
+            extra_keys=self._extra_keys(), dtype=q.dtype, device=q.device,
         )
-        out, weights = self._attend(q, k, v, scale, mask, need_weights)
+        out, weights = self._attend(q, k, v, scale, mask, need_weights, causal_kernel)
         out = self.out_proj(out.transpose(1, 2).reshape(n, length, self.embed_dim))
         if weights is not None and average_attn_weights:
             weights = weights.mean(dim=1)
@@ -395,8 +400,9 @@ class MetricAttention(nn.Module):
             out = out.transpose(0, 1)
         return out, weights
 
-    def _attend(self, q, k, v, scale, mask, need_weights):
-        """Per-head outputs (N, H, L, head_dim) and weights (N, H, L, S') or None."""
+    def _attend(self, q, k, v, scale, mask, need_weights, is_causal=False):
+        """Per-head outputs (N, H, L, head_dim) and weights (N, H, L, S') or None;
+        ``is_causal``: SDPA's causal mask (``need_weights=False`` only)."""
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             scores = torch.matmul(q, k.transpose(-2, -1)) * scale
@@ -421,6 +427,7 @@ class MetricAttention(nn.Module):
             attn_mask=None if mask is None else mask.expand(n, heads, length, k.shape[-2]),
             dropout_p=dropout_p,
             scale=scale,
+            is_causal=is_causal,
         )
         return out[..., :self.head_dim], None
 

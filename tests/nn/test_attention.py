@@ -3,6 +3,8 @@
 import copy
 import math
 import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -622,3 +624,33 @@ def test_compiles_in_one_graph(metric):
     compiled = torch.compile(layer, fullgraph=True, backend="eager")
     torch.testing.assert_close(compiled(x, x, x, need_weights=False)[0],
                                layer(x, x, x, need_weights=False)[0])
+
+
+_CAUSAL_UNDER_A_CAP = """
+import resource, torch
+from skattention.nn import MetricAttention
+layer = MetricAttention(16, 2, "{metric}", batch_first=True).eval()
+x = torch.randn(1, 64, 16)
+with torch.no_grad():
+    ref, _ = layer(x, x, x, need_weights=False, attn_mask=torch.ones(64, 64).bool().triu(1))
+    out, _ = layer(x, x, x, need_weights=False, is_causal=True)  # warm: threads, kernels
+    assert torch.equal(out, ref)
+    vm = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
+    # 200 MiB more address space: an 8192 x 8192 causal mask (bytes, then floats) needs 320
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    cap = vm + 200 * 2**20
+    resource.setrlimit(resource.RLIMIT_AS,
+                       (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
+    x = torch.randn(1, 8192, 16)
+    out, _ = layer(x, x, x, need_weights=False, is_causal=True)
+print("ok", out.shape[1])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+@pytest.mark.parametrize("metric", ["dot", "mlp"])
+def test_causal_without_weights_forms_no_length_squared_mask(metric):
+    # a causal mask alone goes to SDPA's is_causal: no L x S array, as MultiheadAttention
+    out = subprocess.run([sys.executable, "-c", _CAUSAL_UNDER_A_CAP.format(metric=metric)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.split() == ["ok", "8192"], out.stderr[-2000:]
