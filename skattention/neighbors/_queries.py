@@ -6,9 +6,10 @@ from numbers import Integral, Real
 
 import numpy as np
 from scipy import sparse
-from sklearn.utils.validation import _num_samples, check_is_fitted
+from sklearn.utils.validation import check_is_fitted
 
 from .._engine import budget_bytes, plan_rows, resolve_device
+from ..utils._sklearn_compat import _num_samples
 from ..utils._threads import uses_n_jobs
 
 # kneighbors' default without n_neighbors (scikit-learn's NearestNeighbors default)
