@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from ._device import dtype_name
+from ._device import accumulation_dtype, dtype_name
 from ._inputs import check_weights_count, differentiated, make_spec
 from ._knn import knn_attention, nearest_keys, selection_count
 from ._one_block import few_rows_over_prepared_keys
@@ -222,7 +222,7 @@ def _non_finite_error(spec, dtype):
     by the weights' sum, overflows however the weights fall), else the scores at this
     temperature."""
     largest = float(spec.values.abs().amax()) if spec.values.numel() else 0.0
-    if largest * spec.n_keys > torch.finfo(spec.values.dtype).max:
+    if largest * spec.n_keys > torch.finfo(accumulation_dtype(spec.values.dtype)).max:
         return overflow_error(
             f"attention produced non-finite values: the values (up to {largest:.3g} in "
             f"absolute value) summed over the keys overflow the compute dtype "
