@@ -272,7 +272,8 @@ def as_tensor(x, name, device, dtype, ndims):
             raise TypeError(f"{name} must be numeric, got an array of dtype {arr.dtype}.")
         if not arr.flags.writeable:
             arr = arr.copy()  # torch cannot wrap read-only memory (e.g. memory-mapped inputs)
-        t = torch.from_numpy(np.ascontiguousarray(arr))
+        # (np.ascontiguousarray makes a 0-d array 1-d: the shape check below must see it)
+        t = torch.from_numpy(np.ascontiguousarray(arr) if arr.ndim else arr.copy())
     if t.is_complex():
         raise TypeError(f"{name} must be real-valued, got dtype {t.dtype}.")
     if t.ndim not in ndims:

@@ -17,6 +17,8 @@ V = np.ones(20)
     [
         (dict(queries=K[:, :2]), ValueError, "queries have 2 features but keys have 3"),
         (dict(queries=K[0]), ValueError, "queries must be 2-D"),
+        (dict(queries=np.float64(1.0)), ValueError, r"queries must be 2-D, got .* shape \(\)"),
+        (dict(values=np.float64(1.0)), ValueError, r"values must be 1-D or 2-D, got .* \(\)"),
         (dict(keys=K[:0]), ValueError, "keys is empty"),
         (dict(values=np.ones(5)), ValueError, "values has 5 rows but there are 20 keys"),
         (dict(queries=np.where(K > 1, np.nan, K)), ValueError, "queries contains NaN or infinity"),
