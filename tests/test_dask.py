@@ -265,6 +265,20 @@ def test_keys_stay_on_the_workers(client):
     np.testing.assert_array_equal(lazy.compute(), expected.predict(Q))
 
 
+def test_lazy_predictions_outlive_the_model(client):
+    # the lazy result holds the persisted key partitions: computing it after the model is
+    # gone (``fit(...).predict(Q)`` in one expression) must not lose them on the scheduler
+    import gc
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(600, 3))
+    Q = rng.normal(size=(40, 3))
+    expected = MetricAttentionRegressor("euclidean", temperature=0.5).fit(X, X[:, 0]).predict(Q)
+    lazy = MetricAttentionRegressor("euclidean", temperature=0.5).fit(
+        da.from_array(X, chunks=(150, 3)), X[:, 0]).predict(da.from_array(Q, chunks=20))
+    gc.collect()
+    np.testing.assert_allclose(lazy.compute(), expected, rtol=1e-12, atol=1e-12)
+
 def test_dense_attention_and_kmeans_on_the_cluster(client):
     rng = np.random.default_rng(3)
     X = rng.normal(size=(3000, 4))
