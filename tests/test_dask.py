@@ -230,6 +230,25 @@ def test_kmeans_equals_in_memory(synchronous, temperature, dtype):
     assert sharded.cluster_centers_.dtype == expected.cluster_centers_.dtype
 
 
+
+def test_kmeans_with_an_empty_partition(synchronous):
+    # a partition emptied by a filter (unknown chunk sizes) holds no points, as in memory
+    rng = np.random.default_rng(5)
+    X = np.concatenate([rng.normal(c, 1.0, size=(60, 2)) for c in (0, 6)])
+    keep = np.ones(120, dtype=bool)
+    keep[40:80] = False
+    Xd = dask_rows(X, (40, 40, 40))
+    Xd = Xd[dask_rows(keep, (40, 40, 40))]
+    weight = rng.choice([0.5, 2.0], size=120)
+    wd = dask_rows(weight, (40, 40, 40))[dask_rows(keep, (40, 40, 40))]
+    for temperature in (0.0, 1.0):
+        settings = dict(n_clusters=2, temperature=temperature, init=X[[0, 100]])
+        expected = AttentionKMeans(**settings).fit(X[keep], sample_weight=weight[keep])
+        sharded = AttentionKMeans(**settings).fit(Xd, sample_weight=wd)
+        np.testing.assert_array_equal(sharded.labels_.compute(), expected.labels_)
+        np.testing.assert_allclose(sharded.cluster_centers_, expected.cluster_centers_,
+                                   rtol=1e-10)
+
 # ---------------------------------------------------------------------- a real cluster
 
 

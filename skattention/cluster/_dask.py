@@ -89,10 +89,11 @@ def fit(estimator, X, sample_weight):
 
 def _checked(X, sample_weight, dtype):
     """A partition as the in-memory fit validates it, and its weights."""
-    X = check_distance_range(check_array(X, dtype=dtype, order="C"))
+    # a partition may be empty (a filter); the fit checked the total number of rows
+    X = check_distance_range(check_array(X, dtype=dtype, order="C", ensure_min_samples=0))
     if sample_weight is None:
         return X, np.ones(X.shape[0], dtype=dtype)
-    w = check_array(sample_weight, ensure_2d=False, dtype=dtype)
+    w = check_array(sample_weight, ensure_2d=False, dtype=dtype, ensure_min_samples=0)
     if w.shape != (X.shape[0],) or np.any(w < 0):
         raise ValueError("sample_weight must be non-negative, one per row of X.")
     return X, w
