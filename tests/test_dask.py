@@ -249,6 +249,16 @@ def test_kmeans_with_an_empty_partition(synchronous):
         np.testing.assert_allclose(sharded.cluster_centers_, expected.cluster_centers_,
                                    rtol=1e-10)
 
+
+def test_kmeans_labels_dtype_as_in_memory(synchronous):
+    # int32 as KMeans' and the in-memory fit's; the lazy predict's declared dtype is the
+    # computed one
+    X = np.random.default_rng(6).normal(size=(90, 2))
+    km = AttentionKMeans(2, temperature=0, init=X[:2]).fit(dask_rows(X, (40, 50)))
+    assert km.labels_.dtype == km.labels_.compute().dtype == np.int32
+    lazy = km.predict(dask_rows(X, (40, 50)))
+    assert lazy.dtype == lazy.compute().dtype == km.predict(X).dtype
+
 # ---------------------------------------------------------------------- a real cluster
 
 

@@ -156,7 +156,7 @@ def _run(parts, centers, mean, T, max_iter, tol, on_iteration=None):
     inertia = sum(s[0] for s in summaries)
     counts = sum(s[1] for s in summaries)
     label_array = da.concatenate([
-        da.from_delayed(f[0], (len_,), dtype=np.int64)
+        da.from_delayed(f[0], (len_,), dtype=np.int32)
         for f, len_ in zip(final, [s[2] for s in summaries], strict=True)
     ])
     return Run(centers, label_array, inertia, n_iter, counts=counts)
@@ -234,6 +234,6 @@ def _assign(part, mean, centers):
     """A partition's final labels, and its weighted inertia, cluster counts and size."""
     Xt, wt, ct = _tensors(part, mean, centers)
     step = kmeans_step(Xt, ct, None, update=False)
-    labels = step["labels"].numpy()
+    labels = step["labels"].numpy().astype(np.int32)  # KMeans' label dtype, as in memory
     inertia = float((step["min_sqdist"].double() * wt.double()).sum())
     return labels, (inertia, np.bincount(labels, minlength=centers.shape[0]), labels.size)
