@@ -259,6 +259,18 @@ def test_kmeans_labels_dtype_as_in_memory(synchronous):
     lazy = km.predict(dask_rows(X, (40, 50)))
     assert lazy.dtype == lazy.compute().dtype == km.predict(X).dtype
 
+
+def test_kmeans_dataframe_feature_names(synchronous):
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    rng = np.random.default_rng(7)
+    frame = pd.DataFrame({"a": rng.normal(size=80), "b": rng.normal(size=80)})
+    km = AttentionKMeans(2, temperature=0, init=frame.to_numpy()[:2])
+    km.fit(dd.from_pandas(frame, npartitions=2))
+    assert list(km.feature_names_in_) == ["a", "b"]
+    with pytest.raises(ValueError, match="feature names"):
+        km.predict(frame[["b", "a"]])
+
 # ---------------------------------------------------------------------- a real cluster
 
 

@@ -35,10 +35,17 @@ def fit(estimator, X, sample_weight):
             "AttentionKMeans on a Dask array needs a numeric temperature (0 for Lloyd's "
             "k-means): temperature='auto' (annealing) needs all points at once."
         )
+    columns = None
     if hasattr(X, "to_dask_array"):
+        columns = X.columns
         X = X.to_dask_array(lengths=True)
     dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.dtype(np.float64)
-    validate_data(estimator, np.empty((0, X.shape[1]), dtype=dtype), ensure_min_samples=0)
+    template = np.empty((0, X.shape[1]), dtype=dtype)
+    if columns is not None:  # a DataFrame's column names: feature_names_in_, as in memory
+        import pandas as pd
+
+        template = pd.DataFrame(template, columns=columns)
+    validate_data(estimator, template, ensure_min_samples=0)
     blocks, lengths = row_blocks(X)
     n = sum(lengths)
     if n < estimator.n_clusters:
