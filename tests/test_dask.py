@@ -230,6 +230,47 @@ def test_kmeans_equals_in_memory(synchronous, temperature, dtype):
     assert sharded.cluster_centers_.dtype == expected.cluster_centers_.dtype
 
 
+
+def test_kmeans_with_an_empty_partition(synchronous):
+    # a partition emptied by a filter (unknown chunk sizes) holds no points, as in memory
+    rng = np.random.default_rng(5)
+    X = np.concatenate([rng.normal(c, 1.0, size=(60, 2)) for c in (0, 6)])
+    keep = np.ones(120, dtype=bool)
+    keep[40:80] = False
+    Xd = dask_rows(X, (40, 40, 40))
+    Xd = Xd[dask_rows(keep, (40, 40, 40))]
+    weight = rng.choice([0.5, 2.0], size=120)
+    wd = dask_rows(weight, (40, 40, 40))[dask_rows(keep, (40, 40, 40))]
+    for temperature in (0.0, 1.0):
+        settings = dict(n_clusters=2, temperature=temperature, init=X[[0, 100]])
+        expected = AttentionKMeans(**settings).fit(X[keep], sample_weight=weight[keep])
+        sharded = AttentionKMeans(**settings).fit(Xd, sample_weight=wd)
+        np.testing.assert_array_equal(sharded.labels_.compute(), expected.labels_)
+        np.testing.assert_allclose(sharded.cluster_centers_, expected.cluster_centers_,
+                                   rtol=1e-10)
+
+
+def test_kmeans_labels_dtype_as_in_memory(synchronous):
+    # int32 as KMeans' and the in-memory fit's; the lazy predict's declared dtype is the
+    # computed one
+    X = np.random.default_rng(6).normal(size=(90, 2))
+    km = AttentionKMeans(2, temperature=0, init=X[:2]).fit(dask_rows(X, (40, 50)))
+    assert km.labels_.dtype == km.labels_.compute().dtype == np.int32
+    lazy = km.predict(dask_rows(X, (40, 50)))
+    assert lazy.dtype == lazy.compute().dtype == km.predict(X).dtype
+
+
+def test_kmeans_dataframe_feature_names(synchronous):
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    rng = np.random.default_rng(7)
+    frame = pd.DataFrame({"a": rng.normal(size=80), "b": rng.normal(size=80)})
+    km = AttentionKMeans(2, temperature=0, init=frame.to_numpy()[:2])
+    km.fit(dd.from_pandas(frame, npartitions=2))
+    assert list(km.feature_names_in_) == ["a", "b"]
+    with pytest.raises(ValueError, match="feature names"):
+        km.predict(frame[["b", "a"]])
+
 # ---------------------------------------------------------------------- a real cluster
 
 
@@ -264,6 +305,20 @@ def test_keys_stay_on_the_workers(client):
     lazy = sharded.predict(da.from_array(Q, chunks=20))
     np.testing.assert_array_equal(lazy.compute(), expected.predict(Q))
 
+
+def test_lazy_predictions_outlive_the_model(client):
+    # the lazy result holds the persisted key partitions: computing it after the model is
+    # gone (``fit(...).predict(Q)`` in one expression) must not lose them on the scheduler
+    import gc
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(600, 3))
+    Q = rng.normal(size=(40, 3))
+    expected = MetricAttentionRegressor("euclidean", temperature=0.5).fit(X, X[:, 0]).predict(Q)
+    lazy = MetricAttentionRegressor("euclidean", temperature=0.5).fit(
+        da.from_array(X, chunks=(150, 3)), X[:, 0]).predict(da.from_array(Q, chunks=20))
+    gc.collect()
+    np.testing.assert_allclose(lazy.compute(), expected, rtol=1e-12, atol=1e-12)
 
 def test_dense_attention_and_kmeans_on_the_cluster(client):
     rng = np.random.default_rng(3)

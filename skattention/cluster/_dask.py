@@ -35,10 +35,17 @@ def fit(estimator, X, sample_weight):
             "AttentionKMeans on a Dask array needs a numeric temperature (0 for Lloyd's "
             "k-means): temperature='auto' (annealing) needs all points at once."
         )
+    columns = None
     if hasattr(X, "to_dask_array"):
+        columns = X.columns
         X = X.to_dask_array(lengths=True)
     dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.dtype(np.float64)
-    validate_data(estimator, np.empty((0, X.shape[1]), dtype=dtype), ensure_min_samples=0)
+    template = np.empty((0, X.shape[1]), dtype=dtype)
+    if columns is not None:  # a DataFrame's column names: feature_names_in_, as in memory
+        import pandas as pd
+
+        template = pd.DataFrame(template, columns=columns)
+    validate_data(estimator, template, ensure_min_samples=0)
     blocks, lengths = row_blocks(X)
     n = sum(lengths)
     if n < estimator.n_clusters:
@@ -89,10 +96,11 @@ def fit(estimator, X, sample_weight):
 
 def _checked(X, sample_weight, dtype):
     """A partition as the in-memory fit validates it, and its weights."""
-    X = check_distance_range(check_array(X, dtype=dtype, order="C"))
+    # a partition may be empty (a filter); the fit checked the total number of rows
+    X = check_distance_range(check_array(X, dtype=dtype, order="C", ensure_min_samples=0))
     if sample_weight is None:
         return X, np.ones(X.shape[0], dtype=dtype)
-    w = check_array(sample_weight, ensure_2d=False, dtype=dtype)
+    w = check_array(sample_weight, ensure_2d=False, dtype=dtype, ensure_min_samples=0)
     if w.shape != (X.shape[0],) or np.any(w < 0):
         raise ValueError("sample_weight must be non-negative, one per row of X.")
     return X, w
@@ -155,7 +163,7 @@ def _run(parts, centers, mean, T, max_iter, tol, on_iteration=None):
     inertia = sum(s[0] for s in summaries)
     counts = sum(s[1] for s in summaries)
     label_array = da.concatenate([
-        da.from_delayed(f[0], (len_,), dtype=np.int64)
+        da.from_delayed(f[0], (len_,), dtype=np.int32)
         for f, len_ in zip(final, [s[2] for s in summaries], strict=True)
     ])
     return Run(centers, label_array, inertia, n_iter, counts=counts)
@@ -233,6 +241,6 @@ def _assign(part, mean, centers):
     """A partition's final labels, and its weighted inertia, cluster counts and size."""
     Xt, wt, ct = _tensors(part, mean, centers)
     step = kmeans_step(Xt, ct, None, update=False)
-    labels = step["labels"].numpy()
+    labels = step["labels"].numpy().astype(np.int32)  # KMeans' label dtype, as in memory
     inertia = float((step["min_sqdist"].double() * wt.double()).sum())
     return labels, (inertia, np.bincount(labels, minlength=centers.shape[0]), labels.size)

@@ -245,16 +245,19 @@ class ShardedKeys:
             n_select = selection_size(None)  # temperature=0: the nearest key
         ones = kwargs["radius"] is not None and n_neighbors is None
         offsets = np.concatenate([[0], np.cumsum(self.points.chunks[0])[:-1]])
+        # unoptimised: the partitions' graphs keep their Futures, so that a lazy result holds
+        # the keys on the cluster after the model is gone (an optimised graph names them only)
         parts = [
             dask.delayed(_shard_partial)(queries, keys, values, log_prior, int(offset),
                                          n_select, ones, kwargs)
             for keys, values, log_prior, offset in zip(
-                self.points.to_delayed().ravel(), self.values.to_delayed().ravel(),
-                self.log_prior.to_delayed().ravel(), offsets, strict=True,
+                *(a.to_delayed(optimize_graph=False).ravel()
+                  for a in (self.points, self.values, self.log_prior)),
+                offsets, strict=True,
             )
         ]
         while len(parts) > 1:
-            parts = [dask.delayed(merge_partials)(parts[i : i + _MERGE_FAN_IN])
+            parts = [dask.delayed(_merged)(*parts[i : i + _MERGE_FAN_IN])
                      for i in range(0, len(parts), _MERGE_FAN_IN)]
         return parts[0]
 
@@ -364,6 +367,12 @@ def _shard_partial(queries, keys, values, log_prior, offset, n_select, ones, kwa
         values = np.hstack([values, np.ones((values.shape[0], 1), dtype=values.dtype)])
     return shard_attention(queries, keys, values, key_offset=offset, n_select=n_select,
                            log_prior=log_prior, **kwargs)
+
+
+def _merged(*partials):
+    # positional arguments: a list of Delayed objects would be finalised into a graph that
+    # drops the key partitions' Futures
+    return merge_partials(list(partials))
 
 
 def _finish(merged, kwargs):
