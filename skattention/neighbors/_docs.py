@@ -188,7 +188,10 @@ LEARNED_ATTRIBUTES = """map_ : torch.nn.Module or None
     loss_curve_ : list of float
         Mean training loss per epoch (learned metrics).
     validation_scores_ : list of float or None
-        Validation score per epoch with ``early_stopping`` (accuracy or R^2).
+        Validation score per epoch with ``early_stopping``: accuracy of single-output class
+        labels, else the R^2 of the values the attention propagates (a multi-output
+        classifier's one-hot labels; the regressor's standardised targets less ``trend_``
+        where it has one, so not the R^2 of ``y`` that ``score`` gives).
     validation_loss_curve_ : list of float or None
         Validation loss per epoch with ``early_stopping`` (the stopping criterion).
     best_validation_score_ : float or None
