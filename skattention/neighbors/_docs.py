@@ -222,7 +222,9 @@ CATEGORICAL = """categorical_features : "from_dtype", array-like of bool, int or
         at least 30 levels adds its levels' target statistics (the mean target, or the class
         frequencies, shrunk as :class:`~sklearn.preprocessing.TargetEncoder` does; a training
         row's from the other folds of a 5-fold split) as numbers where they predict the
-        target better than its mean. Sparse matrices are
+        target better than its mean (no column has them where they would take more than 16
+        columns each: 17 classes or more, or outputs whose classes or targets add up to more).
+        Sparse matrices are
         numeric only."""
 
 INPUT_ATTRIBUTES = """n_features_in_ : int
