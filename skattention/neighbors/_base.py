@@ -189,7 +189,8 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         classes = list(per_output) if self.outputs_2d_ else per_output[0]
         if (same_classes_on_warm_start and self.warm_start and hasattr(self, "classes_")
                 and not _same_classes(classes, self.classes_)):
-            raise ValueError("warm_start needs the same classes as the previous fit.")
+            raise ValueError("warm_start needs the same classes as the previous fit: it had "
+                             f"{self.classes_}, y has {classes}.")
         self.classes_ = classes
         key_weight = None
         if self.class_weight is not None:

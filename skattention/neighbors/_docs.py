@@ -188,7 +188,10 @@ LEARNED_ATTRIBUTES = """map_ : torch.nn.Module or None
     loss_curve_ : list of float
         Mean training loss per epoch (learned metrics).
     validation_scores_ : list of float or None
-        Validation score per epoch with ``early_stopping`` (accuracy or R^2).
+        Validation score per epoch with ``early_stopping``: accuracy of single-output class
+        labels, else the R^2 of the values the attention propagates (a multi-output
+        classifier's one-hot labels; the regressor's standardised targets less ``trend_``
+        where it has one, so not the R^2 of ``y`` that ``score`` gives).
     validation_loss_curve_ : list of float or None
         Validation loss per epoch with ``early_stopping`` (the stopping criterion).
     best_validation_score_ : float or None
@@ -219,7 +222,9 @@ CATEGORICAL = """categorical_features : "from_dtype", array-like of bool, int or
         at least 30 levels adds its levels' target statistics (the mean target, or the class
         frequencies, shrunk as :class:`~sklearn.preprocessing.TargetEncoder` does; a training
         row's from the other folds of a 5-fold split) as numbers where they predict the
-        target better than its mean. Sparse matrices are
+        target better than its mean (no column has them where they would take more than 16
+        columns each: 17 classes or more, or outputs whose classes or targets add up to more).
+        Sparse matrices are
         numeric only."""
 
 INPUT_ATTRIBUTES = """n_features_in_ : int

@@ -381,3 +381,18 @@ def test_query_arrays_are_checked_as_validate_data_checks_them(dtype):
         pd.DataFrame(X, columns=list("abcd")), y)
     with pytest.warns(UserWarning, match="does not have valid feature names"):
         named.predict(X[:2])
+
+
+def test_regressor_validation_score_is_that_of_the_trend_residuals():
+    # y linear in X: the trend explains it, the attention's validation R^2 (of the residuals)
+    # is not the model's R^2; the docstring says which R^2 it is
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 3))
+    y = X @ [3.0, -2.0, 1.0] + 0.1 * rng.normal(size=300)
+    reg = MetricAttentionRegressor("mlp", max_iter=2, random_state=0).fit(X, y)
+    assert reg.trend_ is not None
+    assert reg.score(X, y) > 0.99
+    assert reg.best_validation_score_ < 0.9
+    doc = MetricAttentionRegressor.__doc__
+    entry = doc[doc.index("validation_scores_ :"):doc.index("validation_loss_curve_ :")]
+    assert "trend_" in entry and "score" in entry

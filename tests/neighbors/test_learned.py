@@ -218,6 +218,14 @@ def test_warm_start_with_other_features_is_a_clear_error(noisy_classification):
     np.testing.assert_array_equal(clf.predict_proba(Xtr), expected)
 
 
+def test_warm_start_with_other_classes_names_them(noisy_classification):
+    Xtr, _, ytr, _ = noisy_classification
+    clf = MetricAttentionClassifier(max_iter=1, warm_start=True, random_state=0).fit(Xtr, ytr)
+    other = np.where(ytr == ytr[0], 7, ytr)
+    with pytest.raises(ValueError, match=r"previous fit: it had \[.*\], y has \[.*7.*\]"):
+        clf.fit(Xtr, other)
+
+
 def test_a_linear_map_to_more_components_than_features_is_an_error_as_in_nca():
     # W x of 3 features has rank 3: NCA refuses n_components=5; the other maps may widen
     X, y = make_classification(n_samples=60, n_features=3, n_informative=3, n_redundant=0,

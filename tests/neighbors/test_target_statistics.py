@@ -238,6 +238,17 @@ def test_targets_of_too_many_classes_are_never_built():
     assert peak < 20 * 2**20
 
 
+def test_the_docs_say_many_classes_take_no_statistics():
+    # 17 classes or more add no column's statistics (target_numbers' None): the estimators'
+    # categorical_features says so, not only the 16 columns per column that fewer classes take
+    from skattention import MetricAttentionClassifier
+
+    assert target_numbers(np.arange(17), True, 16) is None
+    assert target_numbers(np.arange(16), True, 16).shape == (16, 16)
+    doc = " ".join(MetricAttentionClassifier.__doc__.split())
+    assert "17 classes or more" in doc
+
+
 def test_a_column_whose_tables_exceed_the_memory_budget_adds_none():
     values, levels, y = _column(3000, 40)
     codes, size = [level_codes(values, levels)], [levels.size + 2]
