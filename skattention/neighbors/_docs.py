@@ -224,8 +224,7 @@ CATEGORICAL = """categorical_features : "from_dtype", array-like of bool, int or
         row's from the other folds of a 5-fold split) as numbers where they predict the
         target better than its mean (no column has them where they would take more than 16
         columns each: 17 classes or more, or outputs whose classes or targets add up to more).
-        Sparse matrices are
-        numeric only."""
+        Sparse matrices are numeric only."""
 
 INPUT_ATTRIBUTES = """n_features_in_ : int
         Number of features seen during fit.

@@ -123,11 +123,10 @@ class LearnedMetric(MetricStrategy):
                                  else float(temperature), map=self.map,
                                  n_iter=getattr(estimator, "n_iter_", 0) if warm else 0)
             data = TrainingRows(X, values if train_values is None else train_values,
-                                 prior_weight, dtype, device)
+                                prior_weight, dtype, device)
             log_t = self._initial_log_temperature(estimator, metric_map, data.X, prior_weight,
                                                   warm, dtype, device)
-            validation = data.split(validation_split(estimator, X.shape[0], stratify,
-                                                           rng))
+            validation = data.split(validation_split(estimator, X.shape[0], stratify, rng))
             row_groups = self._row_groups(data.X)
             history = self._train(estimator, metric_map, log_t, data, loss, validation,
                                   generator, warm, epoch_model, row_groups)

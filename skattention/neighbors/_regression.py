@@ -1,6 +1,5 @@
 """MetricAttentionRegressor: attention from queries to the training set, propagating targets."""
 
-
 import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.utils import check_random_state
