@@ -18,6 +18,7 @@ import scipy.sparse as sp
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from sklearn.utils import get_tags
 
 import skattention
 from skattention import attention
@@ -315,6 +316,15 @@ def test_wrong_parameter_values(name, data, value):
     if exc is not None:
         check_clear_error(exc, param)
 
+
+
+@pytest.mark.parametrize("name", sorted(CHEAP))
+@pytest.mark.parametrize("value", ["bogus", -3, 2.5, None, object()])
+def test_tags_of_wrong_parameter_values(name, value):
+    """Tags are read before fit validates the parameters (scikit-learn's cross-validation,
+    pipelines, meta-estimators): a wrong value leaves them readable and fit names it."""
+    for param in ESTIMATORS[name]().get_params():
+        get_tags(ESTIMATORS[name](**{param: value}))
 
 @pytest.mark.parametrize("bandwidth", [1e-300, 1e300])
 def test_mean_shift_extreme_bandwidth(bandwidth):

@@ -433,7 +433,9 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         tags.input_tags.sparse = not _names_categorical_columns(self.categorical_features)
         tags.input_tags.categorical = True
         tags.input_tags.string = True
-        return STRATEGIES[self.metric].tags(tags, self.device)
+        strategy = STRATEGIES.get(self.metric)
+        # tags are read before fit validates the parameters (an unknown metric: fit's error)
+        return tags if strategy is None else strategy.tags(tags, self.device)
 
 
 def _names_categorical_columns(categorical_features):
