@@ -21,6 +21,7 @@ import torch
 from ._device import accumulation_dtype, dtype_name
 from ._inputs import check_weights_count, differentiated, make_spec
 from ._knn import knn_attention, nearest_keys, selection_count
+from ._multiplicity import leave_one_unit_out
 from ._one_block import few_rows_over_prepared_keys
 from ._parallel import small_calls_single_threaded
 from ._scores import PreparedKeys, overflow_error
@@ -41,6 +42,7 @@ def attention(
     radius=None,
     log_prior=None,
     exclude_self=False,
+    leave_out="key",
     return_weights=False,
     n_weights=None,
     on_empty="raise",
@@ -98,6 +100,11 @@ def attention(
     exclude_self : bool or array-like of int of shape (n_queries,), default=False
         ``True`` masks key ``i`` for query ``i`` (queries are the keys). An integer array masks key
         ``exclude_self[i]`` for query ``i`` (``-1``: nothing).
+    leave_out : {"key", "unit"}, default="key"
+        What ``exclude_self`` leaves out: the whole key, or one unit of its weight
+        ``w = exp(log_prior)`` (a per-key ``log_prior``), ``max(w - 1, 0)`` of it staying:
+        with integer weights as counts of repeated points, the leave-one-out of one copy (in
+        a k-NN prior too, where the own key then counts ``w - 1`` units).
     return_weights : bool, default=False
         Also return the largest attention weights of each query and their key indices (with
         a k-NN prior, or at ``temperature=inf`` where every key weighs alike, the nearest
@@ -164,6 +171,10 @@ def attention(
         radius=radius, log_prior=log_prior, exclude_self=exclude_self, on_empty=on_empty,
         device=device, dtype=dtype, working_memory=working_memory, progress=progress,
     )
+    if leave_out not in ("key", "unit"):
+        raise ValueError(f"leave_out must be 'key' or 'unit', got {leave_out!r}.")
+    if leave_out == "unit":
+        leave_one_unit_out(spec)
     if backend not in _BACKENDS:
         raise ValueError(f"backend must be 'auto', 'stream' or 'sdpa', got {backend!r}.")
     spec.n_weights = check_weights_count(

@@ -32,10 +32,12 @@ class Spec:
     backend's products need the copy); ``temperature`` a float,
     or a 0-d tensor when it is learned; ``prior_vec`` a per-key log-prior, ``prior_fn`` a
     callable one, ``key_mask`` the keys ``prior_vec`` masks (``None`` when none is);
-    ``self_index`` the key each query excludes (``-1``: none); ``n_weights`` how many weights to
-    return (``None``: none); ``budget`` the scratch budget in bytes; ``grad`` whether the result
-    is differentiated; ``prepared`` whether the keys came prepared (``prepare_keys``: what is
-    built for them, such as the k-NN selection's key cells, serves later calls too).
+    ``self_index`` the key each query excludes (``-1``: none), ``unit_out`` the key of which it
+    leaves one unit of weight out instead (``_multiplicity.leave_one_unit_out``);
+    ``n_weights`` how many weights to return (``None``: none); ``budget`` the scratch budget in
+    bytes; ``grad`` whether the result is differentiated; ``prepared`` whether the keys came
+    prepared (``prepare_keys``: what is built for them, such as the k-NN selection's key cells,
+    serves later calls too).
     """
 
     device: torch.device
@@ -53,6 +55,7 @@ class Spec:
     prior_fn: object = None
     key_mask: torch.Tensor = None
     self_index: torch.Tensor = None
+    unit_out: torch.Tensor = None
     n_weights: int = None
     on_empty: str = "raise"
     budget: int = 0

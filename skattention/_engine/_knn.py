@@ -17,7 +17,7 @@ from ._cells import key_cells
 from ._device import accumulation_dtype
 from ._exact import merge_exact, row_packed, sort_exact
 from ._masks import call_prior_fn, query_index, raw_scores, scaled
-from ._multiplicity import keys_to_select, lightest_weights, multiplicity
+from ._multiplicity import keys_to_select, lightest_weights, multiplicity, without_own_unit
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
 from ._results import backend_result, cat_or_empty, empty_rows
@@ -327,7 +327,9 @@ def selection_count(spec, k):
     ``k`` (a key's weight ``exp(log_prior)`` is its multiplicity: :func:`multiplicity`)."""
     if spec.prior_vec is None or spec.n_neighbors is None:
         return k
-    return keys_to_select(lightest_weights(spec.prior_vec, k), k)
+    # a query's own key one unit lighter: its k units may need the keys of k + 1
+    units = k + (spec.unit_out is not None)
+    return keys_to_select(lightest_weights(spec.prior_vec, units), units)
 
 
 def knn_attention(spec):
@@ -349,7 +351,9 @@ def knn_attention(spec):
         s = prepared.exact(q, idx) if spec.grad else prepared.scores_of_f(f).to(q.dtype)
         log_weight = None if spec.prior_vec is None else spec.prior_vec[safe_idx]
         bias = None
-        if spec.prior_fn is not None:
+        if spec.unit_out is not None:  # (its prior_fn is the dense paths' form of this)
+            log_weight = without_own_unit(log_weight, idx, spec.unit_out[q_index])
+        elif spec.prior_fn is not None:
             bias = call_prior_fn(spec.prior_fn, q_index, safe_idx, s)
         out, p, selected = softmax_over_selected(
             s, idx, V[safe_idx], log_weight, bias, T, spec.n_neighbors,

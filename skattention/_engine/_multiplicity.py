@@ -1,7 +1,8 @@
 """Key weights as multiplicities in a k-NN selection (torch only): a key's weight
 ``exp(log_prior)`` counts as that many copies of it, so the k nearest "units" may need more
 keys (:func:`lightest_weights`, :func:`keys_to_select`, also over shards of the keys), and
-each selected key carries its share of the ``k`` units (:func:`multiplicity`)."""
+each selected key carries its share of the ``k`` units (:func:`multiplicity`); a query's own
+key can lose one unit instead of the whole key (:func:`leave_one_unit_out`)."""
 
 import math
 
@@ -43,3 +44,36 @@ def multiplicity(log_weight, valid, k):
     rounding = 4 * k * torch.finfo(share.dtype).eps
     kept = valid & (share > 0) & ((share >= weight) | (share > rounding))
     return torch.where(kept, torch.log(share), NEG_INF)
+
+
+def leave_one_unit_out(spec):
+    """``exclude_self`` leaving one unit of the own key's weight ``w = exp(log_prior)`` out
+    (``max(w - 1, 0)`` stays) instead of the whole key: the leave-one-out of a point repeated
+    ``w`` times, whose other copies stay. Own keys that keep nothing stay masked
+    (``spec.self_index``); the others keep ``w - 1``: a log-bias ``log((w - 1) / w)`` on them
+    (``spec.prior_fn``) for dense attention and, in a k-NN selection, one unit less of their
+    multiplicity (``spec.unit_out``, :func:`without_own_unit`; the bias would come after the
+    units are counted). A callable prior has no multiplicities: the whole key, as before."""
+    own = spec.self_index
+    if own is None or spec.prior_vec is None:
+        return
+    weight = torch.exp(spec.prior_vec.detach().double()[own.clamp(min=0)])
+    keeps = (own >= 0) & (weight > 1)
+    if not bool(keeps.any()):
+        return
+    spec.self_index = torch.where(keeps, -1, own)
+    unit_out = spec.unit_out = torch.where(keeps, own, -1)
+    bias = torch.where(keeps, torch.log1p(-1.0 / weight), 0.0).to(spec.dtype)
+
+    def own_key_bias(query_index, key_index):
+        return torch.where(key_index == unit_out[query_index], bias[query_index], 0.0)
+
+    spec.prior_fn = own_key_bias
+
+
+def without_own_unit(log_weight, idx, own):
+    """The selected keys' log-weights ``log_weight`` (keys ``idx``) with one unit less on each
+    query's own key ``own`` (a column; ``-1``: none): :func:`leave_one_unit_out` in a k-NN
+    selection, before :func:`multiplicity` counts the units."""
+    is_own = (idx == own) & (own >= 0)
+    return torch.where(is_own, torch.log(torch.expm1(log_weight).clamp(min=0)), log_weight)

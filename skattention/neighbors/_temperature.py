@@ -36,11 +36,10 @@ def auto_temperature(keys, values, sample_weight, loo_loss, engine_kwargs):
     scale = neighbor_scale(keys, positive, sample_weight, log_weight, engine_kwargs["device"],
                            engine_kwargs["dtype"], engine_kwargs["metric"])
     w = sample_weight[positive]
-    kwargs = dict(engine_kwargs, temperature=scale, log_prior=log_weight)
-    if np.all(w <= 1):
-        kwargs["exclude_self"] = positive  # leaving one unit out leaves the whole point out
-    else:
-        kwargs["log_prior"] = _leave_one_unit_out_prior(log_weight, positive, w)
+    # a point of weight w leaves one unit out (w - 1 of it stays; the whole point for w <= 1),
+    # as repeating it w times and leaving one copy out would, in the k-NN prior's units too
+    kwargs = dict(engine_kwargs, temperature=scale, log_prior=log_weight,
+                  exclude_self=positive, leave_out="unit")
     best, best_loss = float(scale), np.inf
     for temperature in scale * _GRID:
         kwargs["temperature"] = float(temperature)
@@ -98,22 +97,6 @@ def _median_of_finite(nearest, weight):
         return 1.0
     median = _weighted_median(nearest[keep], weight[keep])
     return float(median) if median > 0 else 1.0
-
-
-def _leave_one_unit_out_prior(log_prior, queries, weights):
-    """Callable log-prior: the key priors, except that query i's own key ``queries[i]`` keeps
-    ``max(w_i - 1, 0)`` of its weight ``w_i``."""
-    prior = torch.as_tensor(log_prior)
-    own = torch.as_tensor(queries)
-    with np.errstate(divide="ignore"):
-        keep = torch.as_tensor(np.log(np.maximum(weights - 1.0, 0.0) / weights))
-
-    def log_prior_fn(query_index, key_index):
-        dev = key_index.device
-        is_own = key_index == own.to(dev)[query_index]
-        return prior.to(dev)[key_index] + torch.where(is_own, keep.to(dev)[query_index], 0.0)
-
-    return log_prior_fn
 
 
 def _weighted_median(values, weights):

@@ -626,3 +626,37 @@ def test_values_whose_sum_overflows_are_named_as_the_cause():
     q, k = torch.randn(3, 2, generator=g), torch.randn(5, 2, generator=g)
     with pytest.raises(ValueError, match="the values .* summed over the keys overflow"):
         attention(q, k, torch.full((5,), 3e38))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("call", [dict(n_neighbors=4, temperature=0.7),
+                                  dict(n_neighbors=4, temperature=math.inf),
+                                  dict(n_neighbors=1, temperature=0.0), dict(temperature=0.7),
+                                  dict(radius=1.5, temperature=0.7)])
+def test_leaving_one_unit_out_is_leaving_one_repeated_copy_out(call, dtype):
+    # integer key weights as counts of repeated keys: leaving one unit of a query's own key out
+    # is leaving one copy out (exclude_self masked the whole key, and with the k-NN prior a
+    # callable bias came after the units were counted: a regressor's check of sample-weight
+    # equivalence failed with n_neighbors and temperature="auto")
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.integers(0, 3, size=(12, 2)), [[1, 1]]]).astype(float)  # ties
+    y, w = rng.normal(size=13), rng.integers(0, 4, size=13)
+    w[:3] = [2, 1, 3]
+    queries = np.flatnonzero(w > 0)
+    with np.errstate(divide="ignore"):
+        weighted = attention(X[queries], X, y, log_prior=np.log(w), exclude_self=queries,
+                             leave_out="unit", on_empty="zero", dtype=dtype, **call)
+    copies = np.repeat(np.arange(13), w)
+    first_copy = np.searchsorted(copies, queries)  # any copy: the others stay together
+    repeated = attention(X[queries], X[copies], y[copies], exclude_self=first_copy,
+                         on_empty="zero", dtype=dtype, **call)
+    np.testing.assert_allclose(weighted, repeated, rtol=1e-5 if dtype == "float32" else 1e-12,
+                               atol=1e-6 if dtype == "float32" else 1e-12)
+    assert np.abs(weighted - attention(  # the whole key out differs
+        X[queries], X, y, log_prior=np.log(np.maximum(w, 1e-300)), exclude_self=queries,
+        on_empty="zero", dtype=dtype, **call)).max() > 1e-3
+
+
+def test_leave_out_is_checked():
+    with pytest.raises(ValueError, match="leave_out must be 'key' or 'unit'"):
+        attention([[0.0]], [[1.0]], [1.0], leave_out="copy")

@@ -15,7 +15,10 @@ from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
-from sklearn.utils.estimator_checks import check_fit2d_1sample
+from sklearn.utils.estimator_checks import (
+    check_fit2d_1sample,
+    check_sample_weight_equivalence_on_dense_data,
+)
 
 from skattention import (
     MetricAttentionClassifier,
@@ -216,6 +219,18 @@ def test_auto_temperature_is_in_units_of_the_metric(iris, metric, p, power):
     three = MetricAttentionClassifier(metric, p=p).fit(3 * X, y)
     assert three.temperature_ == pytest.approx(3.0**power * one.temperature_, rel=1e-9)
     np.testing.assert_allclose(three.predict_proba(3 * X), one.predict_proba(X), atol=1e-9)
+
+
+@pytest.mark.parametrize("cls", [MetricAttentionClassifier, MetricAttentionRegressor])
+@pytest.mark.parametrize("metric, n_neighbors", [("euclidean", 2), ("euclidean", 3),
+                                                 ("manhattan", 4), ("cosine", 5)])
+def test_auto_temperature_with_a_selection_takes_integer_weights_as_repeats(
+        cls, metric, n_neighbors):
+    # the leave-one-out of a point of weight w keeps w - 1 units of it in the k-NN prior's
+    # count, as repeating it would; a bias applied after the units were counted chose another
+    # temperature than the repeated rows (0.0128 against 0.0256)
+    check_sample_weight_equivalence_on_dense_data(
+        cls.__name__, cls(metric, n_neighbors=n_neighbors))
 
 # ----------------------------------------------------------------------------- bad input
 
