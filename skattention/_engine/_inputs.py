@@ -117,6 +117,8 @@ def make_spec(queries, keys, values, *, metric, n_neighbors, radius, log_prior, 
                               lambda r: f_of_distance(kind, p, r))
     prior_vec, prior_fn, key_mask = checked_log_prior(prepared, log_prior, n_k, dev, dt)
     self_index = check_exclude_self(exclude_self, n_q, n_k, dev)
+    if not isinstance(progress, (bool, np.bool_, Integral)):  # "yes" would have meant True
+        raise TypeError(f"progress must be a bool or an int, got {progress!r}.")
     budget = budget_bytes(working_memory)
     spec = Spec(
         device=dev, dtype=dt, queries=Q, keys=prepared or PreparedKeys(K, metric),

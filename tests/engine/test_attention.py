@@ -660,3 +660,12 @@ def test_leaving_one_unit_out_is_leaving_one_repeated_copy_out(call, dtype):
 def test_leave_out_is_checked():
     with pytest.raises(ValueError, match="leave_out must be 'key' or 'unit'"):
         attention([[0.0]], [[1.0]], [1.0], leave_out="copy")
+
+
+@pytest.mark.parametrize("call", [attention, kneighbors])
+def test_progress_is_a_bool_or_an_int(call):
+    args = ([[0.0]], [[1.0]], [1.0]) if call is attention else ([[0.0]], [[1.0]], 1)
+    with pytest.raises(TypeError, match="progress must be a bool or an int, got 'yes'"):
+        call(*args, progress="yes")
+    call(*args, progress=np.True_)
+    call(*args, progress=0)
