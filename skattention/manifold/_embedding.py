@@ -459,7 +459,9 @@ class AttentionDiffusionEmbedding(
 
     @property
     def _n_features_out(self):
-        return self.n_components
+        # the fit's width (an AttributeError before it: get_feature_names_out's NotFittedError),
+        # not n_components, which set_params may have changed since
+        return self.embedding_.shape[1]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.datasets import make_blobs, make_s_curve
-from sklearn.exceptions import ConvergenceWarning
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.manifold import SpectralEmbedding
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -198,6 +198,19 @@ def test_pandas_output_feature_names_pipeline_and_pickle():
     restored = pickle.loads(pickle.dumps(pipe))
     np.testing.assert_array_equal(restored.transform(X[:20]), pipe.transform(X[:20]))
 
+
+def test_feature_names_out_are_those_of_the_fit_not_of_the_parameters():
+    pd = pytest.importorskip("pandas")
+    X, _ = make_s_curve(60, random_state=0)
+    emb = AttentionDiffusionEmbedding(n_components=2, random_state=0)
+    # before fit: NotFittedError, as scikit-learn's transformers (not names from n_components)
+    with pytest.raises(NotFittedError):
+        emb.get_feature_names_out()
+    emb.set_output(transform="pandas").fit(X)
+    emb.set_params(n_components=3)  # not refitted: the names and columns are still the fit's
+    out = emb.transform(X[:5])
+    assert isinstance(out, pd.DataFrame) and out.shape == (5, 2)
+    np.testing.assert_array_equal(emb.get_feature_names_out(), out.columns)
 
 def test_memory_budget_is_respected_and_too_small_budget_is_clear():
     import skattention
