@@ -431,8 +431,10 @@ class AttentionDiffusionEmbedding(
         feature names: the transformer checks (and encodes) the raw table itself (a
         :class:`~skattention.MetricAttentionTransformer` takes strings, categories and missing
         values), and its output is what the engine needs as floats
-        (:meth:`_to_metric_space`)."""
-        if isinstance(self.metric, str):
+        (:meth:`_to_metric_space`). After the fit, the fitted ``metric_`` decides, not
+        ``metric``, which ``set_params`` may have changed since."""
+        transformer = not isinstance(self.metric, str) if reset else self.metric_ is not None
+        if not transformer:
             return validate_data(self, X, reset=reset, dtype=[np.float64, np.float32],
                                  ensure_min_samples=2 if reset else 1)
         validate_data(self, X, reset=reset, skip_check_array=True)

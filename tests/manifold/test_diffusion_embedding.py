@@ -184,6 +184,18 @@ def test_learned_metric_transformer_is_used_fitted_or_not():
     )
 
 
+def test_transform_reads_the_table_as_the_fitted_metric_did_after_set_params():
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({"a": rng.normal(size=60), "b": rng.choice(["u", "v"], 60)})
+    y = (table["b"] == "u").to_numpy()
+    metric = MetricAttentionTransformer(max_iter=2, hidden_size=4, random_state=0)
+    emb = AttentionDiffusionEmbedding(n_components=1, metric=metric, random_state=0)
+    expected = emb.fit(table, y).transform(table[:5])
+    # not refitted: the fitted metric_ still reads the strings (not as floats, as "euclidean")
+    emb.set_params(metric="euclidean")
+    np.testing.assert_array_equal(emb.transform(table[:5]), expected)
+
 def test_pandas_output_feature_names_pipeline_and_pickle():
     pd = pytest.importorskip("pandas")
     X, _ = make_s_curve(200, random_state=0)
