@@ -402,7 +402,8 @@ class AttentionKMeans(
         X = self._check_test_data(X)
         T = check_temperature(self.temperature_ if temperature is None else temperature)
         dtype = self._compute_dtype(X)
-        eye = np.eye(self.n_clusters)
+        # the fitted centroids' count: n_clusters may have been set since the fit
+        eye = np.eye(self.cluster_centers_.shape[0])
         if T == 0:
             return eye[self._labels_inertia(X, inertia=False)[0]]
         blocks = dense_blocks(X) if sparse.issparse(X) else [X]

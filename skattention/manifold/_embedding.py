@@ -431,8 +431,10 @@ class AttentionDiffusionEmbedding(
         feature names: the transformer checks (and encodes) the raw table itself (a
         :class:`~skattention.MetricAttentionTransformer` takes strings, categories and missing
         values), and its output is what the engine needs as floats
-        (:meth:`_to_metric_space`)."""
-        if isinstance(self.metric, str):
+        (:meth:`_to_metric_space`). After the fit, the fitted ``metric_`` decides, not
+        ``metric``, which ``set_params`` may have changed since."""
+        transformer = not isinstance(self.metric, str) if reset else self.metric_ is not None
+        if not transformer:
             return validate_data(self, X, reset=reset, dtype=[np.float64, np.float32],
                                  ensure_min_samples=2 if reset else 1)
         validate_data(self, X, reset=reset, skip_check_array=True)
@@ -459,7 +461,9 @@ class AttentionDiffusionEmbedding(
 
     @property
     def _n_features_out(self):
-        return self.n_components
+        # the fit's width (an AttributeError before it: get_feature_names_out's NotFittedError),
+        # not n_components, which set_params may have changed since
+        return self.embedding_.shape[1]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

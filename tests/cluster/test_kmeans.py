@@ -133,6 +133,15 @@ def test_interfaces(blobs):
 
 
 @pytest.mark.parametrize("temperature", [0, "auto"])
+def test_responsibilities_are_over_the_fitted_centroids_after_set_params(blobs, temperature):
+    X, _ = blobs
+    km = AttentionKMeans(3, temperature=temperature, random_state=0, device="cpu").fit(X)
+    km.set_params(n_clusters=5)  # not refitted: the model still has its 3 centroids
+    proba = km.predict_proba(X[:20])
+    assert proba.shape == (20, 3)
+    np.testing.assert_array_equal(proba.argmax(1), km.predict(X[:20]))
+
+@pytest.mark.parametrize("temperature", [0, "auto"])
 def test_sample_weight_equals_repetition(blobs, temperature):
     X, _ = blobs
     X = X[:200]

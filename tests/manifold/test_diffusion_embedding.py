@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.datasets import make_blobs, make_s_curve
-from sklearn.exceptions import ConvergenceWarning
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.manifold import SpectralEmbedding
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -184,6 +184,18 @@ def test_learned_metric_transformer_is_used_fitted_or_not():
     )
 
 
+def test_transform_reads_the_table_as_the_fitted_metric_did_after_set_params():
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({"a": rng.normal(size=60), "b": rng.choice(["u", "v"], 60)})
+    y = (table["b"] == "u").to_numpy()
+    metric = MetricAttentionTransformer(max_iter=2, hidden_size=4, random_state=0)
+    emb = AttentionDiffusionEmbedding(n_components=1, metric=metric, random_state=0)
+    expected = emb.fit(table, y).transform(table[:5])
+    # not refitted: the fitted metric_ still reads the strings (not as floats, as "euclidean")
+    emb.set_params(metric="euclidean")
+    np.testing.assert_array_equal(emb.transform(table[:5]), expected)
+
 def test_pandas_output_feature_names_pipeline_and_pickle():
     pd = pytest.importorskip("pandas")
     X, _ = make_s_curve(200, random_state=0)
@@ -198,6 +210,19 @@ def test_pandas_output_feature_names_pipeline_and_pickle():
     restored = pickle.loads(pickle.dumps(pipe))
     np.testing.assert_array_equal(restored.transform(X[:20]), pipe.transform(X[:20]))
 
+
+def test_feature_names_out_are_those_of_the_fit_not_of_the_parameters():
+    pd = pytest.importorskip("pandas")
+    X, _ = make_s_curve(60, random_state=0)
+    emb = AttentionDiffusionEmbedding(n_components=2, random_state=0)
+    # before fit: NotFittedError, as scikit-learn's transformers (not names from n_components)
+    with pytest.raises(NotFittedError):
+        emb.get_feature_names_out()
+    emb.set_output(transform="pandas").fit(X)
+    emb.set_params(n_components=3)  # not refitted: the names and columns are still the fit's
+    out = emb.transform(X[:5])
+    assert isinstance(out, pd.DataFrame) and out.shape == (5, 2)
+    np.testing.assert_array_equal(emb.get_feature_names_out(), out.columns)
 
 def test_memory_budget_is_respected_and_too_small_budget_is_clear():
     import skattention
