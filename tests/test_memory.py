@@ -174,6 +174,48 @@ def test_dense_diffusion_counts_an_address_space_limit_as_unavailable():
     assert "274.7 MiB for a dense 6000 x 6000 operator" in out.stdout, out.stdout
 
 
+_AUTO_DIFFUSION_UNDER_A_CAP = """
+import resource
+import numpy as np
+from sklearn.datasets import make_s_curve
+from skattention import config_context
+from skattention.manifold import AttentionDiffusionEmbedding, spectral_cluster_count
+X, _ = make_s_curve(3000, random_state=0)  # dense operator: 68.7 MiB
+with config_context(working_memory=4096):
+    ref = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)  # warm: threads
+    vm = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    cap = vm + 150 * 2**20  # room for the operator, not for it and a whole-matrix kernel block
+    resource.setrlimit(resource.RLIMIT_AS,
+                       (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
+    auto = AttentionDiffusionEmbedding(random_state=0).fit(X)
+    print(auto.n_neighbors_, np.array_equal(auto.embedding_, ref.embedding_))
+    for fit in (lambda: AttentionDiffusionEmbedding(n_neighbors=None, random_state=0).fit(X),
+                lambda: spectral_cluster_count(X, random_state=0)):
+        try:
+            fit()
+        except MemoryError as exc:
+            print(exc)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_auto_diffusion_counts_the_working_memory_against_an_address_space_limit():
+    # A working memory larger than a ulimit -v leaves: the dense operator fits but the kernel
+    # blocks that fill it do not. "auto" takes the k-NN graph; an explicit dense operator (and
+    # spectral_cluster_count's) is refused before any work, suggesting less working memory.
+    out = subprocess.run([sys.executable, "-c", _AUTO_DIFFUSION_UNDER_A_CAP],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "15 True", out.stdout
+    for line, owner in zip(lines[1:], ["AttentionDiffusionEmbedding", "spectral_cluster_count"]):
+        assert line.startswith(f"{owner} needs 68.7 MiB for a dense 3000 x 3000 operator "
+                               "besides up to 4096.0 MiB of working memory"), out.stdout
+        assert "lower working_memory" in line, out.stdout
+    assert len(lines) == 3, out.stdout
+
+
 def test_dense_diffusion_operator_is_not_scratch():
     # A budget smaller than the n x n operator still fits it (default settings must not refuse
     # ordinary sizes): only the kernel blocks follow working_memory, and the result is the same.

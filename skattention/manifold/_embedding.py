@@ -99,7 +99,8 @@ class AttentionDiffusionEmbedding(
         ``n_neighbors`` nearest training points and to those whose k-NN ball contains them.
         ``"auto"``: the dense operator while its n x n float64 array fits in the working
         memory (``skattention.get_config()["working_memory"]``: up to 5,792 points at the
-        default 256 MiB), else the k-NN graph of 15 points (``n_neighbors_``), as
+        default 256 MiB) and, with that working memory beside it, in the memory available to
+        the process, else the k-NN graph of 15 points (``n_neighbors_``), as
         :class:`~sklearn.manifold.SpectralEmbedding` defaults to a nearest-neighbours affinity.
         An explicit ``None`` whose n x n array cannot fit in the memory available raises a
         ``MemoryError``.

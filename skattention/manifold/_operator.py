@@ -265,49 +265,72 @@ def resolve_n_neighbors(n_neighbors, n):
     """The operator for ``n`` points: ``None`` (dense) or the k of the k-NN graph.
 
     ``"auto"``: the dense operator while its ``n x n`` float64 array fits in the working memory
-    (``working_memory`` MiB: 5,792 points at the default 256) and in the memory the system has
-    available, the k-NN graph of ``AUTO_NEIGHBORS`` points otherwise (at most ``n``), as
-    SpectralEmbedding defaults to its nearest-neighbours affinity; an explicit value is kept.
+    (``working_memory`` MiB: 5,792 points at the default 256) and, together with that working
+    memory (the fit's blocks may take it all), in the memory available to the process; the
+    k-NN graph of ``AUTO_NEIGHBORS`` points otherwise (at most ``n``), as SpectralEmbedding
+    defaults to its nearest-neighbours affinity; an explicit value is kept.
     """
     if n_neighbors != "auto":
         return n_neighbors
-    available = _available_memory()
-    if 8 * n * n <= min(budget_bytes(), math.inf if available is None else available):
+    need = 8 * n * n
+    if need <= budget_bytes() and _shortfall(need) is None:
         return None
     return min(n, AUTO_NEIGHBORS)
 
 
-def check_dense_memory(n, n_neighbors, eigen_solver, k):
-    """Check that the dense n x n arrays of a diffusion fit fit in the memory available.
+def _shortfall(array_bytes):
+    """``None`` where arrays of ``array_bytes`` fit in the memory available to the process
+    besides the working memory (or that memory cannot be read), else ``(scratch, available)``
+    in bytes. The kernel and neighbour blocks of the same fit may take all of ``working_memory``
+    (which a ``ulimit -v`` can leave no room for), and an allocation past what is available
+    fails in torch only after the work before it."""
+    available = _available_memory()
+    scratch = budget_bytes()
+    if available is None or array_bytes + scratch <= available:
+        return None
+    return scratch, available
+
+
+def check_dense_memory(n, n_neighbors, eigen_solver, k, owner="AttentionDiffusionEmbedding",
+                       auto=True):
+    """Check that the dense n x n arrays of a diffusion fit fit in the memory available
+    (``owner`` names the fit in the message; ``auto``: it takes ``n_neighbors="auto"``).
 
     The dense operator is one n x n float64 array (the shift-invert Cholesky factorises it in
     place); a full ``eigh`` adds its eigenvectors and LAPACK workspace (about 3 n^2 more). Like
     scikit-learn's dense SpectralEmbedding these arrays are the algorithm's, not scratch: an
-    explicit ``n_neighbors=None`` or ``eigen_solver="dense"`` is checked against the memory the
-    system has available (``n_neighbors="auto"`` chooses the dense operator only within
-    ``working_memory``), and ``working_memory`` bounds the kernel blocks that fill them. Raises
-    ``MemoryError`` suggesting the k-NN operator or another eigen-solver when they cannot fit.
+    explicit ``n_neighbors=None`` or ``eigen_solver="dense"`` is checked against the memory
+    available to the process less the working memory (``n_neighbors="auto"`` chooses the dense
+    operator only within ``working_memory``), which bounds the blocks that fill them. Raises
+    ``MemoryError`` suggesting the k-NN operator, another eigen-solver or a smaller
+    ``working_memory`` when they cannot fit.
     """
     full_eigh = resolve_eigen_solver(eigen_solver, n, k, n_neighbors is not None) == "dense"
     if n_neighbors is not None and not full_eigh:
         return
     need = 8 * n * n * ((0 if n_neighbors is not None else 1) + (3 if full_eigh else 0))
-    available = _available_memory()
-    if available is not None and need > available:
-        what = (
-            f"a dense {n} x {n} operator"
-            if n_neighbors is None
-            else f"a dense {n} x {n} eigen-decomposition"
-        )
-        hint = (
-            "set n_neighbors to an int or 'auto' (a sparse k-NN operator)"
-            if n_neighbors is None
-            else "use eigen_solver='arpack' or 'lobpcg' (or 'auto')"
-        )
-        raise MemoryError(
-            f"AttentionDiffusionEmbedding needs {need / 2**20:.1f} MiB for {what} but only "
-            f"{available / 2**20:.1f} MiB of memory is available; {hint}."
-        )
+    short = _shortfall(need)
+    if short is None:
+        return
+    scratch, available = short
+    what = (
+        f"a dense {n} x {n} operator"
+        if n_neighbors is None
+        else f"a dense {n} x {n} eigen-decomposition"
+    )
+    values = "an int or 'auto'" if auto else "an int"
+    hint = (
+        f"set n_neighbors to {values} (a sparse k-NN operator)"
+        if n_neighbors is None
+        else "use eigen_solver='arpack' or 'lobpcg' (or 'auto')"
+    )
+    if need <= available:  # the working memory is what does not fit besides the arrays
+        hint += " or lower working_memory (skattention.config_context(working_memory=...))"
+    raise MemoryError(
+        f"{owner} needs {need / 2**20:.1f} MiB for {what} besides up to "
+        f"{scratch / 2**20:.1f} MiB of working memory, but only {available / 2**20:.1f} MiB "
+        f"of memory is available; {hint}."
+    )
 
 
 def diffusion_operator(Z, epsilon, alpha, knn, device, include_self=True):

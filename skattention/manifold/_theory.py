@@ -20,6 +20,7 @@ from ._eigen import top_eigenpairs
 from ._operator import (
     auto_epsilon,
     bandwidth_sample,
+    check_dense_memory,
     diffusion_operator,
     knn_graph_and_reference,
     reference_size,
@@ -188,6 +189,10 @@ def spectral_cluster_count(
     rng = check_random_state(random_state)
     if n_neighbors is not None and n_neighbors > n:
         raise ValueError(f"n_neighbors={n_neighbors} must be at most n_samples={n}.")
+    # the dense operator is refused before any work where it cannot fit (as in the estimator)
+    if n_neighbors is None:
+        check_dense_memory(n, None, "auto", min(max_clusters, n), "spectral_cluster_count",
+                           auto=False)
     sample = bandwidth_sample(n, rng) if epsilon == "auto" else None
     knn = reference = None
     if n_neighbors is not None:
