@@ -133,7 +133,7 @@ def test_dense_diffusion_arrays_beyond_available_memory_suggest_n_neighbors(monk
     # against the memory the system has; working_memory bounds the kernel blocks that fill it.
     X, _ = make_s_curve(400, random_state=0)  # dense operator: 400^2 x 8 bytes = 1.2 MiB
     ref = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)
-    monkeypatch.setattr("skattention.manifold._operator._available_memory", lambda: 2**20)
+    monkeypatch.setattr("skattention.manifold._operator.available_memory", lambda: 2**20)
     with pytest.raises(
         MemoryError, match=r"1\.2 MiB for a dense 400 x 400 operator(.|\n)*n_neighbors"
     ):
@@ -335,3 +335,32 @@ def test_working_memory_accepts_real_numbers(value):
     with skattention.config_context(working_memory=value):
         out = skattention.attention(np.ones((2, 1)), np.ones((3, 1)), np.ones(3))
     np.testing.assert_allclose(out, 1.0)
+
+
+def _cgroup(tmp_path, limit, usage, inactive, version):
+    """Files of a cgroup ``version`` (2 or 1) memory limit under ``tmp_path``."""
+    names = (("memory.max", "memory.current", "inactive_file") if version == 2 else
+             ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"))
+    (tmp_path / names[0]).write_text(f"{limit}\n")
+    (tmp_path / names[1]).write_text(f"{usage}\n")
+    (tmp_path / "memory.stat").write_text(f"anon 1\n{names[2]} {inactive}\nactive_file 5\n")
+    return (str(tmp_path / names[0]), str(tmp_path / names[1]), str(tmp_path / "memory.stat"),
+            names[2])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/meminfo")
+@pytest.mark.parametrize("version", [2, 1])
+def test_a_containers_memory_limit_counts_as_unavailable(tmp_path, monkeypatch, version):
+    # Inside a container /proc/meminfo shows the host's memory: a dense operator the
+    # container's limit cannot hold was attempted, and the kernel ended the process
+    from skattention._engine import _available_memory as memory
+
+    files = _cgroup(tmp_path, 2**30, 700 * 2**20, 200 * 2**20, version)
+    monkeypatch.setattr(memory, "_CGROUP_FILES", (files,))
+    assert memory.available_memory() == 2**30 - 500 * 2**20  # inactive page cache reclaimable
+    X, _ = make_s_curve(12_000, random_state=0)  # a 1,098.6 MiB dense operator
+    with pytest.raises(MemoryError, match="only 524.0 MiB of memory is available"):
+        AttentionDiffusionEmbedding(n_neighbors=None).fit(X)
+    unlimited = _cgroup(tmp_path, "max" if version == 2 else 9223372036854771712, 1, 0, version)
+    monkeypatch.setattr(memory, "_CGROUP_FILES", (unlimited,))
+    assert memory.available_memory() > 500 * 2**20

@@ -8,6 +8,7 @@ enforces it). See docs/engine.md for which module owns what.
 
 from ._anneal import anneal
 from ._attention import attention, kneighbors
+from ._available_memory import available_memory
 from ._budget import batch_rows, budget_bytes, plan_rows
 from ._calibration import calibrate_temperature
 from ._cluster import iterate_centers, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
@@ -104,6 +105,7 @@ __all__ = [
     "averaging_dtype",
     "ComputeOverflowError",
     "overflow_message",
+    "available_memory",
     "budget_bytes",
     "check_temperature",
     "clamp_log_temperature",

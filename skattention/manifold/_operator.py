@@ -10,16 +10,11 @@ are computed instead so that everything stays real.
 import math
 from dataclasses import dataclass
 
-try:
-    import resource
-except ImportError:  # Windows
-    resource = None
-
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from .._engine import budget_bytes, gaussian_kernel, kneighbors, plan_rows
+from .._engine import available_memory, budget_bytes, gaussian_kernel, kneighbors, plan_rows
 from ._eigen import resolve_eigen_solver
 
 # Points sampled by the bandwidth rule (their 90th percentile is what it needs).
@@ -235,32 +230,6 @@ class DiffusionOperator:
     mean_sq_jump: float = None  # k-NN graph: sum_ij pi_i S_ij d_ij^2, the mean squared step of S
 
 
-def _available_memory():
-    """Bytes of memory the system can still give this process (Linux ``MemAvailable``, and
-    within an address-space limit, ``ulimit -v``, what it leaves above ``VmSize``), or
-    ``None`` where it cannot be read."""
-    available = _proc_kib("/proc/meminfo", "MemAvailable:")
-    limit = resource.getrlimit(resource.RLIMIT_AS)[0] if resource is not None else None
-    used = _proc_kib("/proc/self/status", "VmSize:")
-    if limit is not None and limit != resource.RLIM_INFINITY and used is not None:
-        # past such a limit allocations fail (torch's as a RuntimeError) whatever MemAvailable
-        left = max(0, limit - used)
-        available = left if available is None else min(available, left)
-    return available
-
-
-def _proc_kib(path, field):
-    """Bytes of a ``kB`` field of a /proc file, or ``None`` where it cannot be read."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(field):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def resolve_n_neighbors(n_neighbors, n):
     """The operator for ``n`` points: ``None`` (dense) or the k of the k-NN graph.
 
@@ -284,7 +253,7 @@ def _shortfall(array_bytes):
     in bytes. The kernel and neighbour blocks of the same fit may take all of ``working_memory``
     (which a ``ulimit -v`` can leave no room for), and an allocation past what is available
     fails in torch only after the work before it."""
-    available = _available_memory()
+    available = available_memory()
     scratch = budget_bytes()
     if available is None or array_bytes + scratch <= available:
         return None

@@ -349,7 +349,7 @@ def test_auto_operator_is_dense_within_the_working_memory_and_a_knn_graph_beyond
 def test_explicit_dense_operator_that_cannot_fit_is_a_clear_memory_error(monkeypatch):
     from skattention.manifold import _operator
 
-    monkeypatch.setattr(_operator, "_available_memory", lambda: 2**20)
+    monkeypatch.setattr(_operator, "available_memory", lambda: 2**20)
     X, _ = make_s_curve(600, random_state=0)
     with pytest.raises(MemoryError, match="dense 600 x 600 operator.*n_neighbors"):
         AttentionDiffusionEmbedding(n_neighbors=None).fit(X)
