@@ -224,7 +224,10 @@ def map_chunk_groups(fn, n_groups):
     pools = getattr(_kept, "pools", None)
     if pools is None:
         return list(map_blocks(fn, range(n_groups), workers))
-    pool = pools.get(workers) or pools.setdefault(workers, _Workers(workers))
+    pool = pools.get(workers) or _started_workers(workers)
+    if pool is None:
+        return [fn(g) for g in range(n_groups)]
+    pools[workers] = pool
     for g in range(n_groups):
         pool.submit(g, fn, g)
     outcomes = [pool.outcome(g) for g in range(n_groups)]  # every one: none left behind
@@ -300,7 +303,8 @@ def block_spec(spec):
 
 def map_blocks(fn, starts, workers, grad=False):
     """``fn(start)`` for each block start, yielded in order; computed by ``workers``
-    single-threaded worker threads (``workers == 1``: in the calling thread, lazily).
+    single-threaded worker threads (``workers == 1``, or where no thread can be started: in
+    the calling thread, lazily).
 
     In the calling thread, MKL's products run on one thread too, as in the workers, unless
     ``grad`` (training, whose outputs need not be batch-independent, keeps OpenMP's count):
@@ -309,13 +313,13 @@ def map_blocks(fn, starts, workers, grad=False):
     equal the same query computed among others by the workers. Elementwise kernels keep the
     caller's OpenMP threads."""
     starts = list(starts)
-    if workers < 2:
+    pool = _started_workers(workers) if workers >= 2 else None
+    if pool is None:
         for start in starts:
             with _mkl_threads(torch.get_num_threads() if grad else 1):
                 result = fn(start)
             yield result
         return
-    pool = _Workers(workers)
     try:
         handed = 0
         for i in range(len(starts)):
@@ -327,19 +331,31 @@ def map_blocks(fn, starts, workers, grad=False):
         pool.close()
 
 
+def _started_workers(workers):
+    """A pool of ``workers`` threads, or ``None`` where the system cannot start them (a thread
+    or address-space limit, ``ulimit -u`` or ``-v``: each thread's stack takes address space):
+    the caller then runs the tasks itself, in order, with the same results (a task's result
+    does not depend on the thread that runs it)."""
+    pool = _Workers()
+    try:
+        for i in range(workers):
+            thread = threading.Thread(target=pool._work, name=f"skattention-{i}", daemon=True)
+            thread.start()
+            pool.threads.append(thread)
+    except RuntimeError:  # "can't start new thread"
+        pool.close()
+        return None
+    return pool
+
+
 class _Workers:
     """Threads that run the tasks submitted, ``fn(arg)``, on one torch thread each, results by
-    task number."""
+    task number (started by :func:`_started_workers`)."""
 
-    def __init__(self, workers):
+    def __init__(self):
         self.tasks, self.results = queue.SimpleQueue(), {}
         self.done = threading.Condition()
-        self.threads = [
-            threading.Thread(target=self._work, name=f"skattention-{i}", daemon=True)
-            for i in range(workers)
-        ]
-        for thread in self.threads:
-            thread.start()
+        self.threads = []
 
     def submit(self, number, fn, arg):
         self.tasks.put((number, fn, arg))

@@ -45,13 +45,13 @@ CASES = [
 def pools(monkeypatch):
     """The worker pools started, as a list of their sizes."""
     started = []
-    original = _parallel._Workers.__init__
+    original = _parallel._started_workers
 
-    def counting(self, workers):
+    def counting(workers):
         started.append(workers)
-        original(self, workers)
+        return original(workers)
 
-    monkeypatch.setattr(_parallel._Workers, "__init__", counting)
+    monkeypatch.setattr(_parallel, "_started_workers", counting)
     return started
 
 
@@ -66,6 +66,31 @@ def test_workers_give_the_serial_result(two_threads, pools, data, kwargs):
     if not isinstance(parallel, tuple):
         parallel, serial = (parallel,), (serial,)
     for a, b in zip(parallel, serial, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("kwargs", CASES[::3])
+def test_threads_that_cannot_start_leave_the_work_to_the_caller(two_threads, data, kwargs,
+                                                                  monkeypatch):
+    # under a thread or address-space limit (ulimit -u / -v: a thread's stack takes address
+    # space) threading raises "can't start new thread": the call failed with it
+    queries, keys, values = data
+    parallel = attention(queries, keys, values, device="cpu", **kwargs)
+    started = []
+
+    def refuse(thread):
+        started.append(thread.name)
+        if len(started) > 1:  # the second of two: the first must be stopped again
+            raise RuntimeError("can't start new thread")
+        original(thread)
+
+    original = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    caller = attention(queries, keys, values, device="cpu", **kwargs)
+    assert started and not [t for t in threading.enumerate() if t.name in started]
+    if not isinstance(parallel, tuple):
+        parallel, caller = (parallel,), (caller,)
+    for a, b in zip(parallel, caller, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
