@@ -7,11 +7,13 @@ result; inputs that cannot fit even in chunks raise MemoryError naming working_m
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
 import torch
 from sklearn.datasets import make_blobs, make_classification, make_s_curve
+from sklearn.exceptions import ConvergenceWarning
 
 import skattention
 from skattention import MetricAttentionClassifier, MetricAttentionRegressor, attention
@@ -70,6 +72,59 @@ def test_impossible_budget_names_working_memory_and_n_neighbors(data):
     with skattention.config_context(working_memory=1e-5):
         with pytest.raises(MemoryError, match=r"working_memory(.|\n)*n_neighbors"):
             est.predict(X[:5])
+
+
+# ------------------------------------------------------------------------------ attention weights
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "linear"])
+@pytest.mark.parametrize("queries", [None, "X"])
+def test_attention_weights_are_unchanged_by_a_tiny_budget(data, monkeypatch, metric, queries):
+    X, y = data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = MetricAttentionClassifier(metric, max_iter=3, random_state=0).fit(X[:300], y[:300])
+    Q = None if queries is None else X  # (the training rows among others)
+    ref = est.attention_weights(Q, n_weights=10)
+    calls = []
+    weights = type(est._keys).weights
+    monkeypatch.setattr(type(est._keys), "weights",
+                        lambda *a, **k: calls.append(1) or weights(*a, **k))
+    with skattention.config_context(working_memory=TINY):
+        small = est.attention_weights(Q, n_weights=10)
+    assert len(calls) > 5  # many chunks, filled into one result
+    for got, want in zip(small, ref, strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+_ATTENTION_WEIGHTS_UNDER_A_CAP = """
+import resource
+import numpy as np
+from skattention import MetricAttentionClassifier, config_context
+rng = np.random.default_rng(0)
+X, Q = rng.standard_normal((2000, 4)), rng.standard_normal((8000, 4))
+clf = MetricAttentionClassifier("euclidean", temperature=1.0).fit(X, np.arange(2000) % 3)
+with config_context(working_memory=8):
+    ref = clf.attention_weights(Q[:500], n_weights=1000)  # warm, and the first rows' result
+    vm = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    cap = vm + 200 * 2**20  # a ulimit -v: the result (weights and indices) takes 122 MiB
+    resource.setrlimit(resource.RLIMIT_AS,
+                       (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
+    weights, indices = clf.attention_weights(Q, n_weights=1000)
+np.testing.assert_array_equal(weights[:500], ref[0])
+np.testing.assert_array_equal(indices[:500], ref[1])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_attention_weights_hold_their_result_once_under_an_address_space_limit():
+    # The result is allocated whole and filled from the engine's outputs on row chunks: its
+    # block outputs, their float64 copies and a concatenation of them were all alive at once.
+    out = subprocess.run([sys.executable, "-c", _ATTENTION_WEIGHTS_UNDER_A_CAP],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
 
 
 # ------------------------------------------------------------------------------ training

@@ -35,6 +35,7 @@ from ..utils._warnings import warn_user
 from . import _dask
 from ._keys import FittedKeys
 from ._learned import LearnedMetric
+from ._queries import query_rows_in_chunks
 from ._strategy import FIXED_METRICS, TORCH_DTYPES, FixedMetric, PrecomputedMetric
 from ._target_statistics import target_numbers
 from ._training_settings import _STATISTICS_MAX_TARGETS
@@ -411,19 +412,24 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
                 f"n_neighbors={self.n_neighbors} leaves no room to exclude each training point "
                 f"from its own row ({self.n_samples_fit_} samples)."
             )
+        # the engine's check of n_weights, against a selection's keys, comes with the first
+        # chunk: before it, one against every key keeps the result's allocation sound
+        if (not isinstance(n_weights, Integral) or isinstance(n_weights, bool)
+                or not 0 < n_weights <= self._keys.n_samples):
+            raise ValueError(f"n_weights must be a positive integer at most the "
+                             f"{self._keys.n_samples} training points, got {n_weights!r}.")
         device = resolve_device(self.device)
-        blocks = [self._keys.inputs] if X is None else self._query_blocks(X)[0]
-        dtype = self._compute_dtype()
-        weights, indices = [], []
-        for block in blocks:
-            Z = self._strategy.embed(block, "query", device, dtype)
-            kwargs = self._engine_kwargs(device)
-            if self.radius is not None:
-                kwargs.update(self._strategy.radius_kwargs(Z, self.radius, kwargs["log_prior"]))
-            w, i = self._keys.weights(Z, X is None, n_weights, kwargs, self.verbose)
-            weights.append(w)
-            indices.append(i)
-        return np.asarray(np.concatenate(weights), dtype=np.float64), np.concatenate(indices)
+        kwargs = self._engine_kwargs(device)
+
+        def chunk(Z, own):
+            radius = ({} if self.radius is None else
+                      self._strategy.radius_kwargs(Z, self.radius, kwargs["log_prior"]))
+            return self._keys.weights(Z, own, n_weights, dict(kwargs, **radius), self.verbose)
+
+        # padding weighs 0 on index -1: n_weights columns whatever each row holds
+        return tuple(query_rows_in_chunks(self, X, device, [(n_weights, np.float64),
+                                                            (n_weights, np.int64)],
+                                          32 * n_weights, chunk))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -86,27 +86,15 @@ class NeighborsQueryMixin:
                 f"neighbours{' (each but the query itself)' if X is None else ''}; got "
                 f"n_neighbors={n_neighbors}."
             )
-        # The whole result is allocated first, as scikit-learn's is: a result too large for
-        # memory fails at once (numpy's MemoryError) instead of after most of the search, and
-        # the engine is called on row chunks within the budget, so that its outputs and their
-        # conversions are scratch, not further copies of the result.
-        n_rows = self._n_query_rows(X)
-        ind = np.empty((n_rows, n_neighbors), np.int64)
-        dist = np.empty((n_rows, n_neighbors)) if return_distance else None
-        rows = plan_rows(None, row_bytes=32 * n_neighbors, budget=budget_bytes())
-        device, stop = resolve_device(self.device), 0
-        for Z, exclude_self in self._embedded_blocks(X, device):
-            for start in range(0, Z.shape[0], rows):
-                Zc = Z[start:start + rows]
-                own = exclude_self
-                if isinstance(own, np.ndarray):
-                    own = own[start:start + rows]
-                f, idx = self._keys.select(Zc, n_neighbors, own,
-                                           self._selection_kwargs(device, Zc))
-                stop, begin = stop + idx.shape[0], stop
-                ind[begin:stop] = idx
-                if return_distance:
-                    dist[begin:stop] = self._strategy.distances(f)
+        device = resolve_device(self.device)
+
+        def chunk(Z, own):
+            f, idx = self._keys.select(Z, n_neighbors, own, self._selection_kwargs(device, Z))
+            return (self._strategy.distances(f) if return_distance else None), idx
+
+        dist, ind = query_rows_in_chunks(
+            self, X, device, [(n_neighbors, np.float64) if return_distance else None,
+                              (n_neighbors, np.int64)], 32 * n_neighbors, chunk)
         return (dist, ind) if return_distance else ind
 
     @uses_n_jobs
@@ -164,7 +152,7 @@ class NeighborsQueryMixin:
             raise ValueError("radius_neighbors needs a distance metric; metric='dot' has none.")
         # Each chunk's neighbours become its rows' arrays at once (views of the chunk's found
         # entries), so the result is held once, not also as flat copies and a global sort.
-        n_rows = self._n_query_rows(X)
+        n_rows = _n_query_rows(self, X)
         ind = np.empty(n_rows, dtype=object)
         dist = np.empty(n_rows, dtype=object) if return_distance else None
         device, offset = resolve_device(self.device), 0
@@ -280,19 +268,45 @@ class NeighborsQueryMixin:
             selection.update(self._strategy.radius_kwargs(Z, radius, kwargs["log_prior"]))
         return selection
 
-    def _n_query_rows(self, X):
-        """Rows of the queries ``X`` (``None``: the training points), before their checks."""
-        if X is None:
-            return self.n_samples_fit_
-        try:
-            return _num_samples(X)
-        except TypeError:  # not array-like: the checks of the first block say so
-            return 0
-
     def _n_keys_available(self, exclude_self):
         """Training points that can be a neighbour (positive weight), less the query itself."""
         n = int(np.count_nonzero(np.isfinite(self._keys.log_prior)))
         return n - 1 if exclude_self else n
+
+
+def query_rows_in_chunks(estimator, X, device, columns, row_bytes, chunk):
+    """Arrays of one row per query of ``X`` (``None``: the training points), one per
+    ``(width, dtype)`` of ``columns`` (``None`` for a ``None`` entry), filled with the arrays
+    that ``chunk(Z, exclude_self)`` returns in that order for row chunks of the queries
+    mapped into the metric space (``exclude_self`` as ``estimator._embedded_blocks`` gives
+    it), each chunk as many rows as the budget holds at ``row_bytes`` per row."""
+    # The whole result is allocated first, as scikit-learn's is: a result too large for memory
+    # fails at once (numpy's MemoryError) instead of after most of the search, and the engine
+    # is called on row chunks within the budget, so that its outputs and their conversions are
+    # scratch, not further copies of the result.
+    n_rows = _n_query_rows(estimator, X)
+    out = [None if c is None else np.empty((n_rows, c[0]), c[1]) for c in columns]
+    rows, stop = plan_rows(None, row_bytes=row_bytes, budget=budget_bytes()), 0
+    for Z, exclude_self in estimator._embedded_blocks(X, device):
+        for start in range(0, Z.shape[0], rows):
+            Zc, own = Z[start:start + rows], exclude_self
+            if isinstance(own, np.ndarray):
+                own = own[start:start + rows]
+            stop, begin = stop + Zc.shape[0], stop
+            for array, part in zip(out, chunk(Zc, own), strict=True):
+                if array is not None:
+                    array[begin:stop] = part
+    return out
+
+
+def _n_query_rows(estimator, X):
+    """Rows of the queries ``X`` (``None``: the training points), before their checks."""
+    if X is None:
+        return estimator.n_samples_fit_
+    try:
+        return _num_samples(X)
+    except TypeError:  # not array-like: the checks of the first block say so
+        return 0
 
 
 def _row_arrays(flat, starts, ends):
