@@ -285,3 +285,21 @@ def test_inputs_beyond_float32_are_named_when_attention_computes_in_it(params):
     # float64 attention takes them
     model = MetricAttentionClassifier("euclidean", dtype="float64", **params).fit(X * 1e50, y)
     np.testing.assert_array_equal(model.predict(X * 1e50), model.predict(X * 1e50))
+
+
+@pytest.mark.parametrize(("scale", "dtype"), [(1e-18, np.float32), (1e-155, np.float64)])
+def test_distances_too_small_for_the_compute_dtype_are_named_at_fit(scale, dtype):
+    # float32 data of 1e-18: the neighbour scale (1.6e-38) calls for temperatures whose scores
+    # overflow float32; the fit failed with the engine's advice to "raise the temperature",
+    # which temperature='auto' chooses
+    rng = np.random.default_rng(0)
+    X = (rng.normal(size=(200, 2)) * scale).astype(dtype)
+    y = (X[:, 0] > 0).astype(int)
+    message = rf"temperature='auto': attention in {dtype.__name__} overflows .* rescale the data"
+    with pytest.raises(ValueError, match=message) as info:
+        MetricAttentionClassifier("euclidean").fit(X, y)
+    assert "raise the temperature" not in str(info.value)
+    assert ("dtype='float64'" in str(info.value)) == (dtype == np.float32)
+    if dtype == np.float32:  # as the message says
+        model = MetricAttentionClassifier("euclidean", dtype="float64").fit(X, y)
+        assert model.score(X, y) > 0.9
