@@ -47,6 +47,25 @@ class MetricFit:
     best_validation_score: float = None
 
 
+def check_in_range(X, dtype):
+    """A clear error for encoded inputs ``X`` beyond float32 when attention computes in it (the
+    engine's cast made them infinite: "keys contains NaN or infinity", of inputs that hold
+    none)."""
+    if dtype != torch.float32 or not isinstance(X, np.ndarray) or not X.size:
+        return
+    peak = float(np.abs(X).max())
+    if peak > np.finfo(np.float32).max:
+        raise _out_of_range(peak)
+
+
+def _out_of_range(peak):
+    reaches = "holds values" if peak is None else f"reaches {peak:.3g} in magnitude,"
+    return ValueError(
+        f"X {reaches} beyond float32 (up to {np.finfo(np.float32).max:.3g}), the precision "
+        "this estimator's attention computes in; pass dtype='float64' or rescale X."
+    )
+
+
 class MetricStrategy:
     """The fixed metric ``"euclidean"``: the encoded inputs are the keys, nothing is learned.
 
@@ -86,6 +105,7 @@ class MetricStrategy:
         the estimator's leave-one-out loss (``temperature="auto"`` of the fixed metric);
         ``epoch_model``: see the learned metrics.
         """
+        check_in_range(X, self.compute_dtype(estimator.dtype, X.dtype))
         if not isinstance(estimator.temperature, str):
             return MetricFit(temperature=float(estimator.temperature))
         with np.errstate(divide="ignore"):
@@ -118,10 +138,14 @@ class MetricStrategy:
 
     def embed(self, X, side, device, dtype):
         """Encoded rows ``X`` in the space where scores are computed (NumPy)."""
+        check_in_range(X, dtype)
         return X
 
     def embed_tensor(self, Z, device, dtype):
         """Encoded query rows already a tensor on ``device`` (the few-rows path)."""
+        if Z.dtype == torch.float32 and not bool(torch.isfinite(Z).all()):
+            # the inputs were checked finite: the cast to float32 overflowed
+            raise _out_of_range(None)
         return Z
 
     def engine_kwargs(self, estimator, log_prior, fit_dtype, device, temperature=None):

@@ -5,7 +5,14 @@ temperature)."""
 import numpy as np
 import torch
 
-from .._engine import attention, budget_bytes, kneighbors, plan_rows
+from .._engine import (
+    ComputeOverflowError,
+    attention,
+    budget_bytes,
+    kneighbors,
+    overflow_message,
+    plan_rows,
+)
 
 # a geometric grid around the nearest-neighbour scale (weighted median squared distance from a
 # point to its nearest distinct one)
@@ -43,11 +50,30 @@ def auto_temperature(keys, values, sample_weight, loo_loss, engine_kwargs):
     best, best_loss = float(scale), np.inf
     for temperature in scale * _GRID:
         kwargs["temperature"] = float(temperature)
-        pred = attention(keys[positive], keys, values, on_empty="zero", **kwargs)
+        try:
+            pred = attention(keys[positive], keys, values, on_empty="zero", **kwargs)
+        except ComputeOverflowError as exc:
+            if not exc.by_temperature:
+                raise
+            raise _scale_overflow(scale, engine_kwargs["dtype"]).with_traceback(
+                exc.__traceback__) from None
         loss = loo_loss(np.asarray(pred, dtype=np.float64), positive, w, values)
         if loss < best_loss:
             best, best_loss = float(temperature), loss
     return best
+
+
+def _scale_overflow(scale, dtype):
+    """The engine's overflow at the temperatures the neighbour ``scale`` calls for, in the
+    estimator's terms: the engine's advice to raise the temperature misleads where the
+    estimator chose it."""
+    cause = (f"temperature='auto': attention in {str(dtype).split('.')[-1]} overflows at the "
+             f"temperatures that the squared distances between neighbouring training points "
+             f"(about {scale:.3g}) call for")
+    advice = ["rescale the data (e.g. StandardScaler)"]
+    if dtype != torch.float64:
+        advice.append("pass dtype='float64'")
+    return ValueError(overflow_message(cause, advice))
 
 
 def neighbor_scale(Z, queries, sample_weight, log_weight, device, dtype=torch.float64,

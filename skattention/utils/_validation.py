@@ -14,20 +14,31 @@ def standardisation(X):
 
     The statistics are computed in float64: the float32 variance of data at a tiny scale
     (~1e-20 and below) underflows to 0 and would leave the data unscaled. They are returned in
-    ``X``'s dtype unless the scale overflows it.
+    ``X``'s dtype unless the scale overflows it. A constant feature is centred on its value
+    exactly: the mean of n copies of a number is not always the number (of 1e300, 1e300 + 2e285:
+    a constant feature standardised to 2e285, beyond float32).
     """
-    mean = X.mean(0, dtype=np.float64).astype(X.dtype)
+    with np.errstate(over="ignore"):
+        mean = X.mean(0, dtype=np.float64)
+    overflow = ~np.isfinite(mean)
+    if np.any(overflow):
+        # the sum of values near float64's largest overflows: the mean in units of the largest
+        peak = np.abs(X[:, overflow]).max(0).astype(np.float64)
+        mean[overflow] = peak * (X[:, overflow] / peak).mean(0, dtype=np.float64)
+    constant = X.max(0) == X.min(0)
+    mean = np.where(constant, X[0], mean).astype(X.dtype)
     with np.errstate(over="ignore"):
         scale = X.std(0, dtype=np.float64)
-    if not np.all(np.isfinite(scale)):
-        # the variance of values beyond ~1e154 overflows float64: the spread in units of each
+    overflow = ~np.isfinite(scale)
+    if np.any(overflow):
+        # the variance of values beyond ~1e154 overflows float64: the spread in units of the
         # column's largest deviation (otherwise every row standardised to 0)
-        centred = X.astype(np.float64) - mean
+        centred = X[:, overflow].astype(np.float64) - mean[overflow]
         peak = np.abs(centred).max(0)
         peak = np.where(peak > 0, peak, 1.0)
-        scale = peak * (centred / peak).std(0)
+        scale[overflow] = peak * (centred / peak).std(0)
     scale = scale.astype(X.dtype) if np.all(scale < np.finfo(X.dtype).max) else scale
-    return mean, np.where(scale > 0, scale, 1.0)
+    return mean, np.where((scale > 0) & ~constant, scale, 1.0)
 
 
 def encode_classes(estimator, y, single_class=False):

@@ -264,3 +264,42 @@ def test_distances_that_underflow_are_a_clear_error(dtype):
     # duplicated points alone (no distance at all) still fit, as before
     model = MetricAttentionClassifier("euclidean", dtype=dtype).fit(np.zeros((4, 2)), [0, 1, 0, 1])
     assert model.temperature_ > 0
+
+
+@pytest.mark.parametrize("params", [dict(), dict(n_neighbors=3, temperature=np.inf),
+                                    dict(temperature=0.5)])
+def test_inputs_beyond_float32_are_named_when_attention_computes_in_it(params):
+    # the engine's cast to float32 made them infinite: "keys contains NaN or infinity" (of
+    # inputs that hold none), at fit with dtype='float32', at predict after a float32 fit
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 3))
+    y = (X[:, 0] > 0).astype(int)
+    message = r"X reaches 2.37e\+50 in magnitude, beyond float32.*pass dtype='float64'"
+    with pytest.raises(ValueError, match=message):
+        MetricAttentionClassifier("euclidean", dtype="float32", **params).fit(X * 1e50, y)
+    model = MetricAttentionClassifier("euclidean", **params).fit(X.astype(np.float32), y)
+    for rows in [X[:3], X]:  # the few-rows path and the blocks
+        for call in [model.predict, model.kneighbors]:
+            with pytest.raises(ValueError, match="beyond float32.*pass dtype='float64'"):
+                call(rows * 1e50)
+    # float64 attention takes them
+    model = MetricAttentionClassifier("euclidean", dtype="float64", **params).fit(X * 1e50, y)
+    np.testing.assert_array_equal(model.predict(X * 1e50), model.predict(X * 1e50))
+
+
+@pytest.mark.parametrize(("scale", "dtype"), [(1e-18, np.float32), (1e-155, np.float64)])
+def test_distances_too_small_for_the_compute_dtype_are_named_at_fit(scale, dtype):
+    # float32 data of 1e-18: the neighbour scale (1.6e-38) calls for temperatures whose scores
+    # overflow float32; the fit failed with the engine's advice to "raise the temperature",
+    # which temperature='auto' chooses
+    rng = np.random.default_rng(0)
+    X = (rng.normal(size=(200, 2)) * scale).astype(dtype)
+    y = (X[:, 0] > 0).astype(int)
+    message = rf"temperature='auto': attention in {dtype.__name__} overflows .* rescale the data"
+    with pytest.raises(ValueError, match=message) as info:
+        MetricAttentionClassifier("euclidean").fit(X, y)
+    assert "raise the temperature" not in str(info.value)
+    assert ("dtype='float64'" in str(info.value)) == (dtype == np.float32)
+    if dtype == np.float32:  # as the message says
+        model = MetricAttentionClassifier("euclidean", dtype="float64").fit(X, y)
+        assert model.score(X, y) > 0.9

@@ -104,6 +104,32 @@ def test_network_of_huge_features_equals_it_rescaled():
     assert np.ptp(huge[:, 0]) > 0.01
 
 
+
+@pytest.mark.parametrize("value", [3.3, 1e200, 1e300])
+def test_a_constant_feature_standardises_to_zero_whatever_its_value(value):
+    # the mean of n copies of 1e300 is 1e300 + 2e285: the constant column was standardised to
+    # 2e285, beyond the float32 network, and every probability was NaN (3.3 became 1)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2))
+    y = np.where(X[:, 0] > 0, "yes", "no")
+    make = partial(AttentionNetworkClassifier, max_iter=2, width=8, random_state=0)
+    reference = make().fit(np.c_[X, np.zeros(200)], y).predict_proba(np.c_[X[:20], np.zeros(20)])
+    with_value = np.c_[X, np.full(200, value)]
+    proba = make().fit(with_value, y).predict_proba(with_value[:20])
+    np.testing.assert_array_equal(proba, reference)
+
+
+def test_features_near_the_largest_float64_are_standardised():
+    # their sum overflowed the mean: every probability was NaN
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2))
+    y = np.where(X[:, 0] > 0, "yes", "no")
+    make = partial(AttentionNetworkClassifier, max_iter=2, width=8, random_state=0)
+    huge = X.copy()
+    huge[:, 0] = 1e308 + X[:, 0] * 1e307
+    proba = make().fit(huge, y).predict_proba(huge[:20])
+    np.testing.assert_allclose(proba, make().fit(X, y).predict_proba(X[:20]), atol=1e-6)
+
 def test_ipn_refuses_batched_sets():
     with pytest.raises(ValueError, match="x must be 2-D"):
         IPN(4, 3, width=8)(torch.randn(2, 10, 4))
