@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ._budget import budget_bytes
-from ._device import is_auto_device, resolve_device, resolve_dtype
+from ._device import dtype_name, is_auto_device, resolve_device, resolve_dtype
 from ._kinds import f_of_distance, metric_kind
 from ._masks import Radius
 from ._scores import PreparedKeys
@@ -284,8 +284,14 @@ def as_tensor(x, name, device, dtype, ndims):
     if t.ndim not in ndims:
         expected = " or ".join(f"{d}-D" for d in ndims)
         raise ValueError(f"{name} must be {expected}, got an array of shape {tuple(t.shape)}.")
-    t = t.to(device=device, dtype=dtype)
+    source, t = t, t.to(device=device, dtype=dtype)
     if t.numel() and not bool(torch.isfinite(t).all()):
+        if source.dtype != t.dtype and bool(torch.isfinite(source).all()):
+            peak = float(source.abs().max())
+            # the cast overflowed: finite inputs reported as NaN or infinity misled
+            raise ValueError(f"{name}: values of magnitude {peak:.3g} are beyond "
+                             f"{dtype_name(dtype)} (up to {torch.finfo(dtype).max:.3g}), the "
+                             "dtype of the computation; pass a wider dtype or rescale them.")
         raise ValueError(f"{name} contains NaN or infinity.")
     return t
 

@@ -669,3 +669,12 @@ def test_progress_is_a_bool_or_an_int(call):
         call(*args, progress="yes")
     call(*args, progress=np.True_)
     call(*args, progress=0)
+
+
+def test_inputs_beyond_the_compute_dtype_are_named_as_such():
+    X = np.array([[1e50, 0.0], [0.0, 1.0]])
+    with pytest.raises(ValueError, match="queries: values of magnitude 1e.50 are beyond "
+                                         "float32"):
+        attention(X, X, [1.0, 2.0], dtype="float32")
+    with pytest.raises(ValueError, match="queries contains NaN or infinity"):
+        attention(np.where(X > 1, np.inf, X), X, [1.0, 2.0], dtype="float32")
