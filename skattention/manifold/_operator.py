@@ -242,19 +242,25 @@ def resolve_n_neighbors(n_neighbors, n):
     if n_neighbors != "auto":
         return n_neighbors
     need = 8 * n * n
-    if need <= budget_bytes() and _shortfall(need) is None:
+    if need <= budget_bytes() and _shortfall(need, n) is None:
         return None
     return min(n, AUTO_NEIGHBORS)
 
 
-def _shortfall(array_bytes):
+# Bytes a (row, column) entry of the blocks that fill a diffusion fit's n x n arrays may take
+# (the kernel's float64 temporaries): the most scratch those blocks hold is this times n^2.
+_SCRATCH_PAIR_BYTES = 32
+
+
+def _shortfall(array_bytes, n):
     """``None`` where arrays of ``array_bytes`` fit in the memory available to the process
-    besides the working memory (or that memory cannot be read), else ``(scratch, available)``
-    in bytes. The kernel and neighbour blocks of the same fit may take all of ``working_memory``
-    (which a ``ulimit -v`` can leave no room for), and an allocation past what is available
-    fails in torch only after the work before it."""
+    besides the scratch of ``n`` points' blocks (or that memory cannot be read), else
+    ``(scratch, available)`` in bytes. The kernel and neighbour blocks of the same fit may take
+    all of ``working_memory`` (which a ``ulimit -v`` can leave no room for) but never more
+    than a few n x n arrays, and an allocation past what is available fails in torch only
+    after the work before it."""
     available = available_memory()
-    scratch = budget_bytes()
+    scratch = min(budget_bytes(), _SCRATCH_PAIR_BYTES * n * n)
     if available is None or array_bytes + scratch <= available:
         return None
     return scratch, available
@@ -278,7 +284,7 @@ def check_dense_memory(n, n_neighbors, eigen_solver, k, owner="AttentionDiffusio
     if n_neighbors is not None and not full_eigh:
         return
     need = 8 * n * n * ((0 if n_neighbors is not None else 1) + (3 if full_eigh else 0))
-    short = _shortfall(need)
+    short = _shortfall(need, n)
     if short is None:
         return
     scratch, available = short
@@ -291,7 +297,8 @@ def check_dense_memory(n, n_neighbors, eigen_solver, k, owner="AttentionDiffusio
     hint = (
         f"set n_neighbors to {values} (a sparse k-NN operator)"
         if n_neighbors is None
-        else "use eigen_solver='arpack' or 'lobpcg' (or 'auto')"
+        else "use eigen_solver='arpack' or 'lobpcg'"
+        + (" (or 'auto')" if eigen_solver != "auto" else "")
     )
     if need <= available:  # the working memory is what does not fit besides the arrays
         hint += " or lower working_memory (skattention.config_context(working_memory=...))"

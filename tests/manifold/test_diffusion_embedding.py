@@ -346,6 +346,17 @@ def test_auto_operator_is_dense_within_the_working_memory_and_a_knn_graph_beyond
     np.testing.assert_allclose(knn.embedding_, reference.embedding_, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.parametrize("n_neighbors", [None, "auto", 10])
+def test_a_small_fit_counts_only_the_scratch_its_blocks_can_take(monkeypatch, n_neighbors):
+    # the check counted the whole working memory (256 MiB) beside 100 points' 0.08 MiB
+    # operator: with 200 MiB available (a small container) every such fit was refused
+    from skattention.manifold import _operator
+
+    monkeypatch.setattr(_operator, "available_memory", lambda: 200 * 2**20)
+    X, _ = make_s_curve(100, random_state=0)
+    assert AttentionDiffusionEmbedding(n_neighbors=n_neighbors).fit_transform(X).shape == (100, 2)
+
+
 def test_explicit_dense_operator_that_cannot_fit_is_a_clear_memory_error(monkeypatch):
     from skattention.manifold import _operator
 
