@@ -266,7 +266,7 @@ def test_auto_diffusion_counts_the_working_memory_against_an_address_space_limit
     assert lines[0] == "15 True", out.stdout
     for line, owner in zip(lines[1:], ["AttentionDiffusionEmbedding", "spectral_cluster_count"]):
         assert line.startswith(f"{owner} needs 68.7 MiB for a dense 3000 x 3000 operator "
-                               "besides up to 4096.0 MiB of working memory"), out.stdout
+                               "besides up to 274.7 MiB of working memory"), out.stdout
         assert "lower working_memory" in line, out.stdout
     assert len(lines) == 3, out.stdout
 
