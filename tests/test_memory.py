@@ -392,30 +392,39 @@ def test_working_memory_accepts_real_numbers(value):
     np.testing.assert_allclose(out, 1.0)
 
 
-def _cgroup(tmp_path, limit, usage, inactive, version):
-    """Files of a cgroup ``version`` (2 or 1) memory limit under ``tmp_path``."""
-    names = (("memory.max", "memory.current", "inactive_file") if version == 2 else
-             ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"))
-    (tmp_path / names[0]).write_text(f"{limit}\n")
-    (tmp_path / names[1]).write_text(f"{usage}\n")
-    (tmp_path / "memory.stat").write_text(f"anon 1\n{names[2]} {inactive}\nactive_file 5\n")
-    return (str(tmp_path / names[0]), str(tmp_path / names[1]), str(tmp_path / "memory.stat"),
-            names[2])
+def _cgroup(tmp_path, monkeypatch, version, limit, usage=0, inactive=0, below="a/b"):
+    """A cgroup ``version`` (2 or 1) mount under ``tmp_path`` whose group ``a`` has a memory
+    ``limit``, this process's group ``below`` it (none of its own), read by the engine."""
+    from skattention._engine import _available_memory as memory
+
+    names = (("memory.max", "memory.current", "inactive_file", "") if version == 2 else
+             ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file",
+              "memory"))
+    group = tmp_path / "mnt" / "a"
+    (group / "b").mkdir(parents=True, exist_ok=True)
+    (group / names[0]).write_text(f"{limit}\n")
+    (group / names[1]).write_text(f"{usage}\n")
+    (group / "memory.stat").write_text(f"anon 1\n{names[2]} {inactive}\nactive_file 5\n")
+    line = "0::" if version == 2 else "4:memory:"
+    (tmp_path / "cgroup").write_text(f"9:name=systemd:/\n{line}/{below}\n")
+    monkeypatch.setattr(memory, "_CGROUPS", ((str(tmp_path / "mnt"), *names),))
+    monkeypatch.setattr(memory, "_SELF_CGROUP", str(tmp_path / "cgroup"))
+    return memory
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/meminfo")
 @pytest.mark.parametrize("version", [2, 1])
 def test_a_containers_memory_limit_counts_as_unavailable(tmp_path, monkeypatch, version):
     # Inside a container /proc/meminfo shows the host's memory: a dense operator the
-    # container's limit cannot hold was attempted, and the kernel ended the process
-    from skattention._engine import _available_memory as memory
-
-    files = _cgroup(tmp_path, 2**30, 700 * 2**20, 200 * 2**20, version)
-    monkeypatch.setattr(memory, "_CGROUP_FILES", (files,))
+    # container's limit cannot hold was attempted, and the kernel ended the process. The limit
+    # is read from this process's group up to the mount point (a limit on an ancestor binds).
+    memory = _cgroup(tmp_path, monkeypatch, version, 2**30, 700 * 2**20, 200 * 2**20)
     assert memory.available_memory() == 2**30 - 500 * 2**20  # inactive page cache reclaimable
     X, _ = make_s_curve(12_000, random_state=0)  # a 1,098.6 MiB dense operator
     with pytest.raises(MemoryError, match="only 524.0 MiB of memory is available"):
         AttentionDiffusionEmbedding(n_neighbors=None).fit(X)
-    unlimited = _cgroup(tmp_path, "max" if version == 2 else 9223372036854771712, 1, 0, version)
-    monkeypatch.setattr(memory, "_CGROUP_FILES", (unlimited,))
+    _cgroup(tmp_path, monkeypatch, version, 2**30, below="")  # the mount point's own group
+    assert memory.available_memory() > 2**30
+    unlimited = "max" if version == 2 else 9223372036854771712
+    _cgroup(tmp_path, monkeypatch, version, unlimited, 1)
     assert memory.available_memory() > 500 * 2**20

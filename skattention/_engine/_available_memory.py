@@ -2,18 +2,21 @@
 algorithm's dense arrays and a sparser one made before any work: a dense array past it fails
 only after the work before it (torch's allocator), or the kernel ends the process."""
 
+import os
+
 try:
     import resource
 except ImportError:  # not on Windows
     resource = None
 
-# (limit, usage, statistics, reclaimable field) of a container's memory limit: cgroup v2, v1
-_CGROUP_FILES = (
-    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current",
-     "/sys/fs/cgroup/memory.stat", "inactive_file"),
-    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-     "/sys/fs/cgroup/memory/memory.stat", "total_inactive_file"),
+# A container's memory limit, cgroup v2 then v1: (mount point, limit file, usage file, the
+# reclaimable field of memory.stat, the controllers on this process's line of /proc/self/cgroup)
+_CGROUPS = (
+    ("/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file", ""),
+    ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes",
+     "total_inactive_file", "memory"),
 )
+_SELF_CGROUP = "/proc/self/cgroup"
 
 
 def available_memory():
@@ -31,13 +34,48 @@ def available_memory():
 
 
 def _cgroup_left():
-    for limit_path, usage_path, stat_path, reclaimable in _CGROUP_FILES:
-        limit, usage = _file_bytes(limit_path), _file_bytes(usage_path)
-        if limit is None or usage is None:
-            continue
-        inactive = _field_bytes(stat_path, f"{reclaimable} ", 1) or 0
-        return max(0, limit - max(0, usage - inactive))
+    """The least memory that this process's cgroup or one of its ancestors still allows (a
+    limit set above the process's own group binds it too; without a cgroup namespace the
+    process's group lies below the mount point), or ``None``."""
+    paths = _own_cgroups()
+    for mount, limit_name, usage_name, reclaimable, controllers in _CGROUPS:
+        lefts = []
+        for directory in _up_to(mount, paths.get(controllers)):
+            limit = _file_bytes(os.path.join(directory, limit_name))
+            usage = _file_bytes(os.path.join(directory, usage_name))
+            if limit is None or usage is None:
+                continue
+            stat = os.path.join(directory, "memory.stat")
+            inactive = _field_bytes(stat, f"{reclaimable} ", 1) or 0
+            lefts.append(max(0, limit - max(0, usage - inactive)))
+        if lefts:
+            return min(lefts)
     return None
+
+
+def _own_cgroups():
+    """``{controllers: path}`` of this process's lines of /proc/self/cgroup: ``""`` for cgroup
+    v2's, ``"memory"`` for v1's memory controller."""
+    paths = {}
+    try:
+        with open(_SELF_CGROUP) as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controllers == "" or "memory" in controllers.split(","):
+                    paths["" if controllers == "" else "memory"] = path
+    except (OSError, ValueError):
+        pass
+    return paths
+
+
+def _up_to(mount, path):
+    """``mount/path`` and its parents up to ``mount``, those that exist (inside a container the
+    mount point is the container's own group, whatever the path says)."""
+    if path is None:
+        return []
+    parts = [part for part in path.split("/") if part]
+    directories = [os.path.join(mount, *parts[:i]) for i in range(len(parts), -1, -1)]
+    return [d for d in directories if os.path.isdir(d)]
 
 
 def _address_space_left():
