@@ -319,7 +319,7 @@ def test_wrong_parameter_values(name, data, value):
 
 
 @pytest.mark.parametrize("name", sorted(CHEAP))
-@pytest.mark.parametrize("value", ["bogus", -3, 2.5, None, object()])
+@pytest.mark.parametrize("value", ["bogus", -3, 2.5, None, object(), ["euclidean"]])
 def test_tags_of_wrong_parameter_values(name, value):
     """Tags are read before fit validates the parameters (scikit-learn's cross-validation,
     pipelines, meta-estimators): a wrong value leaves them readable and fit names it."""

@@ -160,6 +160,8 @@ def attention(
     >>> out, idx
     (array([0.]), array([[0, 1]]))
     """
+    if leave_out not in ("key", "unit"):
+        raise ValueError(f"leave_out must be 'key' or 'unit', got {leave_out!r}.")
     if (isinstance(keys, PreparedKeys) and n_neighbors is None and radius is None
             and exclude_self is False and not return_weights and backend == "auto"):
         out = few_rows_over_prepared_keys(queries, keys, values, metric, temperature,
@@ -171,8 +173,6 @@ def attention(
         radius=radius, log_prior=log_prior, exclude_self=exclude_self, on_empty=on_empty,
         device=device, dtype=dtype, working_memory=working_memory, progress=progress,
     )
-    if leave_out not in ("key", "unit"):
-        raise ValueError(f"leave_out must be 'key' or 'unit', got {leave_out!r}.")
     if leave_out == "unit":
         leave_one_unit_out(spec)
     if backend not in _BACKENDS:

@@ -43,7 +43,8 @@ def multiplicity(log_weight, valid, k):
     share = torch.minimum(weight, (k - before).clamp(min=0))
     rounding = 4 * k * torch.finfo(share.dtype).eps
     kept = valid & (share > 0) & ((share >= weight) | (share > rounding))
-    return torch.where(kept, torch.log(share), NEG_INF)
+    # (a share of 0 kept out of the log: 0 times its infinite gradient is NaN)
+    return torch.where(kept, torch.log(torch.where(kept, share, 1.0)), NEG_INF)
 
 
 def leave_one_unit_out(spec):
@@ -57,13 +58,15 @@ def leave_one_unit_out(spec):
     own = spec.self_index
     if own is None or spec.prior_vec is None:
         return
-    weight = torch.exp(spec.prior_vec.detach().double()[own.clamp(min=0)])
-    keeps = (own >= 0) & (weight > 1)
+    own_prior = spec.prior_vec[own.clamp(min=0)]
+    keeps = (own >= 0) & (own_prior.detach().double() > 0)  # weights above 1
     if not bool(keeps.any()):
         return
     spec.self_index = torch.where(keeps, -1, own)
     unit_out = spec.unit_out = torch.where(keeps, own, -1)
-    bias = torch.where(keeps, torch.log1p(-1.0 / weight), 0.0).to(spec.dtype)
+    # log((w - 1) / w) of the live prior (differentiated through it), at 1 where none is kept
+    # (its gradient there would be 0 times infinity)
+    bias = torch.where(keeps, torch.log1p(-torch.exp(-torch.where(keeps, own_prior, 1.0))), 0.0)
 
     def own_key_bias(query_index, key_index):
         return torch.where(key_index == unit_out[query_index], bias[query_index], 0.0)
@@ -76,4 +79,6 @@ def without_own_unit(log_weight, idx, own):
     query's own key ``own`` (a column; ``-1``: none): :func:`leave_one_unit_out` in a k-NN
     selection, before :func:`multiplicity` counts the units."""
     is_own = (idx == own) & (own >= 0)
-    return torch.where(is_own, torch.log(torch.expm1(log_weight).clamp(min=0)), log_weight)
+    # (the others' weights kept out of the expression: 0 times an infinite gradient is NaN)
+    kept = torch.log(torch.expm1(torch.where(is_own, log_weight, 1.0)))
+    return torch.where(is_own, kept, log_weight)

@@ -439,7 +439,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         tags.input_tags.sparse = not _names_categorical_columns(self.categorical_features)
         tags.input_tags.categorical = True
         tags.input_tags.string = True
-        strategy = STRATEGIES.get(self.metric)
+        strategy = STRATEGIES.get(self.metric) if isinstance(self.metric, str) else None
         # tags are read before fit validates the parameters (an unknown metric: fit's error)
         return tags if strategy is None else strategy.tags(tags, self.device)
 

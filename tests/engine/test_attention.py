@@ -8,6 +8,7 @@ import torch
 
 import skattention
 from skattention import attention, kneighbors
+from skattention._engine import prepare_keys
 
 from .reference import reference_attention
 
@@ -660,6 +661,9 @@ def test_leaving_one_unit_out_is_leaving_one_repeated_copy_out(call, dtype):
 def test_leave_out_is_checked():
     with pytest.raises(ValueError, match="leave_out must be 'key' or 'unit'"):
         attention([[0.0]], [[1.0]], [1.0], leave_out="copy")
+    with pytest.raises(ValueError, match="leave_out must be 'key' or 'unit'"):  # one row
+        attention(torch.zeros(1, 2), prepare_keys(torch.ones(3, 2), metric="euclidean"),
+                  torch.ones(3), metric="euclidean", leave_out="copy")
 
 
 @pytest.mark.parametrize("call", [attention, kneighbors])
@@ -678,3 +682,22 @@ def test_inputs_beyond_the_compute_dtype_are_named_as_such():
         attention(X, X, [1.0, 2.0], dtype="float32")
     with pytest.raises(ValueError, match="queries contains NaN or infinity"):
         attention(np.where(X > 1, np.inf, X), X, [1.0, 2.0], dtype="float32")
+
+
+@pytest.mark.parametrize("n_neighbors", [None, 3])
+def test_leaving_one_unit_out_differentiates_through_the_left_out_weight(n_neighbors):
+    # the own key's bias log((w - 1) / w) was built from a detached prior: the gradient treated
+    # its log weight as log w (0.355 against 0.776 by finite differences)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(4, 2, dtype=torch.float64, generator=g), torch.randn(6, 2,
+                                                                           dtype=torch.float64,
+                                                                           generator=g)
+    v = torch.randn(6, 2, dtype=torch.float64, generator=g)
+    own = torch.tensor([0, 1, 2, -1])
+    log_w = torch.log(torch.tensor([2.3, 3.4, 1.7, 1.0, 4.1, 2.6], dtype=torch.float64))
+
+    def out(lw):
+        return attention(q, k, v, log_prior=lw, exclude_self=own, leave_out="unit",
+                         temperature=0.8, n_neighbors=n_neighbors)
+
+    assert torch.autograd.gradcheck(out, (log_w.clone().requires_grad_(),))
