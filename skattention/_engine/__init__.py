@@ -50,7 +50,7 @@ from ._shards import (
     shard_attention,
     shard_lightest_weights,
 )
-from ._training import EarlyStopping, ProgressReport, train_network
+from ._training import EarlyStopping, ProgressReport, WindowRule, train_network
 
 __all__ = [
     # attention and its selection step
@@ -87,6 +87,7 @@ __all__ = [
     "sqdist_to_centers",
     # training: learned maps, the training loop and its callbacks
     "EarlyStopping",
+    "WindowRule",
     "ProgressReport",
     "ResidualBlock",
     "batch_rows",

@@ -55,7 +55,7 @@ def train_metric(
     average=None,
     epoch_rows=None,
     row_groups=None,
-    window_gain=None,
+    window=None,
 ):
     """Train ``metric_map`` (and ``log_temperature`` if it requires grad) in place.
 
@@ -110,8 +110,8 @@ def train_metric(
         same attention (equal inputs have equal keys), the same loss and gradients, up to
         rounding, over fewer keys (for maps without dropout, whose copies of a row would each
         draw their own mask): tables of a few categorical columns repeat their rows.
-    window_gain : float or None
-        :class:`EarlyStopping`'s: a window of epochs must improve the best loss by this share.
+    window : WindowRule or None
+        :class:`EarlyStopping`'s rule for a window of epochs (per-row validation losses given).
 
     Returns
     -------
@@ -138,7 +138,7 @@ def train_metric(
     stepper, validate, swap_back = _averaged(optimizer, validate, average, batches.rows,
                                              batch_size)
     stopping = EarlyStopping(n_iter_no_change, tol, history, validate, parameters.snapshot,
-                             parameters.restore, window_gain)
+                             parameters.restore, window)
     # the caller's callbacks see the epoch's validated (averaged) parameters, then the live
     # ones are put back for the next epoch
     updates = _OneThreadUpdates(stepper) if step.on_workers(batch_size) else stepper
@@ -420,17 +420,18 @@ def soft_neighbour_loss(out, target, loss):
 
 @torch.no_grad()
 def validation_score(pred, validation, loss):
-    """(score, loss) of the validation set's attention outputs ``pred``: accuracy or R^2, and
-    the training objective."""
+    """(score, loss, rows) of the validation set's attention outputs ``pred``: accuracy or R^2,
+    the training objective and each row's share of it (float64, on the CPU)."""
     _, values_val, weight_val = validation
     total = weight_val.sum()
-    val_loss = float((weight_val * soft_neighbour_loss(pred, values_val, loss)).sum() / total)
+    weighted = weight_val * soft_neighbour_loss(pred, values_val, loss)
+    val_loss, rows = float(weighted.sum() / total), (weighted / total).double().cpu()
     if loss == "log_loss":
         correct = (pred.argmax(1) == values_val.argmax(1)).to(pred.dtype)
-        return float((weight_val * correct).sum() / total), val_loss
+        return float((weight_val * correct).sum() / total), val_loss, rows
     mean = (weight_val[:, None] * values_val).sum(0) / total
     sst = float((weight_val * ((values_val - mean) ** 2).sum(1)).sum() / total)
-    return (1.0 - val_loss / sst if sst > 0 else -val_loss), val_loss
+    return (1.0 - val_loss / sst if sst > 0 else -val_loss), val_loss, rows
 
 
 def key_log_prior(weight):

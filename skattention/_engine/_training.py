@@ -13,6 +13,7 @@ Every tensor lives on the device of the training inputs, which the estimator res
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -106,41 +107,61 @@ def _epochs(model, optimizer, max_iter, batches, step, history, callbacks):
             break
 
 
+@dataclass(frozen=True)
+class WindowRule:
+    """:class:`EarlyStopping`'s rule for a window of the last ``n_iter_no_change`` epochs: stop
+    when together they improved the best validation loss by less than ``gain`` of it, or (with
+    ``z`` and per-row validation losses) by less than ``z`` standard errors of the per-row
+    differences between the two best epochs, paired on the same rows: a slow steady gain
+    passes, a plateau's small gains (within the validation rows' noise) do not."""
+
+    gain: float
+    z: float = None
+
+    def stops(self, before, best, before_rows, best_rows):
+        if before - best < self.gain * abs(before):
+            return True
+        if self.z is None or best_rows is None or before_rows is None:
+            return False
+        gains = (before_rows - best_rows) * before_rows.numel()  # per row, summing to the gain
+        spread = float(gains.std()) / math.sqrt(gains.numel())
+        return float(gains.mean()) < self.z * spread
+
+
 class EarlyStopping(Callback):
     """Stop when the monitored loss has not improved by ``tol`` for ``n_iter_no_change`` epochs:
     the one stopping rule of every trainer.
 
-    With ``validate`` (a function returning ``(score, loss)`` on held-out points), the validation
-    loss is monitored, recorded in the history with its score, and the state of the best epoch
-    (``snapshot()``) is restored at the end (``restore(state)``); without, the training loss (as
+    With ``validate`` (a function returning ``(score, loss)`` on held-out points, or ``(score,
+    loss, rows)`` with each row's share of the loss), the validation loss is monitored, recorded
+    in the history with its score, and the state of the best epoch (``snapshot()``) is restored
+    at the end (``restore(state)``); without, the training loss (as
     :class:`~sklearn.neural_network.MLPClassifier` without early stopping). ``history``: that of
     earlier epochs (a warm start), whose best losses are the ones to beat; ``None`` for none.
-    ``window_gain``: also stop when the best loss of the last ``n_iter_no_change`` epochs
-    together improved on the best before them by less than this share of it (``None``: no
-    such rule): a slow steady gain passes it, a plateau's small gains do not.
+    ``window``: a :class:`WindowRule` that also stops training (``None``: none).
     """
 
     def __init__(self, n_iter_no_change, tol, history=None, validate=None, snapshot=None,
-                 restore=None, window_gain=None):
+                 restore=None, window=None):
         self.n_iter_no_change, self.tol = n_iter_no_change, tol
-        self.window_gain, self.bests = window_gain, []
+        self.window, self.bests = window, []
         self.validate, self.snapshot, self.restore = validate, snapshot, restore
         history = history or TrainingHistory()
         self.best_val = (
             math.inf if history.best_validation_loss is None else history.best_validation_loss
         )
         self.best_loss = min(history.loss_curve) if history.loss_curve else math.inf
-        self.best_state = None
+        self.best_state = self.best_rows = None
         self.stall = 0
 
     def on_epoch_end(self, history):
         if self.validate is not None:
-            score, val_loss = self.validate()
+            score, val_loss, *rows = self.validate()
             history.validation_scores.append(score)
             history.validation_losses.append(val_loss)
             improved = val_loss < self.best_val - self.tol
             if val_loss < self.best_val:
-                self.best_val = val_loss
+                self.best_val, self.best_rows = val_loss, rows[0] if rows else None
                 history.best_validation_loss, history.best_validation_score = val_loss, score
                 self.best_state = self.snapshot()
         else:
@@ -149,10 +170,10 @@ class EarlyStopping(Callback):
             self.best_loss = min(self.best_loss, epoch_loss)
         self.stall = 0 if improved else self.stall + 1
         best = self.best_val if self.validate is not None else self.best_loss
-        self.bests.append(best)
-        if self.window_gain is not None and len(self.bests) > self.n_iter_no_change:
+        self.bests.append((best, self.best_rows))
+        if self.window is not None and len(self.bests) > self.n_iter_no_change:
             before = self.bests[-1 - self.n_iter_no_change]
-            if before - best < self.window_gain * abs(before):
+            if self.window.stops(before[0], best, before[1], self.best_rows):
                 return True
         return self.stall >= self.n_iter_no_change
 

@@ -134,7 +134,8 @@ LEARNING = """n_components : int, default=None
         validation loss varies less from epoch to epoch than the parameters' own. With
         ``metric="tabular"`` and more than 16,384 training points, training also stops when
         the last ``n_iter_no_change`` epochs together improved the best validation loss by
-        less than 0.2% of it. Without
+        less than 0.2% of it, or by less than twice the standard error of that gain over the
+        validation rows (paired: a gain within their noise). Without
         early stopping, the same rule applies to the training loss (and the parameters
         themselves). The validation points (at most 2,048 of them) also calibrate
         ``temperature="auto"`` after training. Prediction attends to all

@@ -11,6 +11,7 @@ from sklearn.utils import check_random_state
 
 from .._engine import (
     ProgressReport,
+    WindowRule,
     batch_rows,
     build_map,
     progress_bar,
@@ -43,6 +44,7 @@ from ._training_settings import (
     _SCALE_MIN_LEVEL_COUNT,
     _SCALE_VALIDATION_KEYS,
     _SCALE_WINDOW_GAIN,
+    _SCALE_WINDOW_Z,
     _STATISTICS_MIN_LEVELS,
     _TABULAR_BATCH,
     _TABULAR_CANDIDATES,
@@ -199,7 +201,8 @@ class LearnedMetric(MetricStrategy):
                 max_validation_keys=self._validation_keys(data.X.shape[0]),
                 history=previous, average=_AVERAGE_DECAY, epoch_rows=_EPOCH_ROWS,
                 row_groups=row_groups,
-                window_gain=_SCALE_WINDOW_GAIN if self._at_scale(data.X.shape[0]) else None,
+                window=(WindowRule(_SCALE_WINDOW_GAIN, _SCALE_WINDOW_Z)
+                        if self._at_scale(data.X.shape[0]) else None),
                 optimizer_state=self.optimizer_state if warm else None,
                 callbacks=[report, EpochTasks(estimator, attributes)],
             )

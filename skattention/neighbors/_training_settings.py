@@ -51,6 +51,9 @@ _STATISTICS_MAX_TARGETS = 16
 # validation loss by less than this share of it: on many rows the averaged loss keeps falling
 # by hundredths of a percent an epoch after the test score has stopped (docs/performance.md)
 _SCALE_WINDOW_GAIN = 2e-3
+# ... or by less than this many standard errors of its per-row gains on the validation rows
+# (paired): a gain within their noise (docs/performance.md)
+_SCALE_WINDOW_Z = 2.0
 # ... and where at most this share of the rows are distinct, equal rows are one key
 _DISTINCT_SHARE = 0.9
 # the temperature is calibrated on at most this many validation rows (a scalar needs fewer)

@@ -138,7 +138,7 @@ def test_a_warm_start_without_improvement_keeps_the_last_validated_parameters():
         pred = attention(metric_map(validation[0]), metric_map(X[train]), values[train],
                          metric=metric_map.kind, temperature=float(torch.exp(log_t)),
                          on_empty="zero")
-        _, final = validation_score(pred, validation, "log_loss")
+        _, final, _ = validation_score(pred, validation, "log_loss")
     assert final == history.validation_losses[-1]
 
 
@@ -161,17 +161,17 @@ def test_early_stopping_on_the_training_loss_without_an_earlier_history():
 
 
 def test_early_stopping_on_the_gain_of_a_window_of_epochs():
-    """``window_gain``: a plateau whose epochs each beat the best by more than ``tol`` but
+    """``WindowRule(gain)``: a plateau whose epochs each beat the best by more than ``tol`` but
     together by less than the share stops; a slow steady gain of the same size per epoch over
     a larger share does not, nor does the rule without it. The best state is restored."""
-    from skattention._engine import EarlyStopping
+    from skattention._engine import EarlyStopping, WindowRule
     from skattention._engine._training import TrainingHistory
 
-    def run(losses, window_gain):
+    def run(losses, window):
         it = iter(losses)
         rule = EarlyStopping(3, 1e-4, validate=lambda: (0.0, next(it)),
                              snapshot=lambda: "state", restore=lambda state: None,
-                             window_gain=window_gain)
+                             window=window)
         history = TrainingHistory()
         for epoch in range(len(losses)):
             if rule.on_epoch_end(history):
@@ -182,9 +182,43 @@ def test_early_stopping_on_the_gain_of_a_window_of_epochs():
     steady = [1.0, 0.9, 0.8, 0.797, 0.794, 0.791, 0.788, 0.785]      # 0.4% an epoch
     # the window of epochs 4-6 improved 0.8 by 0.19%, 5-7 improved 0.7995 by 0.19%...: a
     # 2e-3 share stops the plateau at the sixth epoch, never the steady gain
-    assert run(plateau, 2e-3) == 6
-    assert run(steady, 2e-3) is None
+    assert run(plateau, WindowRule(2e-3)) == 6
+    assert run(steady, WindowRule(2e-3)) is None
     assert run(plateau, None) is None
+
+
+def test_early_stopping_on_a_window_gain_within_the_validation_rows_noise():
+    """``WindowRule(gain, z)``: a window whose gain is below ``z`` paired standard errors of
+    its per-row gains stops, however large its share; the same gain carried by every row
+    alike does not (a steady real gain); without per-row losses the share alone decides."""
+    from skattention._engine import EarlyStopping, WindowRule
+    from skattention._engine._training import TrainingHistory
+
+    rng = np.random.default_rng(0)
+    base = torch.as_tensor(rng.uniform(0.5, 1.5, size=400))
+
+    def run(noise, rows=True):
+        # a 1% gain an epoch of the total, on every row alike plus per-row noise of the given
+        # size that leaves the total as it is
+        noises = [torch.as_tensor(rng.normal(size=400)) for _ in range(8)]
+        epochs = [base * (1 - 0.01 * e) + noise * (n - n.mean()) for e, n in enumerate(noises)]
+        it = iter(epochs)
+
+        def validate():
+            losses = next(it) / 400
+            return (0.0, float(losses.sum()), losses) if rows else (0.0, float(losses.sum()))
+
+        rule = EarlyStopping(3, 1e-4, validate=validate, snapshot=lambda: "state",
+                             restore=lambda state: None, window=WindowRule(2e-3, 2.0))
+        history = TrainingHistory()
+        for epoch in range(len(epochs)):
+            if rule.on_epoch_end(history):
+                return epoch + 1
+        return None
+
+    assert run(noise=0.0) is None
+    assert run(noise=1.0) == 4  # the first window's 3% gain is within the rows' noise
+    assert run(noise=1.0, rows=False) is None
 
 
 @pytest.mark.parametrize("kind", ["tabular", "linear"])
