@@ -222,7 +222,11 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
         return self.max_iter
 
     def _standardise(self, X):
-        return (X - self._x_mean) / self._x_scale
+        with np.errstate(over="ignore"):
+            Z = (X - self._x_mean) / self._x_scale
+        if not np.all(np.isfinite(Z)):  # differences beyond float64's largest: scaled first
+            Z = X / self._x_scale - self._x_mean / self._x_scale
+        return Z
 
     def _predict_proba(self, X):
         """Each query attends to the training set plus itself (float64, on the CPU)."""

@@ -32,11 +32,12 @@ def standardisation(X):
     overflow = ~np.isfinite(scale)
     if np.any(overflow):
         # the variance of values beyond ~1e154 overflows float64: the spread in units of the
-        # column's largest deviation (otherwise every row standardised to 0)
-        centred = X[:, overflow].astype(np.float64) - mean[overflow]
-        peak = np.abs(centred).max(0)
+        # column's largest value (otherwise every row standardised to 0); not of its
+        # deviations, which can themselves overflow (values of both signs near the largest)
+        values = X[:, overflow].astype(np.float64)
+        peak = np.abs(values).max(0)
         peak = np.where(peak > 0, peak, 1.0)
-        scale[overflow] = peak * (centred / peak).std(0)
+        scale[overflow] = peak * (values / peak).std(0)
     scale = scale.astype(X.dtype) if np.all(scale < np.finfo(X.dtype).max) else scale
     return mean, np.where((scale > 0) & ~constant, scale, 1.0)
 

@@ -130,6 +130,23 @@ def test_features_near_the_largest_float64_are_standardised():
     proba = make().fit(huge, y).predict_proba(huge[:20])
     np.testing.assert_allclose(proba, make().fit(X, y).predict_proba(X[:20]), atol=1e-6)
 
+
+def test_a_feature_of_both_signs_near_the_largest_float64_is_standardised():
+    # its deviations from the mean overflow too (1.7e308 - (-1.7e308)): the scale was NaN,
+    # silently made 1, and every probability NaN
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2))
+    y = np.where(X[:, 0] > 0, "yes", "no")
+    huge = X.copy()
+    huge[:, 1] = np.where(np.arange(200) < 150, 1.7e308, -1.7e308)
+    make = partial(AttentionNetworkClassifier, max_iter=2, width=8, random_state=0)
+    proba = make().fit(huge, y).predict_proba(huge[:20])
+    assert np.all(np.isfinite(proba))
+    two_levels = np.c_[X[:, 0], np.where(np.arange(200) < 150, 1.0, -1.0)]
+    np.testing.assert_allclose(proba, make().fit(two_levels, y).predict_proba(two_levels[:20]),
+                               atol=1e-6)
+
+
 def test_ipn_refuses_batched_sets():
     with pytest.raises(ValueError, match="x must be 2-D"):
         IPN(4, 3, width=8)(torch.randn(2, 10, 4))
