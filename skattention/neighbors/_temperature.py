@@ -9,6 +9,7 @@ from .._engine import (
     ComputeOverflowError,
     attention,
     budget_bytes,
+    dtype_name,
     kneighbors,
     overflow_message,
     plan_rows,
@@ -67,7 +68,7 @@ def _scale_overflow(scale, dtype):
     """The engine's overflow at the temperatures the neighbour ``scale`` calls for, in the
     estimator's terms: the engine's advice to raise the temperature misleads where the
     estimator chose it."""
-    cause = (f"temperature='auto': attention in {str(dtype).split('.')[-1]} overflows at the "
+    cause = (f"temperature='auto': attention in {dtype_name(dtype)} overflows at the "
              f"temperatures that the squared distances between neighbouring training points "
              f"(about {scale:.3g}) call for")
     advice = ["rescale the data (e.g. StandardScaler)"]

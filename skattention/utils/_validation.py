@@ -18,28 +18,29 @@ def standardisation(X):
     exactly: the mean of n copies of a number is not always the number (of 1e300, 1e300 + 2e285:
     a constant feature standardised to 2e285, beyond float32).
     """
-    with np.errstate(over="ignore"):
-        mean = X.mean(0, dtype=np.float64)
-    overflow = ~np.isfinite(mean)
-    if np.any(overflow):
-        # the sum of values near float64's largest overflows: the mean in units of the largest
-        peak = np.abs(X[:, overflow]).max(0).astype(np.float64)
-        mean[overflow] = peak * (X[:, overflow] / peak).mean(0, dtype=np.float64)
+    # the sum of values near float64's largest overflows the mean, and the variance of values
+    # beyond ~1e154 the spread (every row would be standardised to 0)
+    mean = _in_units_of_the_largest(X, np.mean)
     constant = X.max(0) == X.min(0)
     mean = np.where(constant, X[0], mean).astype(X.dtype)
+    scale = _in_units_of_the_largest(X, np.std)
+    scale = scale.astype(X.dtype) if np.all(scale < np.finfo(X.dtype).max) else scale
+    return mean, np.where((scale > 0) & ~constant, scale, 1.0)
+
+
+def _in_units_of_the_largest(X, statistic):
+    """``statistic`` (``np.mean`` or ``np.std``) of each column of ``X`` in float64, computed
+    again in units of the column's largest absolute value where it overflows (not of its
+    deviations, which can overflow too: values of both signs near the largest)."""
     with np.errstate(over="ignore"):
-        scale = X.std(0, dtype=np.float64)
-    overflow = ~np.isfinite(scale)
+        out = statistic(X, 0, dtype=np.float64)
+    overflow = ~np.isfinite(out)
     if np.any(overflow):
-        # the variance of values beyond ~1e154 overflows float64: the spread in units of the
-        # column's largest value (otherwise every row standardised to 0); not of its
-        # deviations, which can themselves overflow (values of both signs near the largest)
         values = X[:, overflow].astype(np.float64)
         peak = np.abs(values).max(0)
         peak = np.where(peak > 0, peak, 1.0)
-        scale[overflow] = peak * (values / peak).std(0)
-    scale = scale.astype(X.dtype) if np.all(scale < np.finfo(X.dtype).max) else scale
-    return mean, np.where((scale > 0) & ~constant, scale, 1.0)
+        out[overflow] = peak * statistic(values / peak, 0)
+    return out
 
 
 def encode_classes(estimator, y, single_class=False):
