@@ -1,6 +1,7 @@
 """Calibration of a trained map's temperature on held-out points (torch only)."""
 
 import math
+import threading
 
 import torch
 
@@ -77,16 +78,21 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
         budget = budget_bytes(None)
         rows = max(1, budget // workers // max(1, near_far_bytes(keys, 1)))
         rows = max(1, min(rows, -(-queries.shape[0] // workers)))
-        kept = {} if near_far_bytes(keys, queries.shape[0]) <= budget else None
+        # the blocks' scores are kept for the next grids while what they take (their queries'
+        # near keys as many as they have, not the largest groups' bound that sized the blocks)
+        # fits the budget; the others are scored again at each grid, the same numbers
+        kept, kept_bytes, lock = {}, [0], threading.Lock()
         keys.prepared()  # made once here, not by each worker
 
         def grouped_block(start, log_ts):
             block = slice(start, min(queries.shape[0], start + rows))
-            scores = None if kept is None else kept.get(start)
+            scores = kept.get(start)
             if scores is None:
                 scores = near_far_scores(queries[block], keys)
-                if kept is not None:
-                    kept[start] = scores
+                need = near_far_bytes(keys, block.stop - block.start, scores.near.shape[1])
+                with lock:
+                    if kept_bytes[0] + need <= budget:
+                        kept[start], kept_bytes[0] = scores, kept_bytes[0] + need
             return [terms(scores.outputs(math.exp(log_t)), block) for log_t in log_ts]
 
         starts = range(0, queries.shape[0], rows)

@@ -390,10 +390,11 @@ def near_far_scores(queries, grouped, working_memory=None):
     return NearFarScores(grouped, far, scores, prior, values)
 
 
-def near_far_bytes(grouped, n_queries):
+def near_far_bytes(grouped, n_queries, width=None):
     """About the bytes :func:`near_far_scores` of ``n_queries`` queries keeps and computes with:
-    their scores against every prototype and, side by side, against the keys of their near
-    groups (at most the largest groups' keys)."""
-    width = grouped.scores_per_query() - grouped.n_groups
+    their scores against every prototype and, side by side, against ``width`` keys of their
+    near groups (by default the most they can have: the largest groups' keys)."""
+    if width is None:
+        width = grouped.scores_per_query() - grouped.n_groups
     item = grouped.points.element_size()
     return n_queries * item * (3 * grouped.n_groups + (4 + grouped.values.shape[1]) * width)

@@ -131,3 +131,47 @@ def test_calibration_starts_inside_the_range_from_a_diverged_temperature(start):
                                  (X[:100], y[:100], torch.ones(100)), "log_loss")
     assert math.isfinite(loss)
     assert -44 < float(log_t) < 45  # float32's range, halved: [-43.7, 44.4]
+
+
+def test_grouped_scores_are_kept_where_the_near_keys_fit_though_their_bound_does_not(
+        monkeypatch):
+    """The blocks' scores are kept across the grids where the keys their queries have near fit
+    the budget, though the largest groups' bound (which sizes the blocks) does not: each query
+    scored once, the same temperature as where every grid scores them again."""
+    from skattention import config_context
+    from skattention._engine import _calibration, group_keys
+    from skattention._engine._near_far import near_far_bytes, near_far_scores
+
+    g = torch.Generator().manual_seed(2)
+    # most keys in one cluster far from the queries (the largest group, near none of them)
+    X = torch.cat([torch.randn(1500, 3, generator=g, dtype=torch.float64) * 0.1 + 50,
+                   torch.randn(500, 3, generator=g, dtype=torch.float64) * 3])
+    y = torch.nn.functional.one_hot((X[:, 0] > 0).long(), 2).double()
+    Xv = torch.randn(600, 3, generator=g, dtype=torch.float64) * 3
+    yv = torch.nn.functional.one_hot((Xv[:, 0] > 0).long(), 2).double()
+    validation = (Xv, yv, torch.ones(600, dtype=torch.float64))
+    weight = torch.ones(2000, dtype=torch.float64)
+    centres = torch.cat([X[:1], X[1500:1540]])
+    grouped = group_keys(X, y, torch.log(weight), centres, "euclidean", 3)
+    actual = near_far_bytes(grouped, 600, near_far_scores(Xv, grouped).near.shape[1])
+    bound = near_far_bytes(grouped, 600)
+    assert actual < bound / 2
+    scored = []
+
+    def counted(queries, keys):
+        scored.append(queries.shape[0])
+        return near_far_scores(queries, keys)
+
+    monkeypatch.setattr(_calibration, "near_far_scores", counted)
+    found = []
+    for working_memory in ((actual + bound) / 2 / 2**20, 0.01):
+        scored.clear()
+        log_t = torch.tensor(0.0, dtype=torch.float64)
+        with config_context(working_memory=working_memory):
+            loss = calibrate_temperature(_Identity(), log_t, X, y, weight, validation,
+                                         "log_loss", keys=grouped)
+        found.append((float(log_t), loss, sum(scored)))
+    assert found[0][2] == 600  # each query scored once, the blocks kept
+    assert found[1][2] > 600  # too little memory: scored again at each grid
+    assert found[0][0] == found[1][0]
+    assert found[0][1] == pytest.approx(found[1][1], rel=1e-12)  # other blocks: other sums
