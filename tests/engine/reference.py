@@ -53,3 +53,17 @@ def reference_attention(
     z = z.masked_fill(mask, -math.inf)
     w = torch.nan_to_num(torch.softmax(z, 1))
     return w @ V, w
+
+
+N_KEYS, N_QUERIES, DIM = 300, 70, 5
+
+
+def attention_data():
+    """Queries, keys, values and a log-prior (every seventh key's -inf), float64."""
+    g = torch.Generator().manual_seed(0)
+    K = torch.randn(N_KEYS, DIM, generator=g, dtype=torch.float64)
+    Q = torch.randn(N_QUERIES, DIM, generator=g, dtype=torch.float64)
+    V = torch.randn(N_KEYS, 3, generator=g, dtype=torch.float64)
+    prior = torch.randn(N_KEYS, generator=g, dtype=torch.float64)
+    prior[::7] = -math.inf
+    return Q, K, V, prior
