@@ -1,4 +1,4 @@
-"""MetricAttention: shapes, masks, the metric it computes, gradients, MultiheadAttention parity."""
+"""MetricAttention: shapes, masks, the metric it computes, gradients, its parameter layout."""
 
 import math
 import pickle
