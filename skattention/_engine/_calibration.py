@@ -71,33 +71,8 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
 
     workers = max(1, torch.get_num_threads()) if queries.device.type == "cpu" else 1
     if keys is not None:
-        # blocks of queries whose scores fit a worker's share of the working memory, on the
-        # engine's workers (one thread each: a block's group-by-group kernels are too short for
-        # a parallel region to pay, and each would wait for a descheduled thread on a busy
-        # machine); every block's scores are kept for the next grids where they all fit
-        budget = budget_bytes(None)
-        rows = max(1, budget // workers // max(1, near_far_bytes(keys, 1)))
-        rows = max(1, min(rows, -(-queries.shape[0] // workers)))
-        # the blocks' scores are kept for the next grids while what they take (their queries'
-        # near keys as many as they have, not the largest groups' bound that sized the blocks)
-        # fits the budget; the others are scored again at each grid, the same numbers
-        kept, kept_bytes, lock = {}, [0], threading.Lock()
-        keys.prepared()  # made once here, not by each worker
-
-        def grouped_block(start, log_ts):
-            block = slice(start, min(queries.shape[0], start + rows))
-            scores = kept.get(start)
-            if scores is None:
-                scores = near_far_scores(queries[block], keys)
-                need = near_far_bytes(keys, block.stop - block.start, scores.near.shape[1])
-                with lock:
-                    if kept_bytes[0] + need <= budget:
-                        kept[start], kept_bytes[0] = scores, kept_bytes[0] + need
-            return [terms(scores.outputs(math.exp(log_t)), block) for log_t in log_ts]
-
-        starts = range(0, queries.shape[0], rows)
-        return _search(lambda log_ts: objectives(map_blocks(
-            lambda start: grouped_block(start, log_ts), starts, workers)), log_temperature)
+        block_terms_at = _grouped_block_terms(queries, keys, terms, workers)
+        return _search(lambda log_ts: objectives(block_terms_at(log_ts)), log_temperature)
 
     points, log_prior = metric_map.chunked_keys(X), key_log_prior(weight)
     log_prior2 = None if log_prior is None else log_prior * LOG2E
@@ -154,6 +129,37 @@ def calibrate_temperature(metric_map, log_temperature, X, values, weight, valida
 
     return _search(lambda log_ts: objectives(map_blocks(
         lambda start: block_terms(start, log_ts), starts, workers)), log_temperature)
+
+
+def _grouped_block_terms(queries, keys, terms, workers):
+    """``terms_at(log_ts)``: every block's ``[terms(outputs, rows) at each log T]`` of the
+    ``queries`` attending to the grouped ``keys`` (:func:`near_far_scores`), in block order.
+
+    Blocks of queries whose scores fit a worker's share of the working memory go to the
+    engine's workers (one thread each: a block's group-by-group kernels are too short for a
+    parallel region to pay, and each would wait for a descheduled thread on a busy machine).
+    A block's scores are kept for the next grids while what the kept ones take (their
+    queries' near keys as many as they have, not the largest groups' bound that sized the
+    blocks) fits the budget; the others are scored again at each grid, the same numbers."""
+    budget = budget_bytes(None)
+    rows = max(1, budget // workers // max(1, near_far_bytes(keys, 1)))
+    rows = max(1, min(rows, -(-queries.shape[0] // workers)))
+    kept, kept_bytes, lock = {}, [0], threading.Lock()
+    keys.prepared()  # made once here, not by each worker
+
+    def block_terms(start, log_ts):
+        block = slice(start, min(queries.shape[0], start + rows))
+        scores = kept.get(start)
+        if scores is None:
+            scores = near_far_scores(queries[block], keys)
+            need = near_far_bytes(keys, block.stop - block.start, scores.near.shape[1])
+            with lock:
+                if kept_bytes[0] + need <= budget:
+                    kept[start], kept_bytes[0] = scores, kept_bytes[0] + need
+        return [terms(scores.outputs(math.exp(log_t)), block) for log_t in log_ts]
+
+    starts = range(0, queries.shape[0], rows)
+    return lambda log_ts: map_blocks(lambda start: block_terms(start, log_ts), starts, workers)
 
 
 def _search(losses_at, log_temperature):
