@@ -13,6 +13,7 @@ import torch
 from scipy import sparse
 
 from .._engine import RowBlocks, budget_bytes, plan_rows
+from ..utils._sklearn_compat import _check_sample_weight
 
 
 def check_distance_range(X):
@@ -27,6 +28,26 @@ def check_distance_range(X):
                 "infinity; rescale the data."
             )
     return X
+
+
+def checked_sample_weight(sample_weight, X):
+    """``(weights, exponent)``: ``sample_weight`` as KMeans checks it (one non-negative number
+    per point, in ``X``'s dtype, ``None``: ones; not all zero), in units of ``2**exponent``: 0
+    unless the weights sum beyond ``2**32``, when they are scaled (exactly) to a sum below 1.
+    The centroids depend on their ratios only, and weights that large made the weighted sums
+    overflow (garbage centroids; k-means++ failed inside NumPy on an infinite sum)."""
+    sample_weight = _check_sample_weight(sample_weight, X, dtype=X.dtype, ensure_non_negative=True)
+    if not np.any(sample_weight > 0):
+        raise ValueError("Sample weights must contain at least one non-zero number: all are zero.")
+    with np.errstate(over="ignore"):
+        total = float(sample_weight.sum(dtype=np.float64))
+    if total <= 2.0**32:
+        return sample_weight, 0
+    # the largest weight below 1, then their sum (which may have overflowed): exact steps
+    exponent = int(np.frexp(sample_weight.max())[1])
+    sample_weight = np.ldexp(sample_weight, -exponent)
+    shift = int(np.frexp(sample_weight.sum(dtype=np.float64))[1])
+    return np.ldexp(sample_weight, -shift).astype(X.dtype, copy=False), exponent + shift
 
 
 def as_tensor(X, device, dtype=None):

@@ -31,7 +31,13 @@ from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight, _fit_context
 from ._dask import fit as fit_dask_collection
 from ._init import checked_init, initial_centers, resolve_n_init
-from ._inputs import as_tensor, check_distance_range, column_moments, dense_blocks
+from ._inputs import (
+    as_tensor,
+    check_distance_range,
+    checked_sample_weight,
+    column_moments,
+    dense_blocks,
+)
 from ._runs import Run, best_run, warn_if_fewer_clusters
 
 
@@ -236,13 +242,7 @@ class AttentionKMeans(
             self, X, accept_sparse="csr", dtype=[np.float64, np.float32], order="C", copy=False
         )
         check_distance_range(X)
-        sample_weight = _check_sample_weight(
-            sample_weight, X, dtype=X.dtype, ensure_non_negative=True
-        )
-        if not np.any(sample_weight > 0):
-            raise ValueError(
-                "Sample weights must contain at least one non-zero number: all are zero."
-            )
+        sample_weight, weight_exponent = checked_sample_weight(sample_weight, X)
         n_samples, n_features = X.shape
         if n_samples < self.n_clusters:
             raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}.")
@@ -300,13 +300,14 @@ class AttentionKMeans(
         warn_if_fewer_clusters(len(np.unique(labels)), self.n_clusters)
         self.cluster_centers_ = np.ascontiguousarray(centers)
         self.labels_ = labels.astype(np.int32)  # KMeans' label dtype
-        self.inertia_ = float(best.inertia)
+        with np.errstate(over="ignore"):  # in units of the weights': 2**weight_exponent
+            self.inertia_ = float(np.ldexp(float(best.inertia), weight_exponent))
         self.n_iter_ = int(best.n_anneal + best.n_iter)
         self.stopped_by_callback_ = stopped
         if annealing:
-            total = float(sample_weight.sum())
+            total = float(sample_weight.sum())  # in the units of best.inertia
             self.temperature_ = (
-                2.0 * self.inertia_ / (total * n_features) if self.inertia_ > 0 else 0.0
+                2.0 * float(best.inertia) / (total * n_features) if best.inertia > 0 else 0.0
             )
         else:
             self.temperature_ = T

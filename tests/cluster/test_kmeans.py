@@ -395,3 +395,23 @@ def test_labels_have_kmeans_dtype(blobs):
     assert km.labels_.dtype == ref.labels_.dtype == np.int32
     assert km.predict(X).dtype == ref.predict(X).dtype
     assert km.fit_predict(X).dtype == np.int32
+
+
+@pytest.mark.parametrize("temperature", [0, 1.0, "auto"])
+@pytest.mark.parametrize(("dtype", "weight"), [
+    (np.float64, 1e300), (np.float64, 1e306), (np.float64, 1.7e308), (np.float32, 1e37),
+])
+def test_huge_sample_weights_fit_as_their_ratios(blobs, temperature, dtype, weight):
+    # the weighted sums overflowed: garbage centroids, k-means++ failing inside NumPy on an
+    # infinite sum ("probabilities do not sum to 1"), annealing's float32 weights infinite
+    X = blobs[0][:50].astype(dtype)
+    w = np.random.RandomState(0).randint(1, 4, size=50)
+    big = AttentionKMeans(3, temperature=temperature, random_state=0).fit(
+        X, sample_weight=w * (dtype(weight) / 4))
+    ref = AttentionKMeans(3, temperature=temperature, random_state=0).fit(X, sample_weight=w)
+    np.testing.assert_allclose(big.cluster_centers_, ref.cluster_centers_, rtol=1e-5)
+    np.testing.assert_array_equal(big.labels_, ref.labels_)
+    assert big.temperature_ == pytest.approx(ref.temperature_, rel=1e-5)
+    with np.errstate(over="ignore"):  # an inertia beyond float64's largest is infinite
+        expected = np.float64(ref.inertia_) * (float(weight) / 4)
+    assert big.inertia_ == pytest.approx(expected, rel=1e-5)
