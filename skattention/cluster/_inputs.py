@@ -30,6 +30,26 @@ def check_distance_range(X):
     return X
 
 
+def check_soft_temperature(T, X):
+    """Reject a fixed temperature ``T`` at which the soft steps' scores overflow ``X``'s dtype
+    (garbage centroids in float64, an error inside torch in float32): on the centred points
+    they reach ``3 max ||x - mean||^2 / T``, at most ``12 n_features max|x|^2 / T``, and the
+    steps multiply by ``2 / T``. ``T``: ``None`` (annealing) or 0 (Lloyd) need no check."""
+    if not T or not X.size:
+        return
+    largest = max(float(X.max()), -float(X.min()))
+    with np.errstate(over="ignore"):
+        bound = max(12.0 * X.shape[1] * np.float64(largest) ** 2 / T, 2.0 / np.float64(T))
+    if bound > np.finfo(X.dtype).max:
+        widen = ", pass X as float64" if X.dtype != np.float64 else ""
+        raise ValueError(
+            f"temperature={T:.3g} is too small for X's scale in {X.dtype}: the soft "
+            f"assignments' scores (squared distances / temperature, up to about {bound:.3g}) "
+            "overflow it; use temperature=0 (Lloyd's hard assignments, the limit of small "
+            f"temperatures){widen} or rescale the data."
+        )
+
+
 def checked_sample_weight(sample_weight, X):
     """``(weights, exponent)``: ``sample_weight`` as KMeans checks it (one non-negative number
     per point, in ``X``'s dtype, ``None``: ones; not all zero), in units of ``2**exponent``: 0

@@ -34,6 +34,7 @@ from ._init import checked_init, initial_centers, resolve_n_init
 from ._inputs import (
     as_tensor,
     check_distance_range,
+    check_soft_temperature,
     checked_sample_weight,
     column_moments,
     dense_blocks,
@@ -250,6 +251,7 @@ class AttentionKMeans(
         rng = check_random_state(self.random_state)
         annealing = isinstance(self.temperature, str)
         T = None if annealing else float(self.temperature)
+        check_soft_temperature(T, X)
 
         init = checked_init(self.init, self.n_clusters, n_features, X.dtype)
         n_init = resolve_n_init(self.n_init, init, T)

@@ -415,3 +415,20 @@ def test_huge_sample_weights_fit_as_their_ratios(blobs, temperature, dtype, weig
     with np.errstate(over="ignore"):  # an inertia beyond float64's largest is infinite
         expected = np.float64(ref.inertia_) * (float(weight) / 4)
     assert big.inertia_ == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize(("dtype", "temperature", "works"), [
+    (np.float64, 1e-307, 1e-300), (np.float64, 5e-324, 1e-300), (np.float32, 1e-37, 1e-30),
+    (np.float32, 1e-40, 1e-30),
+])
+def test_temperature_too_small_for_the_data_is_a_clear_error(blobs, dtype, temperature, works):
+    # the soft steps' scores overflowed: float64 kept the initial centroids (silently), float32
+    # failed inside torch ("value cannot be converted to type float without overflow")
+    X = blobs[0][:100].astype(dtype)
+    with pytest.raises(ValueError, match=r"temperature=.* too small .* use temperature=0"):
+        AttentionKMeans(3, temperature=temperature, random_state=0).fit(X)
+    # a small temperature that fits the dtype: soft k-means there is Lloyd's
+    soft = AttentionKMeans(3, temperature=works, random_state=0).fit(X)
+    lloyd = AttentionKMeans(3, temperature=0, random_state=0).fit(X)
+    np.testing.assert_allclose(soft.cluster_centers_, lloyd.cluster_centers_, rtol=1e-5)
+
