@@ -15,6 +15,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import (
+    ComputeOverflowError,
     anneal,
     attention,
     check_temperature,
@@ -38,6 +39,7 @@ from ._inputs import (
     checked_sample_weight,
     column_moments,
     dense_blocks,
+    overflow_error,
 )
 from ._runs import Run, best_run, warn_if_fewer_clusters
 
@@ -409,12 +411,14 @@ class AttentionKMeans(
         eye = np.eye(self.cluster_centers_.shape[0])
         if T == 0:
             return eye[self._labels_inertia(X, inertia=False)[0]]
-        blocks = dense_blocks(X) if sparse.issparse(X) else [X]
-        return np.concatenate([
-            np.asarray(attention(block, self.cluster_centers_, eye, temperature=T,
-                                 device=self.device, dtype=dtype), dtype=np.float64)
-            for block in blocks
-        ])
+        try:
+            return np.concatenate([
+                np.asarray(attention(block, self.cluster_centers_, eye, temperature=T,
+                                     device=self.device, dtype=dtype), dtype=np.float64)
+                for block in (dense_blocks(X) if sparse.issparse(X) else [X])
+            ])
+        except ComputeOverflowError as exc:  # the engine's advice names options KMeans has not
+            raise overflow_error(exc, dtype) from None
 
     def predict_proba(self, X):
         """Responsibilities at ``temperature_`` (see :meth:`soft_assignments`).

@@ -432,3 +432,14 @@ def test_temperature_too_small_for_the_data_is_a_clear_error(blobs, dtype, tempe
     lloyd = AttentionKMeans(3, temperature=0, random_state=0).fit(X)
     np.testing.assert_allclose(soft.cluster_centers_, lloyd.cluster_centers_, rtol=1e-5)
 
+
+@pytest.mark.parametrize(("dtype", "temperature"), [(np.float32, 1e-40), (np.float64, 1e-310)])
+def test_overflowing_soft_assignments_advise_what_kmeans_has(blobs, dtype, temperature):
+    # the engine's advice named dtype=torch.float64 (an estimator's dtype='float64'), an option
+    # AttentionKMeans does not have
+    X = blobs[0][:100].astype(dtype)
+    km = AttentionKMeans(3, random_state=0).fit(X)
+    with pytest.raises(ValueError, match="pass a larger temperature to soft_assignments") as info:
+        km.soft_assignments(X, temperature=temperature)
+    assert "dtype=" not in str(info.value)
+    assert ("pass X as float64" in str(info.value)) == (dtype == np.float32)
