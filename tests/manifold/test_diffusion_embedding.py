@@ -594,3 +594,13 @@ def test_points_whose_squared_distances_are_subnormal_are_a_clear_error(scale, n
     small = AttentionDiffusionEmbedding(n_neighbors=n_neighbors, random_state=0).fit(X * 1e-150)
     ref = AttentionDiffusionEmbedding(n_neighbors=n_neighbors, random_state=0).fit(X)
     np.testing.assert_allclose(np.abs(small.embedding_), np.abs(ref.embedding_), atol=1e-6)
+
+
+def test_overflowing_attention_advises_a_larger_epsilon():
+    # the engine's advice was to "raise the temperature", a parameter the embedding lacks
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    with pytest.warns(UserWarning, match="not fully connected"):
+        emb = AttentionDiffusionEmbedding(epsilon=1e-308, n_neighbors=None).fit(X)
+    with pytest.raises(ValueError, match="rescale the data or pass a larger epsilon") as info:
+        emb.transform(X + 0.5)
+    assert "temperature" not in str(info.value).split(";")[1]
