@@ -104,6 +104,17 @@ def test_network_of_huge_features_equals_it_rescaled():
     assert np.ptp(huge[:, 0]) > 0.01
 
 
+@pytest.mark.parametrize("scale", [1e-130, 1e-160, 1e-300])
+def test_network_of_tiny_features_equals_it_rescaled(scale):
+    # the variance of values below ~1e-154 underflows float64: the scale was 0, made 1, the
+    # features left at ~1e-160 and every prediction the same (accuracy 0.5)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2))
+    y = np.where(X[:, 0] > 0, "yes", "no")
+    make = partial(AttentionNetworkClassifier, max_iter=2, width=8, random_state=0)
+    tiny = make().fit(X * scale, y).predict_proba(X[:20] * scale)
+    np.testing.assert_allclose(tiny, make().fit(X, y).predict_proba(X[:20]), atol=1e-6)
+
 
 @pytest.mark.parametrize("value", [3.3, 1e200, 1e300])
 def test_a_constant_feature_standardises_to_zero_whatever_its_value(value):
