@@ -200,6 +200,13 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
                                             + self.width * (X.shape[1] + self.classes_.size
                                                             + 2 * self.n_blocks * self.width)),
                 )
+        if not (np.all(np.isfinite(history.loss_curve))
+                and all(bool(torch.isfinite(p).all()) for p in net.parameters())):
+            # NaN weights would give NaN probabilities, silently
+            raise ValueError(
+                f"Training diverged: the training loss or the network's weights are not finite "
+                f"after {history.n_iter} epochs; lower learning_rate (={self.learning_rate:g})."
+            )
         warn_if_max_iter_reached(
             self, history.n_iter,
             f"the training loss stopped improving by tol={self.tol} for "

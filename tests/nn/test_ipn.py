@@ -161,3 +161,12 @@ def test_a_feature_of_both_signs_near_the_largest_float64_is_standardised():
 def test_ipn_refuses_batched_sets():
     with pytest.raises(ValueError, match="x must be 2-D"):
         IPN(4, 3, width=8)(torch.randn(2, 10, 4))
+
+
+def test_training_that_diverges_is_a_clear_error():
+    # a learning rate far too large made every weight NaN: NaN probabilities, silently
+    X, y = make_moons(60, noise=0.2, random_state=0)
+    clf = AttentionNetworkClassifier(width=8, max_iter=5, learning_rate=1e10, random_state=0)
+    with pytest.raises(ValueError, match=r"Training diverged.*lower learning_rate \(=1e\+10\)"):
+        clf.fit(X, y)
+
