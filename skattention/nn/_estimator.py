@@ -243,7 +243,13 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
         with torch.no_grad():
             logits = net(torch.tensor(self._standardise(X), dtype=torch.float64),
                          context=torch.from_numpy(self._fit_X))
-            return torch.softmax(logits, dim=1).numpy()
+            proba = torch.softmax(logits, dim=1).numpy()
+        if not np.all(np.isfinite(proba)):  # NaN probabilities, silently, before
+            raise ValueError(
+                "X holds values too far from the training data's range for the network: its "
+                "float64 computations overflow (NaN probabilities); rescale the data."
+            )
+        return proba
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -170,3 +170,13 @@ def test_training_that_diverges_is_a_clear_error():
     with pytest.raises(ValueError, match=r"Training diverged.*lower learning_rate \(=1e\+10\)"):
         clf.fit(X, y)
 
+
+def test_queries_that_overflow_the_network_are_a_clear_error():
+    # queries of ~1e300 (standardised to ~1e300) overflowed the network: NaN probabilities
+    X, y = make_moons(60, noise=0.2, random_state=0)
+    clf = AttentionNetworkClassifier(width=8, max_iter=5, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="overflow .*rescale the data"):
+        clf.predict_proba(X[:3] * 1e300)
+    with pytest.raises(ValueError, match="overflow .*rescale the data"):
+        clf.predict(X[:3] * 1e300)
+    assert np.all(np.isfinite(clf.predict_proba(X[:3] * 1e10)))  # far, not overflowing
