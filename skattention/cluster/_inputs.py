@@ -42,11 +42,12 @@ def check_soft_temperature(T, X):
         bound = max(12.0 * X.shape[1] * np.float64(largest) ** 2 / T, 2.0 / np.float64(T))
     if bound > np.finfo(X.dtype).max:
         widen = ", pass X as float64" if X.dtype != np.float64 else ""
+        reach = f", up to about {bound:.3g}" if np.isfinite(bound) else ""
         raise ValueError(
             f"temperature={T:.3g} is too small for X's scale in {X.dtype}: the soft "
-            f"assignments' scores (squared distances / temperature, up to about {bound:.3g}) "
-            "overflow it; use temperature=0 (Lloyd's hard assignments, the limit of small "
-            f"temperatures){widen} or rescale the data."
+            f"assignments' scores (squared distances / temperature{reach}) overflow it; use "
+            f"temperature=0 (Lloyd's hard assignments, the limit of small temperatures){widen} "
+            "or rescale the data."
         )
 
 
