@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from scipy import sparse
 
-from .._engine import RowBlocks, budget_bytes, plan_rows
+from .._engine import RowBlocks, budget_bytes, overflow_message, plan_rows
+from ..utils._sklearn_compat import _check_sample_weight
 
 
 def check_distance_range(X):
@@ -27,6 +28,58 @@ def check_distance_range(X):
                 "infinity; rescale the data."
             )
     return X
+
+
+def check_soft_temperature(T, X):
+    """Reject a fixed temperature ``T`` at which the soft steps' scores overflow ``X``'s dtype
+    (garbage centroids in float64, an error inside torch in float32): on the centred points
+    they reach ``3 max ||x - mean||^2 / T``, at most ``12 n_features max|x|^2 / T``, and the
+    steps multiply by ``2 / T``. ``T``: ``None`` (annealing) or 0 (Lloyd) need no check."""
+    if not T or not X.size:
+        return
+    largest = max(float(X.max()), -float(X.min()))
+    with np.errstate(over="ignore"):
+        bound = max(12.0 * X.shape[1] * np.float64(largest) ** 2 / T, 2.0 / np.float64(T))
+    if bound > np.finfo(X.dtype).max:
+        widen = ", pass X as float64" if X.dtype != np.float64 else ""
+        reach = f", up to about {bound:.3g}" if np.isfinite(bound) else ""
+        raise ValueError(
+            f"temperature={T:.3g} is too small for X's scale in {X.dtype}: the soft "
+            f"assignments' scores (squared distances / temperature{reach}) overflow it; use "
+            f"temperature=0 (Lloyd's hard assignments, the limit of small temperatures){widen} "
+            "or rescale the data."
+        )
+
+
+def overflow_error(exc, dtype):
+    """The engine's :class:`ComputeOverflowError` ``exc`` of the soft assignments in
+    ``dtype``, with advice in AttentionKMeans' terms (the engine's names a ``dtype`` option)."""
+    advice = ["rescale the data"]
+    if exc.by_temperature:
+        advice.append("pass a larger temperature to soft_assignments")
+    if dtype != torch.float64:
+        advice.append("pass X as float64 (the attention computes in float64 when X is)")
+    return ValueError(overflow_message(exc.cause, advice)).with_traceback(exc.__traceback__)
+
+
+def checked_sample_weight(sample_weight, X):
+    """``(weights, exponent)``: ``sample_weight`` as KMeans checks it (one non-negative number
+    per point, in ``X``'s dtype, ``None``: ones; not all zero), in units of ``2**exponent``: 0
+    unless the weights sum beyond ``2**32``, when they are scaled (exactly) to a sum below 1.
+    The centroids depend on their ratios only, and weights that large made the weighted sums
+    overflow (garbage centroids; k-means++ failed inside NumPy on an infinite sum)."""
+    sample_weight = _check_sample_weight(sample_weight, X, dtype=X.dtype, ensure_non_negative=True)
+    if not np.any(sample_weight > 0):
+        raise ValueError("Sample weights must contain at least one non-zero number: all are zero.")
+    with np.errstate(over="ignore"):
+        total = float(sample_weight.sum(dtype=np.float64))
+    if total <= 2.0**32:
+        return sample_weight, 0
+    # the largest weight below 1, then their sum (which may have overflowed): exact steps
+    exponent = int(np.frexp(sample_weight.max())[1])
+    sample_weight = np.ldexp(sample_weight, -exponent)
+    shift = int(np.frexp(sample_weight.sum(dtype=np.float64))[1])
+    return np.ldexp(sample_weight, -shift).astype(X.dtype, copy=False), exponent + shift
 
 
 def as_tensor(X, device, dtype=None):

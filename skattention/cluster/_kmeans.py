@@ -15,6 +15,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import (
+    ComputeOverflowError,
     anneal,
     attention,
     check_temperature,
@@ -31,7 +32,15 @@ from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight, _fit_context
 from ._dask import fit as fit_dask_collection
 from ._init import checked_init, initial_centers, resolve_n_init
-from ._inputs import as_tensor, check_distance_range, column_moments, dense_blocks
+from ._inputs import (
+    as_tensor,
+    check_distance_range,
+    check_soft_temperature,
+    checked_sample_weight,
+    column_moments,
+    dense_blocks,
+    overflow_error,
+)
 from ._runs import Run, best_run, warn_if_fewer_clusters
 
 
@@ -236,13 +245,7 @@ class AttentionKMeans(
             self, X, accept_sparse="csr", dtype=[np.float64, np.float32], order="C", copy=False
         )
         check_distance_range(X)
-        sample_weight = _check_sample_weight(
-            sample_weight, X, dtype=X.dtype, ensure_non_negative=True
-        )
-        if not np.any(sample_weight > 0):
-            raise ValueError(
-                "Sample weights must contain at least one non-zero number: all are zero."
-            )
+        sample_weight, weight_exponent = checked_sample_weight(sample_weight, X)
         n_samples, n_features = X.shape
         if n_samples < self.n_clusters:
             raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}.")
@@ -250,6 +253,7 @@ class AttentionKMeans(
         rng = check_random_state(self.random_state)
         annealing = isinstance(self.temperature, str)
         T = None if annealing else float(self.temperature)
+        check_soft_temperature(T, X)
 
         init = checked_init(self.init, self.n_clusters, n_features, X.dtype)
         n_init = resolve_n_init(self.n_init, init, T)
@@ -300,13 +304,14 @@ class AttentionKMeans(
         warn_if_fewer_clusters(len(np.unique(labels)), self.n_clusters)
         self.cluster_centers_ = np.ascontiguousarray(centers)
         self.labels_ = labels.astype(np.int32)  # KMeans' label dtype
-        self.inertia_ = float(best.inertia)
+        with np.errstate(over="ignore"):  # in units of the weights': 2**weight_exponent
+            self.inertia_ = float(np.ldexp(float(best.inertia), weight_exponent))
         self.n_iter_ = int(best.n_anneal + best.n_iter)
         self.stopped_by_callback_ = stopped
         if annealing:
-            total = float(sample_weight.sum())
+            total = float(sample_weight.sum())  # in the units of best.inertia
             self.temperature_ = (
-                2.0 * self.inertia_ / (total * n_features) if self.inertia_ > 0 else 0.0
+                2.0 * float(best.inertia) / (total * n_features) if best.inertia > 0 else 0.0
             )
         else:
             self.temperature_ = T
@@ -406,12 +411,14 @@ class AttentionKMeans(
         eye = np.eye(self.cluster_centers_.shape[0])
         if T == 0:
             return eye[self._labels_inertia(X, inertia=False)[0]]
-        blocks = dense_blocks(X) if sparse.issparse(X) else [X]
-        return np.concatenate([
-            np.asarray(attention(block, self.cluster_centers_, eye, temperature=T,
-                                 device=self.device, dtype=dtype), dtype=np.float64)
-            for block in blocks
-        ])
+        try:
+            return np.concatenate([
+                np.asarray(attention(block, self.cluster_centers_, eye, temperature=T,
+                                     device=self.device, dtype=dtype), dtype=np.float64)
+                for block in (dense_blocks(X) if sparse.issparse(X) else [X])
+            ])
+        except ComputeOverflowError as exc:  # the engine's advice names options KMeans has not
+            raise overflow_error(exc, dtype) from None
 
     def predict_proba(self, X):
         """Responsibilities at ``temperature_`` (see :meth:`soft_assignments`).

@@ -427,6 +427,8 @@ class _FlatKernel:
         count, sums = ball_sums(
             queries, points, self.radius, points, device=points.device, dtype=torch.float64
         )
+        if self.radius == 0:  # copies of the query: their mean is it (sum / count, rounded, is off)
+            return queries.to(points.dtype), count
         means = sums / count.clamp(min=1)[:, None]
         return means.to(points.dtype), count
 

@@ -1,5 +1,6 @@
 """AttentionDiffusionEmbedding: the attention matrix as a diffusion operator (diffusion maps)."""
 
+import contextlib
 from numbers import Integral, Real
 
 import numpy as np
@@ -11,7 +12,14 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._engine import attention, prepare_keys, progress_bar, resolve_device
+from .._engine import (
+    ComputeOverflowError,
+    attention,
+    overflow_message,
+    prepare_keys,
+    progress_bar,
+    resolve_device,
+)
 from ..utils._callbacks import begin_subtask, end_subtask, report_subtask
 from ..utils._device import DevicePortableMixin
 from ..utils._estimator import EstimatorMixin
@@ -44,6 +52,19 @@ _DISCONNECTED_GAP = 1e-10
 # k-th neighbour of a training point stays inside its ball despite rounding in the recomputed
 # distances (transform(X_train) then reproduces embedding_).
 _RADIUS_SLACK = 1e-6
+
+
+@contextlib.contextmanager
+def _overflow_advice():
+    """The engine's overflow errors advising what this estimator has: its attention temperature
+    is ``epsilon``, and it computes in float64 already (the engine's advice named a
+    ``temperature`` it has not)."""
+    try:
+        yield
+    except ComputeOverflowError as exc:
+        advice = ["rescale the data"] + ["pass a larger epsilon"] * exc.by_temperature
+        raise ValueError(overflow_message(exc.cause, advice)).with_traceback(
+            exc.__traceback__) from None
 
 
 class AttentionDiffusionEmbedding(
@@ -272,7 +293,7 @@ class AttentionDiffusionEmbedding(
         Z = self._to_metric_space(X)
 
         n_steps = 2 + (n_neighbors is not None) + (self.epsilon == "auto")
-        with progress_bar(
+        with _overflow_advice(), progress_bar(
             self.verbose, total=n_steps, desc=f"{type(self).__name__} fit", unit="step"
         ) as bar:
             op = self._operator(Z, n_neighbors, rng, device, bar)
@@ -409,22 +430,23 @@ class AttentionDiffusionEmbedding(
         """
         check_is_fitted(self)
         Z = self._to_metric_space(self._validate_X(X, reset=False))
-        if self.n_neighbors_ is not None:
-            return knn_nystrom(
-                Z, self._fit_Z, self._nystrom_values, n_neighbors=self.n_neighbors_,
-                epsilon=self.epsilon_, log_prior=self._log_prior, radius=self._radius,
-                slack=_RADIUS_SLACK, device=self.device, progress=self.verbose,
+        with _overflow_advice():
+            if self.n_neighbors_ is not None:
+                return knn_nystrom(
+                    Z, self._fit_Z, self._nystrom_values, n_neighbors=self.n_neighbors_,
+                    epsilon=self.epsilon_, log_prior=self._log_prior, radius=self._radius,
+                    slack=_RADIUS_SLACK, device=self.device, progress=self.verbose,
+                )
+            out = attention(
+                Z,
+                self._fit_Z,
+                self._nystrom_values,
+                temperature=self.epsilon_,
+                log_prior=self._log_prior,
+                device=self.device,
+                dtype="float64",
+                progress=self.verbose,
             )
-        out = attention(
-            Z,
-            self._fit_Z,
-            self._nystrom_values,
-            temperature=self.epsilon_,
-            log_prior=self._log_prior,
-            device=self.device,
-            dtype="float64",
-            progress=self.verbose,
-        )
         return np.asarray(out, dtype=np.float64)
 
     def _validate_X(self, X, reset):

@@ -43,6 +43,10 @@ _NO_SCALE = ("every point coincides with the nearest points looked at (duplicate
 _UNDERFLOW = ("the squared distances between every point and the nearest points looked at "
               "underflow to 0 in float64 (the points differ by less than about 1e-162): there is "
               "no scale to choose a bandwidth from; rescale the data.")
+_SUBNORMAL = ("the bandwidth chosen from the squared distances between the points and the nearest "
+              "points looked at, {:.3g}, is below float64's smallest normal number (the points "
+              "differ by about 1e-154 or less): their kernel would be rounding noise; rescale the "
+              "data.")
 
 
 def per_point_bandwidth(neighbor_d2, target_degree, quantile=_COVERED_QUANTILE):
@@ -183,6 +187,8 @@ def auto_epsilon(Z, knn_d2, random_state, device, keys=None, *, sample=None, ref
         # (where every k-NN ball holds copies of its point alone, any eps gives them all: no cap)
         flat = per_point_bandwidth(knn_d2[sample], _KNN_DEGREE_FRACTION * knn_d2.shape[1])
         epsilon = min(epsilon, flat)
+    if epsilon < np.finfo(np.float64).tiny:  # subnormal: the operator came out the identity
+        raise ValueError(_SUBNORMAL.format(epsilon))
     return epsilon, dimension
 
 

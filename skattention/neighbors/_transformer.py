@@ -102,6 +102,10 @@ class MetricAttentionTransformer(
         Epochs run.
     classes_ : ndarray of shape (n_classes,)
         Class labels seen in fit.
+    outputs_2d_ : bool
+        ``False``: ``y`` is one column of class labels.
+    n_samples_fit_ : int
+        Number of training samples (the points :meth:`kneighbors` can return).
     {INPUT_ATTRIBUTES}
 
     See Also

@@ -200,6 +200,13 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
                                             + self.width * (X.shape[1] + self.classes_.size
                                                             + 2 * self.n_blocks * self.width)),
                 )
+        if not (np.all(np.isfinite(history.loss_curve))
+                and all(bool(torch.isfinite(p).all()) for p in net.parameters())):
+            # NaN weights would give NaN probabilities, silently
+            raise ValueError(
+                f"Training diverged: the training loss or the network's weights are not finite "
+                f"after {history.n_iter} epochs; lower learning_rate (={self.learning_rate:g})."
+            )
         warn_if_max_iter_reached(
             self, history.n_iter,
             f"the training loss stopped improving by tol={self.tol} for "
@@ -236,7 +243,13 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
         with torch.no_grad():
             logits = net(torch.tensor(self._standardise(X), dtype=torch.float64),
                          context=torch.from_numpy(self._fit_X))
-            return torch.softmax(logits, dim=1).numpy()
+            proba = torch.softmax(logits, dim=1).numpy()
+        if not np.all(np.isfinite(proba)):  # NaN probabilities, silently, before
+            raise ValueError(
+                "X holds values too far from the training data's range for the network: its "
+                "float64 computations overflow (NaN probabilities); rescale the data."
+            )
+        return proba
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

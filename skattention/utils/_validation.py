@@ -8,6 +8,10 @@ from ._dask import is_dask_collection, lazy_predict
 from ._threads import uses_n_jobs
 from ._warnings import warn_user
 
+# Below this largest value the squares of a column's (non-zero) deviations, at least its spacing
+# (about 2**-52 of it) squared, can be subnormal (below 2**-1022) or 0.
+_TINY_PEAK = 2.0**-400
+
 
 def standardisation(X):
     """Per-feature mean and scale that standardise ``X`` (scale 1 for constant features).
@@ -31,15 +35,17 @@ def standardisation(X):
 def _in_units_of_the_largest(X, statistic):
     """``statistic`` (``np.mean`` or ``np.std``) of each column of ``X`` in float64, computed
     again in units of the column's largest absolute value where it overflows (not of its
-    deviations, which can overflow too: values of both signs near the largest)."""
+    deviations, which can overflow too: values of both signs near the largest), and where the
+    values are below ``_TINY_PEAK``: the squares of their deviations underflow (a spread of 0,
+    and the column was left unscaled)."""
     with np.errstate(over="ignore"):
         out = statistic(X, 0, dtype=np.float64)
-    overflow = ~np.isfinite(out)
-    if np.any(overflow):
-        values = X[:, overflow].astype(np.float64)
-        peak = np.abs(values).max(0)
-        peak = np.where(peak > 0, peak, 1.0)
-        out[overflow] = peak * statistic(values / peak, 0)
+    peak = np.maximum(X.max(0), -X.min(0)).astype(np.float64)  # no |X| copy
+    redo = ~np.isfinite(out) | ((peak > 0) & (peak < _TINY_PEAK))
+    if np.any(redo):
+        values = X[:, redo].astype(np.float64)
+        unit = np.where(peak[redo] > 0, peak[redo], 1.0)
+        out[redo] = unit * statistic(values / unit, 0)
     return out
 
 

@@ -395,3 +395,51 @@ def test_labels_have_kmeans_dtype(blobs):
     assert km.labels_.dtype == ref.labels_.dtype == np.int32
     assert km.predict(X).dtype == ref.predict(X).dtype
     assert km.fit_predict(X).dtype == np.int32
+
+
+@pytest.mark.parametrize("temperature", [0, 1.0, "auto"])
+@pytest.mark.parametrize(("dtype", "weight"), [
+    (np.float64, 1e300), (np.float64, 1e306), (np.float64, 1.7e308), (np.float32, 1e37),
+])
+def test_huge_sample_weights_fit_as_their_ratios(blobs, temperature, dtype, weight):
+    # the weighted sums overflowed: garbage centroids, k-means++ failing inside NumPy on an
+    # infinite sum ("probabilities do not sum to 1"), annealing's float32 weights infinite
+    X = blobs[0][:50].astype(dtype)
+    w = np.random.RandomState(0).randint(1, 4, size=50)
+    big = AttentionKMeans(3, temperature=temperature, random_state=0).fit(
+        X, sample_weight=w * (dtype(weight) / 4))
+    ref = AttentionKMeans(3, temperature=temperature, random_state=0).fit(X, sample_weight=w)
+    np.testing.assert_allclose(big.cluster_centers_, ref.cluster_centers_, rtol=1e-5)
+    np.testing.assert_array_equal(big.labels_, ref.labels_)
+    assert big.temperature_ == pytest.approx(ref.temperature_, rel=1e-5)
+    with np.errstate(over="ignore"):  # an inertia beyond float64's largest is infinite
+        expected = np.float64(ref.inertia_) * (float(weight) / 4)
+    assert big.inertia_ == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize(("dtype", "temperature", "works"), [
+    (np.float64, 1e-307, 1e-300), (np.float64, 5e-324, 1e-300), (np.float32, 1e-37, 1e-30),
+    (np.float32, 1e-40, 1e-30),
+])
+def test_temperature_too_small_for_the_data_is_a_clear_error(blobs, dtype, temperature, works):
+    # the soft steps' scores overflowed: float64 kept the initial centroids (silently), float32
+    # failed inside torch ("value cannot be converted to type float without overflow")
+    X = blobs[0][:100].astype(dtype)
+    with pytest.raises(ValueError, match=r"temperature=.* too small .* use temperature=0"):
+        AttentionKMeans(3, temperature=temperature, random_state=0).fit(X)
+    # a small temperature that fits the dtype: soft k-means there is Lloyd's
+    soft = AttentionKMeans(3, temperature=works, random_state=0).fit(X)
+    lloyd = AttentionKMeans(3, temperature=0, random_state=0).fit(X)
+    np.testing.assert_allclose(soft.cluster_centers_, lloyd.cluster_centers_, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("dtype", "temperature"), [(np.float32, 1e-40), (np.float64, 1e-310)])
+def test_overflowing_soft_assignments_advise_what_kmeans_has(blobs, dtype, temperature):
+    # the engine's advice named dtype=torch.float64 (an estimator's dtype='float64'), an option
+    # AttentionKMeans does not have
+    X = blobs[0][:100].astype(dtype)
+    km = AttentionKMeans(3, random_state=0).fit(X)
+    with pytest.raises(ValueError, match="pass a larger temperature to soft_assignments") as info:
+        km.soft_assignments(X, temperature=temperature)
+    assert "dtype=" not in str(info.value)
+    assert ("pass X as float64" in str(info.value)) == (dtype == np.float32)

@@ -150,3 +150,18 @@ def test_flat_kernel_whose_estimated_bandwidth_overflows_says_so(blurring):
     X = np.random.default_rng(0).normal(size=(50, 2)) * 1e160
     with pytest.raises(ValueError, match="estimated bandwidth is infinite.*rescale the data"):
         AttentionMeanShift(kernel="flat", blurring=blurring).fit(X)
+
+
+@pytest.mark.parametrize(
+    "kw", [dict(), dict(kernel="flat"), dict(blurring=True), dict(bin_seeding=True)]
+)
+def test_copies_of_one_point_are_one_cluster(kw):
+    # the estimated bandwidth is 0: the rounded mean of the copies lay off them, within reach
+    # of no point ("No point was within bandwidth=0"; blurring: two centres an ulp apart)
+    X = np.tile([[1.764052345967664, 0.4001572083672233, 0.9787379841057392]], (20, 1))
+    assert not np.array_equal(X.sum(0) / 20, X[0])  # the rounding the fit must not take
+    ms = AttentionMeanShift(**kw).fit(X)
+    assert ms.bandwidth_ == 0
+    np.testing.assert_array_equal(ms.cluster_centers_, X[:1])
+    np.testing.assert_array_equal(ms.labels_, np.zeros(20))
+    np.testing.assert_array_equal(ms.predict(X[:2]), [0, 0])

@@ -579,3 +579,28 @@ def test_lobpcg_finds_every_unit_eigenvalue_of_a_disconnected_graph(n_blobs):
     np.testing.assert_allclose(lobpcg.eigenvalues_, arpack.eigenvalues_, rtol=0, atol=1e-6)
     # the trivial top eigenvector is not an embedding coordinate: one unit eigenvalue fewer
     assert np.sum(np.isclose(lobpcg.eigenvalues_, 1.0)) == n_blobs - 1
+
+
+@pytest.mark.parametrize("n_neighbors", [None, 5])
+@pytest.mark.parametrize("scale", [1e-155, 1e-158, 1e-160])
+def test_points_whose_squared_distances_are_subnormal_are_a_clear_error(scale, n_neighbors):
+    # the squared distances (and the bandwidth) lay in float64's subnormal range: the operator
+    # came out the identity, eigenvalues 1 and Laplacian eigenvalues 0, with only the warning
+    # of a disconnected graph (or an engine error advising a temperature the estimator lacks)
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    with pytest.raises(ValueError, match=r"below float64's smallest normal .*rescale the data\.$"):
+        AttentionDiffusionEmbedding(n_neighbors=n_neighbors, random_state=0).fit(X * scale)
+    # a little larger, the embedding is the unscaled data's
+    small = AttentionDiffusionEmbedding(n_neighbors=n_neighbors, random_state=0).fit(X * 1e-150)
+    ref = AttentionDiffusionEmbedding(n_neighbors=n_neighbors, random_state=0).fit(X)
+    np.testing.assert_allclose(np.abs(small.embedding_), np.abs(ref.embedding_), atol=1e-6)
+
+
+def test_overflowing_attention_advises_a_larger_epsilon():
+    # the engine's advice was to "raise the temperature", a parameter the embedding lacks
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    with pytest.warns(UserWarning, match="not fully connected"):
+        emb = AttentionDiffusionEmbedding(epsilon=1e-308, n_neighbors=None).fit(X)
+    with pytest.raises(ValueError, match="rescale the data or pass a larger epsilon") as info:
+        emb.transform(X + 0.5)
+    assert "temperature" not in str(info.value).split(";")[1]

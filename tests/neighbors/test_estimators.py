@@ -411,3 +411,19 @@ def test_regressor_validation_score_is_that_of_the_trend_residuals():
     doc = MetricAttentionRegressor.__doc__
     entry = doc[doc.index("validation_scores_ :"):doc.index("validation_loss_curve_ :")]
     assert "trend_" in entry and "score" in entry
+
+
+@pytest.mark.parametrize(
+    "name", ["MetricAttentionClassifier", "MetricAttentionRegressor", "MetricAttentionTransformer"]
+)
+def test_every_fitted_attribute_is_documented(name):
+    # the transformer's n_samples_fit_ and outputs_2d_ were not (scikit-learn's own rule:
+    # every public attribute a fit sets is in the docstring's Attributes, and the reverse)
+    docscrape = pytest.importorskip("numpydoc.docscrape")  # the docs' extra
+    rng = np.random.RandomState(0)
+    X, y = rng.normal(size=(40, 3)), np.arange(40) % 2
+    est = cheap(name).fit(X, rng.normal(size=40) if name == "MetricAttentionRegressor" else y)
+    documented = {attr.name.split(" ")[0] for attr in docscrape.ClassDoc(type(est))["Attributes"]}
+    fitted = {key for key in vars(est) if key.endswith("_") and not key.startswith("_")}
+    assert fitted - documented == set()
+    assert documented - fitted <= {"feature_names_in_"}  # names only for named columns

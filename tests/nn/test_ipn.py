@@ -104,6 +104,17 @@ def test_network_of_huge_features_equals_it_rescaled():
     assert np.ptp(huge[:, 0]) > 0.01
 
 
+@pytest.mark.parametrize("scale", [1e-130, 1e-160, 1e-300])
+def test_network_of_tiny_features_equals_it_rescaled(scale):
+    # the variance of values below ~1e-154 underflows float64: the scale was 0, made 1, the
+    # features left at ~1e-160 and every prediction the same (accuracy 0.5)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2))
+    y = np.where(X[:, 0] > 0, "yes", "no")
+    make = partial(AttentionNetworkClassifier, max_iter=2, width=8, random_state=0)
+    tiny = make().fit(X * scale, y).predict_proba(X[:20] * scale)
+    np.testing.assert_allclose(tiny, make().fit(X, y).predict_proba(X[:20]), atol=1e-6)
+
 
 @pytest.mark.parametrize("value", [3.3, 1e200, 1e300])
 def test_a_constant_feature_standardises_to_zero_whatever_its_value(value):
@@ -150,3 +161,22 @@ def test_a_feature_of_both_signs_near_the_largest_float64_is_standardised():
 def test_ipn_refuses_batched_sets():
     with pytest.raises(ValueError, match="x must be 2-D"):
         IPN(4, 3, width=8)(torch.randn(2, 10, 4))
+
+
+def test_training_that_diverges_is_a_clear_error():
+    # a learning rate far too large made every weight NaN: NaN probabilities, silently
+    X, y = make_moons(60, noise=0.2, random_state=0)
+    clf = AttentionNetworkClassifier(width=8, max_iter=5, learning_rate=1e10, random_state=0)
+    with pytest.raises(ValueError, match=r"Training diverged.*lower learning_rate \(=1e\+10\)"):
+        clf.fit(X, y)
+
+
+def test_queries_that_overflow_the_network_are_a_clear_error():
+    # queries of ~1e300 (standardised to ~1e300) overflowed the network: NaN probabilities
+    X, y = make_moons(60, noise=0.2, random_state=0)
+    clf = AttentionNetworkClassifier(width=8, max_iter=5, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="overflow .*rescale the data"):
+        clf.predict_proba(X[:3] * 1e300)
+    with pytest.raises(ValueError, match="overflow .*rescale the data"):
+        clf.predict(X[:3] * 1e300)
+    assert np.all(np.isfinite(clf.predict_proba(X[:3] * 1e10)))  # far, not overflowing
