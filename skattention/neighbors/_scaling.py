@@ -41,7 +41,13 @@ def robust_scaling(finite):
 
 def smooth_clip(z):
     """RealMLP's smooth clipping of robust-scaled numbers to about +-_ROBUST_CLIP."""
-    return z / np.sqrt(1.0 + (z / _ROBUST_CLIP) ** 2)
+    with np.errstate(over="ignore", invalid="ignore"):
+        square = (z / _ROBUST_CLIP) ** 2
+        out = z / np.sqrt(1.0 + square)
+    # where the square overflows (beyond about 1e154, or 1e19 in float32) that is 0 or NaN
+    # (z / inf), not the limit: a number far beyond the training data mapped to its median
+    far = np.isinf(square)
+    return np.where(far, np.copysign(_ROBUST_CLIP, z), out) if np.any(far) else out
 
 
 def scaled(values, how, centre, scale, grid=None):

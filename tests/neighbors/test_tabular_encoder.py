@@ -130,6 +130,19 @@ def test_robust_scaling_is_smoothly_clipped():
     np.testing.assert_allclose(z.std(), 1.0, rtol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_numbers_whose_square_overflows_are_clipped_not_sent_to_the_median(dtype):
+    # the clip's square overflowed beyond ~1e154 (1e19 in float32): z / inf = 0, the median
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 1)).astype(dtype)
+    big = np.finfo(dtype).max / 2
+    far = np.array([[big], [-big], [big / 1e6], [-big / 1e6]], dtype=dtype)
+    encoder = _TabularEncoder().fit(x)
+    z = encoder.transform(far).numeric[:, 0]
+    np.testing.assert_array_equal(z, [3.0, -3.0, 3.0, -3.0])
+    assert z.dtype == encoder.transform(x).numeric.dtype
+
+
 def test_min_frequency_groups_rare_levels():
     X = pd.DataFrame({"c": ["a"] * 10 + ["b"] * 10 + ["rare"]})
     enc = _TabularEncoder(min_frequency=2).fit(X)
