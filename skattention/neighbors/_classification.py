@@ -1,5 +1,6 @@
 """MetricAttentionClassifier: attention from queries to the training set, propagating labels."""
 
+import math
 from numbers import Real
 
 import numpy as np
@@ -9,7 +10,7 @@ from ..utils._dask import is_dask_collection
 from ..utils._param_validation import StrOptions
 from ..utils._sklearn_compat import _check_sample_weight, _fit_context
 from ..utils._threads import uses_n_jobs
-from ..utils._validation import ProbabilisticClassifierMixin
+from ..utils._validation import ProbabilisticClassifierMixin, rows_summing_to_one
 from ..utils._warnings import warn_user
 from . import _docs
 from ._base import _BaseMetricAttention
@@ -179,6 +180,11 @@ class MetricAttentionClassifier(
 
     def _predict_proba(self, X):
         proba, no_neighbour = self._propagate(X)
+        if self.weights != "uniform" or self.temperature_ not in (0.0, math.inf):
+            # votes to normalise (weights="distance"), or a softmax whose rounding left its
+            # sums a few ulp from 1. The uniform vote of temperature 0 or inf is each class's
+            # count over their total already, scikit-learn's division: a second one changed it
+            proba = rows_summing_to_one(proba, [c.size for c in self._classes_per_output()])
         if no_neighbour is None or not no_neighbour.any():
             return proba
         # RadiusNeighborsClassifier's handling of queries with no neighbour

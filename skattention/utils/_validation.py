@@ -97,13 +97,10 @@ class ProbabilisticClassifierMixin:
         if is_dask_collection(X):
             return lazy_predict(self, "predict_proba", X)
         proba = self._predict_proba(X)
-        multi = getattr(self, "outputs_2d_", False)
+        if not getattr(self, "outputs_2d_", False):
+            return proba
         sizes = [c.size for c in self._classes_per_output()]
-        blocks = np.split(proba, np.cumsum(sizes)[:-1], axis=1) if multi else [proba]
-        # Rounding can leave sums a few ulp from 1; renormalise like scikit-learn's neighbours
-        # (a row of zeros, a radius query with no neighbour, stays zeros).
-        blocks = [_rows_summing_to_one(b) for b in blocks]
-        return blocks if multi else blocks[0]
+        return np.split(proba, np.cumsum(sizes)[:-1], axis=1)
 
     def predict_log_proba(self, X):
         """Logarithm of the class probabilities of each query.
@@ -156,10 +153,13 @@ class ProbabilisticClassifierMixin:
         return self.classes_ if getattr(self, "outputs_2d_", False) else [self.classes_]
 
 
-def _rows_summing_to_one(proba):
-    """``proba`` with each row divided by its sum (rows of zeros stay zeros)."""
-    total = proba.sum(1, keepdims=True)
-    return proba / np.where(total > 0, total, 1.0)
+def rows_summing_to_one(proba, sizes):
+    """``proba`` with each row of each output's block of ``sizes`` columns divided by its sum
+    (rows of zeros stay zeros), as scikit-learn's neighbour classifiers normalise their votes."""
+    for block in np.split(proba, np.cumsum(sizes)[:-1], axis=1):
+        total = block.sum(1, keepdims=True)
+        block /= np.where(total > 0, total, 1.0)  # (a view: proba itself)
+    return proba
 
 
 def _most_probable(proba, classes, outlier_label):

@@ -163,3 +163,25 @@ def test_attention_weights_dense_default_and_explicit(classification):
     for c in range(3):
         proba[:, c] = (w_all * (y[idx_all] == c)).sum(1)
     np.testing.assert_allclose(proba, att.predict_proba(Xq[:5]), atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n_classes", [2, 3, 7])
+def test_uniform_votes_are_scikit_learns_probabilities_to_the_bit(dtype, n_classes):
+    # each class's count over their total, one division as scikit-learn's: a second division
+    # by the rounded row sum moved them by an ulp (1/6 + 1/6 + 1/6 is not 1/2)
+    # (continuous points: no tie at the k-th distance, which scikit-learn's brute force breaks
+    # otherwise than by index)
+    rng = np.random.default_rng(n_classes)
+    X = rng.normal(size=(90, 2)).astype(dtype)
+    y = rng.integers(0, n_classes, size=90)
+    Xq = rng.normal(size=(40, 2)).astype(dtype)
+    for k in (6, 7, 90):
+        att = MetricAttentionClassifier("euclidean", n_neighbors=k, temperature=np.inf)
+        knn = KNeighborsClassifier(n_neighbors=k, algorithm="brute")
+        np.testing.assert_array_equal(att.fit(X, y).predict_proba(Xq),
+                                      knn.fit(X, y).predict_proba(Xq))
+    att = MetricAttentionClassifier("euclidean", radius=1.5, temperature=np.inf)
+    rnc = RadiusNeighborsClassifier(radius=1.5, algorithm="brute")
+    np.testing.assert_array_equal(att.fit(X, y).predict_proba(Xq),
+                                  rnc.fit(X, y).predict_proba(Xq))
