@@ -180,10 +180,9 @@ class MetricAttentionClassifier(
 
     def _predict_proba(self, X):
         proba, no_neighbour = self._propagate(X)
-        if self.weights != "uniform" or self.temperature_ not in (0.0, math.inf):
-            # votes to normalise (weights="distance"), or a softmax whose rounding left its
-            # sums a few ulp from 1. The uniform vote of temperature 0 or inf is each class's
-            # count over their total already, scikit-learn's division: a second one changed it
+        if not self._counts_over_total():
+            # votes to normalise (weights="distance"), or weighted sums whose rounding left
+            # them a few ulp (float32: 1e-7) from 1
             proba = rows_summing_to_one(proba, [c.size for c in self._classes_per_output()])
         if no_neighbour is None or not no_neighbour.any():
             return proba
@@ -206,6 +205,17 @@ class MetricAttentionClassifier(
                           "probabilities of outliers will be assigned with 0.")
             start += classes.size
         return proba
+
+    def _counts_over_total(self):
+        """Whether the probabilities are each class's count of votes over their total (the
+        uniform vote of temperature 0 or inf, every key of one weight, zero weights aside):
+        scikit-learn's one division, which a second by their rounded sum would change."""
+        log_prior = self._keys.log_prior
+        if (self.weights != "uniform" or self.temperature_ not in (0.0, math.inf)
+                or not isinstance(log_prior, np.ndarray)):  # (keys sharded on a cluster)
+            return False
+        weights = log_prior[np.isfinite(log_prior)]
+        return weights.size == 0 or bool(np.all(weights == weights[0]))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

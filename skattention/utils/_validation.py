@@ -100,7 +100,7 @@ class ProbabilisticClassifierMixin:
         if not getattr(self, "outputs_2d_", False):
             return proba
         sizes = [c.size for c in self._classes_per_output()]
-        return np.split(proba, np.cumsum(sizes)[:-1], axis=1)
+        return [np.ascontiguousarray(p) for p in np.split(proba, np.cumsum(sizes)[:-1], axis=1)]
 
     def predict_log_proba(self, X):
         """Logarithm of the class probabilities of each query.

@@ -185,3 +185,19 @@ def test_uniform_votes_are_scikit_learns_probabilities_to_the_bit(dtype, n_class
     rnc = RadiusNeighborsClassifier(radius=1.5, algorithm="brute")
     np.testing.assert_array_equal(att.fit(X, y).predict_proba(Xq),
                                   rnc.fit(X, y).predict_proba(Xq))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_weighted_uniform_votes_still_sum_to_one(dtype):
+    # weighted votes are sums the compute dtype rounds: normalised by their sum
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3)).astype(dtype)
+    y = rng.integers(0, 3, 200)
+    for att, weight in [
+        (MetricAttentionClassifier("euclidean", n_neighbors=7, temperature=np.inf,
+                                   class_weight="balanced"), None),
+        (MetricAttentionClassifier("euclidean", n_neighbors=7, temperature=np.inf),
+         rng.uniform(0.5, 2.0, 200)),
+    ]:
+        proba = att.fit(X, y, sample_weight=weight).predict_proba(X)
+        np.testing.assert_allclose(proba.sum(1), 1.0, rtol=0, atol=4e-16)
