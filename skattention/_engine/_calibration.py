@@ -1,14 +1,13 @@
 """Calibration of a trained map's temperature on held-out points (torch only)."""
 
 import math
-import threading
 
 import torch
 
 from ._budget import budget_bytes, cache_row_slices
 from ._inputs import clamp_log_temperature
 from ._metric_training import _LOG_EPS, key_log_prior, soft_neighbour_loss
-from ._near_far import near_far_bytes, near_far_scores
+from ._near_far import near_far_bytes, near_far_scores, near_width
 from ._parallel import map_blocks
 from ._scores import PreparedKeys
 from ._softmax import LOG2E, flush_below, flushed_exp
@@ -138,29 +137,28 @@ def _grouped_block_terms(queries, keys, terms, workers):
     Blocks of queries whose scores fit a worker's share of the working memory go to the
     engine's workers (one thread each: a block's group-by-group kernels are too short for a
     parallel region to pay, and each would wait for a descheduled thread on a busy machine).
-    A block's scores are kept for the next grids while what the kept ones take (their
-    queries' near keys as many as they have, not the largest groups' bound that sized the
-    blocks) fits the budget; the others are scored again at each grid, the same numbers."""
+    Every block's scores are kept for the next grids where all of them fit the budget, as
+    many near keys as the queries actually have (not the largest groups' bound that sizes the
+    blocks); else each grid scores them again, the same numbers."""
     budget = budget_bytes(None)
     rows = max(1, budget // workers // max(1, near_far_bytes(keys, 1)))
     rows = max(1, min(rows, -(-queries.shape[0] // workers)))
-    kept, kept_bytes, lock = {}, [0], threading.Lock()
+    width = max((near_width(queries[start:start + rows], keys)
+                 for start in range(0, queries.shape[0], rows)), default=0)
+    kept = {} if near_far_bytes(keys, queries.shape[0], width) <= budget else None
     keys.prepared()  # made once here, not by each worker
 
     def block_terms(start, log_ts):
         block = slice(start, min(queries.shape[0], start + rows))
-        scores = kept.get(start)
+        scores = None if kept is None else kept.get(start)
         if scores is None:
             scores = near_far_scores(queries[block], keys)
-            need = near_far_bytes(keys, block.stop - block.start, scores.near.shape[1])
-            with lock:
-                if kept_bytes[0] + need <= budget:
-                    kept[start], kept_bytes[0] = scores, kept_bytes[0] + need
+            if kept is not None:
+                kept[start] = scores  # (each block's own entry: one worker writes it)
         return [terms(scores.outputs(math.exp(log_t)), block) for log_t in log_ts]
 
     starts = range(0, queries.shape[0], rows)
     return lambda log_ts: map_blocks(lambda start: block_terms(start, log_ts), starts, workers)
-
 
 def _search(losses_at, log_temperature):
     """Set ``log_temperature`` to the calibration grids' best point of ``losses_at(log_ts)``

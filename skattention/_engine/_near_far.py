@@ -390,6 +390,16 @@ def near_far_scores(queries, grouped, working_memory=None):
     return NearFarScores(grouped, far, scores, prior, values)
 
 
+@torch.no_grad()
+def near_width(queries, grouped):
+    """The most keys of their near groups any of ``queries`` attends to exactly: the width of
+    :func:`near_far_scores`' rows (0 without a near group)."""
+    if not queries.shape[0] or not grouped.n_near:
+        return 0
+    near, _ = _far_logits(queries, grouped, 1.0)
+    sizes = grouped.bounds[1:] - grouped.bounds[:-1]
+    return int(sizes[near].sum(1).max())
+
 def near_far_bytes(grouped, n_queries, width=None):
     """About the bytes :func:`near_far_scores` of ``n_queries`` queries keeps and computes with:
     their scores against every prototype and, side by side, against ``width`` keys of their
