@@ -33,14 +33,19 @@ def check_distance_range(X):
 def check_soft_temperature(T, X):
     """Reject a fixed temperature ``T`` at which the soft steps' scores overflow ``X``'s dtype
     (garbage centroids in float64, an error inside torch in float32): on the centred points
-    they reach ``3 max ||x - mean||^2 / T``, at most ``12 n_features max|x|^2 / T``, and the
-    steps multiply by ``2 / T``. ``T``: ``None`` (annealing) or 0 (Lloyd) need no check."""
-    if not T or not X.size:
+    they reach ``3 max ||x - mean||^2 / T``, at most ``3 sum_j range_j^2 / T`` (the columns'
+    ranges: points far from the origin with a modest spread are fine), and the steps multiply
+    by ``2 / T``. ``T``: ``None`` (annealing) or 0 (Lloyd) need no check."""
+    if not T or not X.shape[0]:
         return
-    largest = max(float(X.max()), -float(X.min()))
+    if sparse.issparse(X):
+        span = X.max(axis=0).toarray().ravel() - X.min(axis=0).toarray().ravel()
+    else:
+        span = X.max(0) - X.min(0)
     with np.errstate(over="ignore"):
-        bound = max(12.0 * X.shape[1] * np.float64(largest) ** 2 / T, 2.0 / np.float64(T))
-    if bound > np.finfo(X.dtype).max:
+        span = span.astype(np.float64)
+        bound = max(3.0 * float(np.sum(span * span)) / T, 2.0 / np.float64(T))
+    if bound > float(np.finfo(X.dtype).max):
         widen = ", pass X as float64" if X.dtype != np.float64 else ""
         reach = f", up to about {bound:.3g}" if np.isfinite(bound) else ""
         raise ValueError(
@@ -49,7 +54,6 @@ def check_soft_temperature(T, X):
             f"temperature=0 (Lloyd's hard assignments, the limit of small temperatures){widen} "
             "or rescale the data."
         )
-
 
 def overflow_error(exc, dtype):
     """The engine's :class:`ComputeOverflowError` ``exc`` of the soft assignments in

@@ -245,6 +245,11 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
                          context=torch.from_numpy(self._fit_X))
             proba = torch.softmax(logits, dim=1).numpy()
         if not np.all(np.isfinite(proba)):  # NaN probabilities, silently, before
+            if not all(bool(torch.isfinite(p).all()) for p in net.parameters()):
+                raise ValueError(  # (a callback's copy during a diverging fit, an old pickle)
+                    "The network's weights are not finite (its training diverged); fit it "
+                    "again with a lower learning_rate."
+                )
             raise ValueError(
                 "X holds values too far from the training data's range for the network: its "
                 "float64 computations overflow (NaN probabilities); rescale the data."

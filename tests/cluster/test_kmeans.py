@@ -433,6 +433,15 @@ def test_temperature_too_small_for_the_data_is_a_clear_error(blobs, dtype, tempe
     np.testing.assert_allclose(soft.cluster_centers_, lloyd.cluster_centers_, rtol=1e-5)
 
 
+def test_points_far_from_the_origin_with_a_modest_spread_fit_at_a_small_temperature():
+    # the scores are of centred points: a check on max|x| rejected these (nothing overflows)
+    rng = np.random.default_rng(0)
+    X = (1e16 + rng.normal(size=(300, 10)) * 1e12
+         + np.repeat([[0.0], [5e12], [-5e12]], 100, 0)).astype(np.float32)
+    km = AttentionKMeans(3, temperature=1e-5, n_init=1, random_state=0).fit(X)
+    assert sorted(np.bincount(km.labels_)) == [100, 100, 100]
+
+
 @pytest.mark.parametrize(("dtype", "temperature"), [(np.float32, 1e-40), (np.float64, 1e-310)])
 def test_overflowing_soft_assignments_advise_what_kmeans_has(blobs, dtype, temperature):
     # the engine's advice named dtype=torch.float64 (an estimator's dtype='float64'), an option

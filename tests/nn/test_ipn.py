@@ -180,3 +180,13 @@ def test_queries_that_overflow_the_network_are_a_clear_error():
     with pytest.raises(ValueError, match="overflow .*rescale the data"):
         clf.predict(X[:3] * 1e300)
     assert np.all(np.isfinite(clf.predict_proba(X[:3] * 1e10)))  # far, not overflowing
+
+
+def test_a_network_with_non_finite_weights_is_named_as_the_cause():
+    # NaN probabilities from NaN weights were blamed on the queries' range
+    X, y = make_moons(60, noise=0.2, random_state=0)
+    clf = AttentionNetworkClassifier(width=4, max_iter=2, random_state=0).fit(X, y)
+    with torch.no_grad():
+        next(clf.network_.parameters()).fill_(float("nan"))
+    with pytest.raises(ValueError, match="weights are not finite"):
+        clf.predict_proba(X)
