@@ -207,6 +207,17 @@ def test_sharded_errors(synchronous, data):
         AttentionKMeans(3).fit(dask_rows(X))
 
 
+def test_kmeans_temperature_too_small_for_the_data_is_refused_as_in_memory(synchronous):
+    # the Dask fit kept its initial centroids silently where the in-memory fit refuses
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(c, 1.0, size=(100, 3)) for c in (0, 4, 8)]) * 1e150
+    for data in (X, dask_rows(X)):
+        with pytest.raises(ValueError, match="too small for X's scale"):
+            AttentionKMeans(3, temperature=1e-10, random_state=0).fit(data)
+    km = AttentionKMeans(3, temperature=1e290, random_state=0).fit(dask_rows(X))
+    assert np.isfinite(km.cluster_centers_).all()
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.5])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_kmeans_equals_in_memory(synchronous, temperature, dtype):

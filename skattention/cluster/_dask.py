@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_array, validate_data
 from .._engine import iterate_centers, kmeans_step
 from ..utils._dask import aligned_blocks, row_blocks
 from ._init import checked_init, initial_centers, resolve_n_init
-from ._inputs import check_distance_range
+from ._inputs import check_distance_range, check_soft_temperature
 from ._runs import Run, best_run, warn_if_fewer_clusters
 
 # Rows drawn from the partitions for the initial centroids.
@@ -59,6 +59,12 @@ def fit(estimator, X, sample_weight):
         raise ValueError("Sample weights must contain at least one non-zero number: all are zero.")
     mean = (sum(s[1] for s in stats) / n).astype(dtype)
     T = float(estimator.temperature)
+    if T:  # the in-memory fit's check, from the partitions' column ranges
+        extremes = [e for e in dask.compute([dask.delayed(_extremes)(p) for p in parts])[0]
+                    if e is not None]
+        with np.errstate(over="ignore"):
+            ranges = np.max([e[0] for e in extremes], 0) - np.min([e[1] for e in extremes], 0)
+        check_soft_temperature(T, ranges, dtype)
     tol = 0.0
     if estimator.tol > 0:
         squares = dask.compute([dask.delayed(_squares)(p, mean) for p in parts])[0]
@@ -109,6 +115,12 @@ def _checked(X, sample_weight, dtype):
 def _moments(part):
     X, w = part
     return float(w.sum()), X.sum(0, dtype=np.float64)
+
+
+def _extremes(part):
+    """A partition's columns' largest and smallest values (float64), ``None`` if empty."""
+    X = part[0]
+    return (X.max(0).astype(np.float64), X.min(0).astype(np.float64)) if X.shape[0] else None
 
 
 def _squares(part, mean):

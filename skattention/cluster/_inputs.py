@@ -30,30 +30,40 @@ def check_distance_range(X):
     return X
 
 
-def check_soft_temperature(T, X):
-    """Reject a fixed temperature ``T`` at which the soft steps' scores overflow ``X``'s dtype
+def column_ranges(X):
+    """Each column's largest value less its smallest, in float64 (dense or CSR ``X``; ``None``
+    for no row)."""
+    if not X.shape[0]:
+        return None
+    if sparse.issparse(X):
+        top, bottom = X.max(axis=0).toarray().ravel(), X.min(axis=0).toarray().ravel()
+    else:
+        top, bottom = X.max(0), X.min(0)
+    with np.errstate(over="ignore"):  # inf: beyond float64, as the distances would be
+        return top.astype(np.float64) - bottom.astype(np.float64)
+
+
+def check_soft_temperature(T, ranges, dtype):
+    """Reject a fixed temperature ``T`` at which the soft steps' scores overflow ``dtype``
     (garbage centroids in float64, an error inside torch in float32): on the centred points
     they reach ``3 max ||x - mean||^2 / T``, at most ``3 sum_j range_j^2 / T`` (the columns'
-    ranges: points far from the origin with a modest spread are fine), and the steps multiply
-    by ``2 / T``. ``T``: ``None`` (annealing) or 0 (Lloyd) need no check."""
-    if not T or not X.shape[0]:
+    ``ranges``, :func:`column_ranges`: points far from the origin with a modest spread are
+    fine), and the steps multiply by ``2 / T``. ``T``: ``None`` (annealing) or 0 (Lloyd) need
+    no check, nor ``ranges=None`` (no point)."""
+    if not T or ranges is None:
         return
-    if sparse.issparse(X):
-        span = X.max(axis=0).toarray().ravel() - X.min(axis=0).toarray().ravel()
-    else:
-        span = X.max(0) - X.min(0)
     with np.errstate(over="ignore"):
-        span = span.astype(np.float64)
-        bound = max(3.0 * float(np.sum(span * span)) / T, 2.0 / np.float64(T))
-    if bound > float(np.finfo(X.dtype).max):
-        widen = ", pass X as float64" if X.dtype != np.float64 else ""
+        bound = max(3.0 * float(np.sum(ranges * ranges)) / T, 2.0 / np.float64(T))
+    if bound > float(np.finfo(dtype).max):
+        widen = ", pass X as float64" if dtype != np.float64 else ""
         reach = f", up to about {bound:.3g}" if np.isfinite(bound) else ""
         raise ValueError(
-            f"temperature={T:.3g} is too small for X's scale in {X.dtype}: the soft "
+            f"temperature={T:.3g} is too small for X's scale in {np.dtype(dtype)}: the soft "
             f"assignments' scores (squared distances / temperature{reach}) overflow it; use "
             f"temperature=0 (Lloyd's hard assignments, the limit of small temperatures){widen} "
             "or rescale the data."
         )
+
 
 def overflow_error(exc, dtype):
     """The engine's :class:`ComputeOverflowError` ``exc`` of the soft assignments in

@@ -38,6 +38,7 @@ from ._inputs import (
     check_soft_temperature,
     checked_sample_weight,
     column_moments,
+    column_ranges,
     dense_blocks,
     overflow_error,
 )
@@ -253,7 +254,7 @@ class AttentionKMeans(
         rng = check_random_state(self.random_state)
         annealing = isinstance(self.temperature, str)
         T = None if annealing else float(self.temperature)
-        check_soft_temperature(T, X)
+        check_soft_temperature(T, column_ranges(X), X.dtype)
 
         init = checked_init(self.init, self.n_clusters, n_features, X.dtype)
         n_init = resolve_n_init(self.n_init, init, T)
@@ -308,13 +309,9 @@ class AttentionKMeans(
             self.inertia_ = float(np.ldexp(float(best.inertia), weight_exponent))
         self.n_iter_ = int(best.n_anneal + best.n_iter)
         self.stopped_by_callback_ = stopped
-        if annealing:
-            total = float(sample_weight.sum())  # in the units of best.inertia
-            self.temperature_ = (
-                2.0 * float(best.inertia) / (total * n_features) if best.inertia > 0 else 0.0
-            )
-        else:
-            self.temperature_ = T
+        total = float(sample_weight.sum())  # in the units of best.inertia
+        self.temperature_ = T if not annealing else (
+            2.0 * float(best.inertia) / (total * n_features) if best.inertia > 0 else 0.0)
         return self
 
     def _fit_subtasks(self):
