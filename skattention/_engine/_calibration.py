@@ -160,6 +160,7 @@ def _grouped_block_terms(queries, keys, terms, workers):
     starts = range(0, queries.shape[0], rows)
     return lambda log_ts: map_blocks(lambda start: block_terms(start, log_ts), starts, workers)
 
+
 def _search(losses_at, log_temperature):
     """Set ``log_temperature`` to the calibration grids' best point of ``losses_at(log_ts)``
     (losses of several points in one pass); returns its loss."""

@@ -373,8 +373,7 @@ class NearFarScores:
 def near_far_scores(queries, grouped, working_memory=None):
     """:class:`NearFarScores` of ``queries`` (as for :func:`near_far_attention`)."""
     near, far = _far_logits(queries, grouped, 1.0)
-    sizes = grouped.bounds[1:] - grouped.bounds[:-1]
-    width = max(1, int(sizes[near].sum(1).max()) if near.numel() else 0)  # a -inf column
+    width = max(1, _near_keys(near, grouped))  # (none near: a -inf column)
     n_q, n_values = queries.shape[0], grouped.values.shape[1]
     scores = far.new_full((n_q, width), -math.inf)
     prior = far.new_zeros((n_q, width))
@@ -396,9 +395,14 @@ def near_width(queries, grouped):
     :func:`near_far_scores`' rows (0 without a near group)."""
     if not queries.shape[0] or not grouped.n_near:
         return 0
-    near, _ = _far_logits(queries, grouped, 1.0)
+    return _near_keys(_far_logits(queries, grouped, 1.0)[0], grouped)
+
+
+def _near_keys(near, grouped):
+    """The most keys that the groups of a row of ``near`` (group indices) hold (0: none)."""
     sizes = grouped.bounds[1:] - grouped.bounds[:-1]
-    return int(sizes[near].sum(1).max())
+    return int(sizes[near].sum(1).max()) if near.numel() else 0
+
 
 def near_far_bytes(grouped, n_queries, width=None):
     """About the bytes :func:`near_far_scores` of ``n_queries`` queries keeps and computes with:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from scipy import sparse
 
-from .._engine import RowBlocks, budget_bytes, overflow_message, plan_rows
+from .._engine import RowBlocks, budget_bytes, plan_rows
 from ..utils._sklearn_compat import _check_sample_weight
 
 
@@ -65,15 +65,20 @@ def check_soft_temperature(T, ranges, dtype):
         )
 
 
-def overflow_error(exc, dtype):
-    """The engine's :class:`ComputeOverflowError` ``exc`` of the soft assignments in
-    ``dtype``, with advice in AttentionKMeans' terms (the engine's names a ``dtype`` option)."""
-    advice = ["rescale the data"]
-    if exc.by_temperature:
-        advice.append("pass a larger temperature to soft_assignments")
-    if dtype != torch.float64:
-        advice.append("pass X as float64 (the attention computes in float64 when X is)")
-    return ValueError(overflow_message(exc.cause, advice)).with_traceback(exc.__traceback__)
+def soft_assignment_advice(dtype):
+    """What to do about an overflow of the soft assignments in ``dtype`` (for
+    :func:`~skattention.utils._validation.overflow_advice`), in AttentionKMeans' terms (the
+    engine's advice names a ``dtype`` option)."""
+
+    def advise(exc):
+        advice = ["rescale the data"]
+        if exc.by_temperature:
+            advice.append("pass a larger temperature to soft_assignments")
+        if dtype != torch.float64:
+            advice.append("pass X as float64 (the attention computes in float64 when X is)")
+        return advice
+
+    return advise
 
 
 def checked_sample_weight(sample_weight, X):

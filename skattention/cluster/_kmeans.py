@@ -15,7 +15,6 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import (
-    ComputeOverflowError,
     anneal,
     attention,
     check_temperature,
@@ -30,6 +29,7 @@ from ..utils._device import DevicePortableMixin, _cuda_nondeterministic
 from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, Interval, StrOptions
 from ..utils._sklearn_compat import _check_sample_weight, _fit_context
+from ..utils._validation import overflow_advice
 from ._dask import fit as fit_dask_collection
 from ._init import checked_init, initial_centers, resolve_n_init
 from ._inputs import (
@@ -40,7 +40,7 @@ from ._inputs import (
     column_moments,
     column_ranges,
     dense_blocks,
-    overflow_error,
+    soft_assignment_advice,
 )
 from ._runs import Run, best_run, warn_if_fewer_clusters
 
@@ -408,14 +408,12 @@ class AttentionKMeans(
         eye = np.eye(self.cluster_centers_.shape[0])
         if T == 0:
             return eye[self._labels_inertia(X, inertia=False)[0]]
-        try:
+        with overflow_advice(soft_assignment_advice(dtype)):
             return np.concatenate([
                 np.asarray(attention(block, self.cluster_centers_, eye, temperature=T,
                                      device=self.device, dtype=dtype), dtype=np.float64)
                 for block in (dense_blocks(X) if sparse.issparse(X) else [X])
             ])
-        except ComputeOverflowError as exc:  # the engine's advice names options KMeans has not
-            raise overflow_error(exc, dtype) from None
 
     def predict_proba(self, X):
         """Responsibilities at ``temperature_`` (see :meth:`soft_assignments`).

@@ -1,6 +1,5 @@
 """AttentionDiffusionEmbedding: the attention matrix as a diffusion operator (diffusion maps)."""
 
-import contextlib
 from numbers import Integral, Real
 
 import numpy as np
@@ -13,9 +12,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._engine import (
-    ComputeOverflowError,
     attention,
-    overflow_message,
     prepare_keys,
     progress_bar,
     resolve_device,
@@ -25,6 +22,7 @@ from ..utils._device import DevicePortableMixin
 from ..utils._estimator import EstimatorMixin
 from ..utils._param_validation import Count, HasMethods, Interval, StrOptions
 from ..utils._sklearn_compat import _fit_context, _num_samples
+from ..utils._validation import overflow_advice
 from ..utils._warnings import warn_user
 from ._eigen import resolve_eigen_solver, top_eigenpairs
 from ._nystrom import knn_nystrom
@@ -54,17 +52,11 @@ _DISCONNECTED_GAP = 1e-10
 _RADIUS_SLACK = 1e-6
 
 
-@contextlib.contextmanager
 def _overflow_advice():
-    """The engine's overflow errors advising what this estimator has: its attention temperature
-    is ``epsilon``, and it computes in float64 already (the engine's advice named a
-    ``temperature`` it has not)."""
-    try:
-        yield
-    except ComputeOverflowError as exc:
-        advice = ["rescale the data"] + ["pass a larger epsilon"] * exc.by_temperature
-        raise ValueError(overflow_message(exc.cause, advice)).with_traceback(
-            exc.__traceback__) from None
+    """Overflow errors advising what this estimator has (:func:`overflow_advice`): its
+    attention temperature is ``epsilon``, and it computes in float64 already."""
+    return overflow_advice(
+        lambda exc: ["rescale the data"] + ["pass a larger epsilon"] * exc.by_temperature)
 
 
 class AttentionDiffusionEmbedding(

@@ -30,6 +30,11 @@ from ._ipn import IPN
 _AUTO_BATCH = 512
 
 
+def _finite_weights(net):
+    """Whether every parameter of the network ``net`` is finite."""
+    return all(bool(torch.isfinite(p).all()) for p in net.parameters())
+
+
 class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
                                  EstimatorMixin, DevicePortableMixin, BaseEstimator):
     """Classifier training an IPN: attention blocks that propagate across the samples of a batch.
@@ -200,8 +205,7 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
                                             + self.width * (X.shape[1] + self.classes_.size
                                                             + 2 * self.n_blocks * self.width)),
                 )
-        if not (np.all(np.isfinite(history.loss_curve))
-                and all(bool(torch.isfinite(p).all()) for p in net.parameters())):
+        if not (np.all(np.isfinite(history.loss_curve)) and _finite_weights(net)):
             # NaN weights would give NaN probabilities, silently
             raise ValueError(
                 f"Training diverged: the training loss or the network's weights are not finite "
@@ -245,7 +249,7 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
                          context=torch.from_numpy(self._fit_X))
             proba = torch.softmax(logits, dim=1).numpy()
         if not np.all(np.isfinite(proba)):  # NaN probabilities, silently, before
-            if not all(bool(torch.isfinite(p).all()) for p in net.parameters()):
+            if not _finite_weights(net):
                 raise ValueError(  # (a callback's copy during a diverging fit, an old pickle)
                     "The network's weights are not finite (its training diverged); fit it "
                     "again with a lower learning_rate."

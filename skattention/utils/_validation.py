@@ -1,9 +1,12 @@
 """Input preparation shared by the estimators (scikit-learn side)."""
 
+import contextlib
+
 import numpy as np
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import check_classification_targets
 
+from .._engine import ComputeOverflowError, overflow_message
 from ._dask import is_dask_collection, lazy_predict
 from ._threads import uses_n_jobs
 from ._warnings import warn_user
@@ -24,23 +27,23 @@ def standardisation(X):
     """
     # the sum of values near float64's largest overflows the mean, and the variance of values
     # beyond ~1e154 the spread (every row would be standardised to 0)
-    mean = _in_units_of_the_largest(X, np.mean)
-    constant = X.max(0) == X.min(0)
-    mean = np.where(constant, X[0], mean).astype(X.dtype)
-    scale = _in_units_of_the_largest(X, np.std)
+    top, bottom = X.max(0), X.min(0)
+    peak = np.maximum(top, -bottom).astype(np.float64)  # (no |X| copy)
+    constant = top == bottom
+    mean = np.where(constant, X[0], _in_units_of_the_largest(X, np.mean, peak)).astype(X.dtype)
+    scale = _in_units_of_the_largest(X, np.std, peak)
     scale = scale.astype(X.dtype) if np.all(scale < np.finfo(X.dtype).max) else scale
     return mean, np.where((scale > 0) & ~constant, scale, 1.0)
 
 
-def _in_units_of_the_largest(X, statistic):
+def _in_units_of_the_largest(X, statistic, peak):
     """``statistic`` (``np.mean`` or ``np.std``) of each column of ``X`` in float64, computed
-    again in units of the column's largest absolute value where it overflows (not of its
-    deviations, which can overflow too: values of both signs near the largest), and where the
-    values are below ``_TINY_PEAK``: the squares of their deviations underflow (a spread of 0,
-    and the column was left unscaled)."""
+    again in units of the column's largest absolute value ``peak`` where it overflows (not of
+    its deviations, which can overflow too: values of both signs near the largest), and where
+    the values are below ``_TINY_PEAK``: the squares of their deviations underflow (a spread of
+    0, and the column was left unscaled)."""
     with np.errstate(over="ignore"):
         out = statistic(X, 0, dtype=np.float64)
-    peak = np.maximum(X.max(0), -X.min(0)).astype(np.float64)  # no |X| copy
     redo = ~np.isfinite(out) | ((peak > 0) & (peak < _TINY_PEAK))
     if np.any(redo):
         values = X[:, redo].astype(np.float64)
@@ -100,7 +103,7 @@ class ProbabilisticClassifierMixin:
         if not getattr(self, "outputs_2d_", False):
             return proba
         sizes = [c.size for c in self._classes_per_output()]
-        return [np.ascontiguousarray(p) for p in np.split(proba, np.cumsum(sizes)[:-1], axis=1)]
+        return [np.ascontiguousarray(p) for p in output_blocks(proba, sizes)]
 
     def predict_log_proba(self, X):
         """Logarithm of the class probabilities of each query.
@@ -153,10 +156,15 @@ class ProbabilisticClassifierMixin:
         return self.classes_ if getattr(self, "outputs_2d_", False) else [self.classes_]
 
 
+def output_blocks(proba, sizes):
+    """Views of ``proba``'s columns, one block of ``sizes[i]`` columns per output."""
+    return np.split(proba, np.cumsum(sizes)[:-1], axis=1)
+
+
 def rows_summing_to_one(proba, sizes):
     """``proba`` with each row of each output's block of ``sizes`` columns divided by its sum
     (rows of zeros stay zeros), as scikit-learn's neighbour classifiers normalise their votes."""
-    for block in np.split(proba, np.cumsum(sizes)[:-1], axis=1):
+    for block in output_blocks(proba, sizes):
         total = block.sum(1, keepdims=True)
         block /= np.where(total > 0, total, 1.0)  # (a view: proba itself)
     return proba
@@ -173,3 +181,15 @@ def _most_probable(proba, classes, outlier_label):
         pred = pred.astype(np.result_type(pred, np.asarray(outlier_label)))
         pred[unlabelled] = outlier_label
     return pred
+
+
+@contextlib.contextmanager
+def overflow_advice(advise):
+    """The engine's overflow errors within, as a ValueError whose advice is ``advise(exc)`` (a
+    list of what to do in the estimator's own terms: the engine's names its own options, such
+    as ``dtype`` or ``temperature``, which an estimator may not have)."""
+    try:
+        yield
+    except ComputeOverflowError as exc:
+        raise ValueError(overflow_message(exc.cause, advise(exc))).with_traceback(
+            exc.__traceback__) from None
