@@ -30,6 +30,7 @@ from ._softmax import (
     partial_softmax,
     product_values,
 )
+from ._topk import top_indices
 
 # fewer queries than this take one block in the calling thread (the workers' start costs more)
 _MIN_WORKER_ROWS = 256
@@ -289,7 +290,7 @@ def _far_logits(q, grouped, scale):
     prototypes = grouped.prepared()[1]
     far = _logits(prototypes, padded_rows(prototypes.prepare_queries(q)), 0, grouped.n_groups,
                   scale)[:q.shape[0]]
-    near = far.topk(min(grouped.n_near, grouped.n_groups), 1).indices
+    near = top_indices(far, min(grouped.n_near, grouped.n_groups))
     return near, far.scatter_(1, near, -math.inf)
 
 
@@ -313,7 +314,7 @@ def _near_blocks(q, near, grouped, scale, budget):
             continue
         rows, pairs = query_of[at:at + count], pair_order[at:at + count]
         at += count
-        z = padded_rows(q_keys[rows])
+        z = padded_rows(q_keys.index_select(0, rows))  # (a gather of rows: faster than [rows])
         width = max(1, budget // (3 * q.element_size() * z.shape[0]))
         for k0 in range(bounds[g], bounds[g + 1], width):
             k1 = min(bounds[g + 1], k0 + width)
@@ -333,10 +334,11 @@ def _near_partials(q, near, grouped, scale, budget, values_mm):
     for rows, pairs, k0, k1, s, first in _near_blocks(q, near, grouped, scale, budget):
         z = s[:rows.shape[0]].add_(grouped.log_prior[k0:k1])
         part_m, part = partial_softmax(z, values_mm[k0:k1])
-        if first:
-            m[pairs], blocks[pairs] = part_m, part
-            continue
-        m[pairs], blocks[pairs] = merged_partials(m[pairs], blocks[pairs], part_m, part)
+        if not first:
+            part_m, part = merged_partials(m.index_select(0, pairs),
+                                           blocks.index_select(0, pairs), part_m, part)
+        m.index_copy_(0, pairs, part_m)
+        blocks.index_copy_(0, pairs, part)
     return m.view(near.shape), blocks.view(*near.shape, values_mm.shape[1])
 
 

@@ -1,11 +1,13 @@
 """The blockwise top-k merge: the grouped search for the entries above a row's k-th best
 finds the entries a comparison of every entry finds, in the same order."""
 
+import math
+
 import pytest
 import torch
 
 from skattention._engine import _topk
-from skattention._engine._topk import TopK
+from skattention._engine._topk import TopK, top_indices
 
 
 def _blocks(seed, n_rows, width, n_blocks, dtype):
@@ -84,3 +86,30 @@ def test_a_companion_ranking_follows_its_entries():
     assert torch.equal(top.r, whole.topk(5, 1).values)
     kept = top.i >= 0
     assert torch.equal(top.aux[kept], whole_aux.gather(1, top.i.clamp(min=0))[kept])
+
+
+@pytest.mark.parametrize("width", [100, 511, 512, 775, 1023, 1024, 3000])
+def test_top_indices_are_topk_s_on_distinct_entries(width):
+    """The k largest entries through the groups' maxima (512 to 1,023 columns for k = 16) or
+    ``topk`` itself: the same columns in the same order, whatever the width's remainder."""
+    scores = torch.randn(300, width, generator=torch.Generator().manual_seed(width))
+    assert torch.equal(top_indices(scores, 16), scores.topk(16, 1).indices)
+
+
+def test_top_indices_at_ties_and_with_few_finite_entries():
+    """At ties of a row's k-th entry: k distinct columns holding every entry above it and
+    equal to it for the rest; a row with fewer than k finite entries (the padding's -inf
+    among its candidates) gets ``topk``'s columns, all inside the row."""
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 40, (400, 700), generator=g).float()  # many ties
+    scores[7] = -math.inf
+    scores[7, :5] = 1.0
+    top = top_indices(scores, 16)
+    assert int(top.max()) < 700
+    assert all(row.unique().numel() == 16 for row in top)
+    values = scores.gather(1, top)
+    kth = scores.topk(16, 1).values[:, -1:]
+    assert torch.equal(values.sort(1, descending=True).values,
+                       scores.topk(16, 1).values)
+    assert torch.equal((scores > kth).sum(1), (values > kth).sum(1))
+    assert torch.equal(top[7, :5].sort().values, torch.arange(5))
