@@ -20,6 +20,7 @@ import torch
 from ._attention import kneighbors
 from ._budget import CPU_BLOCK_ENTRIES, KEY_CHUNK_ROWS, ROW_MULTIPLE, budget_bytes
 from ._distance_logits import distance_logits
+from ._near_batches import batched_near_partials
 from ._parallel import map_blocks
 from ._scores import PreparedKeys, padded_rows
 from ._softmax import (
@@ -324,10 +325,14 @@ def _near_blocks(q, near, grouped, scale, budget):
 def _near_partials(q, near, grouped, scale, budget, values_mm):
     """The partial softmaxes of the queries ``q`` over each of their near groups (``near``):
     ``(m, blocks)`` of shapes (queries x near groups) and (queries x near groups x values'
-    columns) for :meth:`OnlineSoftmax.add_partials`. Each group is a few kernels for all the
-    queries that have it near, with no update of their running state per group (the state's
-    gathers and scatters were most of a call's time); a group scored in chunks of its keys
-    (more than the budget holds) merges its chunks' partials as they come."""
+    columns) for :meth:`OnlineSoftmax.add_partials`, with no update of the queries' running
+    state per group (the state's gathers and scatters were most of a call's time): for the
+    ``"euclidean"`` kind by batches of groups (``_near_batches``), else (and where a group's
+    keys exceed the budget) group by group, a few kernels for all the queries that have it
+    near, a group scored in chunks of its keys merging its chunks' partials as they come."""
+    batched = batched_near_partials(q, near, grouped, scale, budget, values_mm)
+    if batched is not None:
+        return batched
     n_pairs = near.numel()
     m = q.new_full((n_pairs,), -math.inf)
     blocks = values_mm.new_zeros((n_pairs, values_mm.shape[1]))
