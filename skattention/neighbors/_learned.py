@@ -134,10 +134,12 @@ class LearnedMetric(MetricStrategy):
                                   generator, warm, epoch_model, row_groups)
             prototypes = FitPrototypes(self._prototype_setting(estimator), metric_map, data.X,
                                        data.values, data.weight, loss)
-            # check queries: held-out rows, or training rows without a validation split
+            # check queries: held-out rows, or training rows without a validation split; the
+            # error measured at the calibrated temperature where it is calibrated
+            calibrating = validation is not None and estimator.temperature == "auto"
             prototypes.choose(log_t, data.X if validation is None else validation[0],
-                              generator, _EMBED_CHUNK, row_groups)
-            if validation is not None and estimator.temperature == "auto":
+                              generator, _EMBED_CHUNK, row_groups, measure=not calibrating)
+            if calibrating:
                 prototypes.calibrate(log_t, calibration_rows(validation, generator))
             if prototypes.centres is not None:
                 self.prototypes = prototypes.centres.to("cpu", torch.float32)

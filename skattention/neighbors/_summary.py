@@ -88,7 +88,7 @@ def summary_error(grouped, queries, temperature, loss):
 
 
 def choose_prototypes(setting, keys, queries, values, log_prior, metric, temperature, loss,
-                      generator, distinct=None, row_groups=None):
+                      generator, distinct=None, row_groups=None, measure=True):
     """``(centres, error, grouped)``, or ``(None, None, None)`` for exact attention over every
     key; ``grouped``: :func:`summarize` of the keys at ``centres``.
 
@@ -103,7 +103,9 @@ def choose_prototypes(setting, keys, queries, values, log_prior, metric, tempera
     ``None``); where ``"auto"`` would keep at least as many prototypes, the distinct rows'
     keys are the prototypes, each a group of equal keys: attention over them alone is exact
     (no near group). ``row_groups``: the distinct input row of each key (or ``None``): equal
-    keys kept as one (:func:`summarize`).
+    keys kept as one (:func:`summarize`). ``measure=False``: the error is not measured here
+    (``None``; the caller measures it at another temperature and decides), the prototypes
+    kept.
     """
     count = prototype_count(setting, keys.shape[0])
     if count is None:
@@ -115,6 +117,8 @@ def choose_prototypes(setting, keys, queries, values, log_prior, metric, tempera
     else:
         centres = prototype_centres(keys, count, generator)
         grouped = summarize(keys, values, log_prior, centres, metric, row_groups=row_groups)
+    if not measure:
+        return centres, None, grouped
     error = summary_error(grouped, queries, temperature, loss)
     if setting != "auto" or error <= TOLERANCE:
         return centres, error, grouped
@@ -123,11 +127,12 @@ def choose_prototypes(setting, keys, queries, values, log_prior, metric, tempera
 
 class FitPrototypes:
     """The prototypes of a learned metric's fit, chosen with its temperature: :meth:`choose`
-    after training (at the trained temperature), then :meth:`calibrate` (the temperature over
-    the grouped keys where a query's scores against them are at most a quarter of every key's,
-    else over every key; the error measured again at the calibrated temperature and, beyond
-    :data:`TOLERANCE` with ``"auto"``, no prototypes and the temperature calibrated over every
-    key). ``centres`` and ``error`` are what the fit keeps (``None``: every key)."""
+    after training (their error measured at the trained temperature, unless :meth:`calibrate`
+    follows), then :meth:`calibrate` (the temperature over the grouped keys where a query's
+    scores against them are at most a quarter of every key's, else over every key; the error
+    measured at the calibrated temperature and, beyond :data:`TOLERANCE` with ``"auto"``, no
+    prototypes and the temperature calibrated over every key). ``centres`` and ``error`` are
+    what the fit keeps (``None``: every key)."""
 
     def __init__(self, setting, metric_map, X, values, weight, loss):
         self.setting, self.metric_map, self.loss = setting, metric_map, loss
@@ -135,11 +140,15 @@ class FitPrototypes:
         self.centres = self.error = self._check = self.n_near = None
 
     @torch.no_grad()
-    def choose(self, log_t, pool, generator, chunk, row_groups=None):
+    def choose(self, log_t, pool, generator, chunk, row_groups=None, measure=True):
         """Choose them with the held-out rows ``pool`` (inputs) as check queries, at most
         :data:`CHECK_QUERIES` drawn at random (the split keeps the table's order, which may be
         sorted by time or group); the keys mapped ``chunk`` rows at a time. ``row_groups``:
-        the distinct row of each training row (``choose_prototypes``' ``distinct``)."""
+        the distinct row of each training row (``choose_prototypes``' ``distinct``).
+        ``measure=False``: their error is measured by :meth:`calibrate` alone, at the
+        calibrated temperature, which decides (measured at the trained temperature too, it
+        was the check queries' pass over every key once more, and on every table of the scale
+        benchmark within the tolerance at both: docs/performance.md)."""
         if prototype_count(self.setting, self.X.shape[0]) is None:
             return
         self.metric_map.eval()
@@ -155,7 +164,7 @@ class FitPrototypes:
         self.centres, self.error, grouped = choose_prototypes(
             self.setting, keys, queries, self.values, torch.log(self.weight),
             self.metric_map.kind, float(torch.exp(log_t)), self.loss, generator, distinct,
-            row_groups)
+            row_groups, measure)
         if self.centres is not None:
             self._check = grouped, queries
             self.n_near = grouped.n_near

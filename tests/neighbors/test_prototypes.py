@@ -263,3 +263,32 @@ def test_distinct_rows_by_hash_are_torch_uniques_inverse(dtype, monkeypatch):
     half = torch.from_numpy(X).to(torch.float16)
     assert torch.equal(_learned._distinct_rows(half),
                        torch.unique(half, dim=0, return_inverse=True)[1])
+
+
+@pytest.mark.parametrize("temperature", ["auto", 0.7])
+def test_the_error_is_measured_once_at_the_temperature_kept(small_auto, temperature):
+    """The prototypes' error is measured once, at the temperature the fit keeps: the
+    calibrated one (the default), else the one given. With calibration, a tolerance between
+    the error at the trained temperature (1) and the smaller one at the calibrated
+    temperature keeps the prototypes: the kept temperature decides."""
+    X, y = _data()
+    seen = []
+    real = _summary.summary_error
+
+    def summary_error(grouped, queries, t, loss):
+        seen.append((grouped, queries, t, real(grouped, queries, t, loss)))
+        return seen[-1][-1]
+
+    small_auto.setattr(_summary, "TOLERANCE", 1.0)
+    small_auto.setattr(_summary, "summary_error", summary_error)
+    clf = MetricAttentionClassifier(temperature=temperature, **FAST).fit(X, y)
+    assert [t for _, _, t, _ in seen] == [pytest.approx(clf.temperature_, rel=1e-6)]
+    assert clf.prototype_error_ == seen[0][-1] > 0
+    if temperature != "auto":
+        return
+    grouped, queries, _, calibrated = seen[0]
+    trained = float(real(grouped, queries, 1.0, "log_loss"))
+    assert calibrated < trained
+    small_auto.setattr(_summary, "TOLERANCE", (calibrated + trained) / 2)
+    kept = MetricAttentionClassifier(**FAST).fit(X, y)
+    assert kept.n_prototypes_ is not None and kept.prototype_error_ == calibrated
