@@ -58,8 +58,9 @@ def batched_near_partials(q, near, grouped, scale, budget, values_mm):
     counts = torch.bincount(group_of, minlength=grouped.n_groups)
     pair_order = torch.argsort(group_of, stable=True)
     starts = counts.cumsum(0) - counts
-    m = q.new_full((n_pairs,), -math.inf)
-    blocks = values_mm.new_zeros((n_pairs, values_mm.shape[1]))
+    # every pair is some group's: each is written once below
+    m = q.new_empty((n_pairs,))
+    blocks = values_mm.new_empty((n_pairs, values_mm.shape[1]))
     # by padded width, then by queries: a batch's groups pad their rows to similar counts
     order = torch.argsort(widths * (n_pairs + 1) + counts)
     order = order[counts.index_select(0, order) > 0]
