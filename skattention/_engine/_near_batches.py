@@ -30,42 +30,40 @@ _SPAN = 16
 _MIN_TERMS = 8
 
 
-def batched_near_partials(q, near, grouped, scale, budget, values_mm):
-    """``_near_far._near_partials``' ``(m, blocks)`` for the ``"euclidean"`` kind's prepared
-    keys outside autograd, by batches of groups; ``None`` for other keys, or where a group's
-    padded keys with :data:`_budget.ROW_MULTIPLE` rows would not fit ``budget`` (the loop
-    then scores that group in chunks of its keys)."""
+def batched_near_partials(q, near, grouped, scale, budget, values_mm, m, blocks):
+    """Write ``_near_far._near_partials``' ``m`` and ``blocks`` (flat: one row per pair of
+    ``near``) of the pairs whose group a batch member holds, for the ``"euclidean"`` kind's
+    prepared keys outside autograd; return which groups that is (a boolean per group), or
+    ``None`` for other keys. A group whose keys with :data:`_budget.ROW_MULTIPLE` rows do not
+    fit ``budget`` is left to the caller's loop (which scores it in chunks of its keys)."""
     keys = grouped.prepared()[0]
+    if keys.kind != "euclidean" or keys.wide_t is None or not keys.offsets_row:
+        return None
     entries = budget // (3 * q.element_size())
     if q.device.type == "cpu":
         entries = min(entries, CPU_BLOCK_ENTRIES)
     sizes = grouped.bounds[1:] - grouped.bounds[:-1]
     widths = -(-sizes // _SPAN) * _SPAN
-    # a row of a batch: its scores, its gathered query row and its weighted values
     terms = max(q.shape[1] + 1, _MIN_TERMS)
-    row_extra = terms + values_mm.shape[1]
-    if (keys.kind != "euclidean" or keys.wide_t is None or not keys.offsets_row
-            or (int(widths.max()) + row_extra) * ROW_MULTIPLE > entries):
-        return None
+    costs = _Costs(terms, values_mm.shape[1], entries)
+    n_pairs, n_near = near.numel(), near.shape[1]
+    group_of = near.reshape(-1)
+    counts = torch.bincount(group_of, minlength=grouped.n_groups)
+    batched = costs.most_rows(widths) >= ROW_MULTIPLE
+    # by padded width, then by queries: a batch's groups pad their rows to similar counts
+    order = torch.argsort(widths * (n_pairs + 1) + counts)
+    order = order[(counts.index_select(0, order) > 0) & batched.index_select(0, order)]
+    if not order.numel():
+        return batched
     z = keys.prepare_queries(q)
     # [coef q, 1] and zero terms up to _MIN_TERMS: torch's batched product takes a plain
     # loop, which rounds otherwise, for batches of few rows, terms and keys
     q_aug = torch.cat([z * keys.coef, z.new_ones((z.shape[0], 1)),
                        z.new_zeros((z.shape[0], terms - z.shape[1] - 1))], 1)
     offset = (z * z).sum(1)
-    n_pairs, n_near = near.numel(), near.shape[1]
-    group_of = near.reshape(-1)
-    counts = torch.bincount(group_of, minlength=grouped.n_groups)
     pair_order = torch.argsort(group_of, stable=True)
     starts = counts.cumsum(0) - counts
-    # every pair is some group's: each is written once below
-    m = q.new_empty((n_pairs,))
-    blocks = values_mm.new_empty((n_pairs, values_mm.shape[1]))
-    # by padded width, then by queries: a batch's groups pad their rows to similar counts
-    order = torch.argsort(widths * (n_pairs + 1) + counts)
-    order = order[counts.index_select(0, order) > 0]
-    for groups, n_rows, first_row, width in _batches(order, widths, counts, entries,
-                                                     row_extra):
+    for groups, n_rows, first_row, width in _batches(order, widths, counts, costs):
         pairs, valid = _pairs(groups, starts, counts, pair_order, n_rows, first_row)
         queries = (pairs // n_near).reshape(-1)
         part_m, part = _partial_softmaxes(
@@ -75,30 +73,49 @@ def batched_near_partials(q, near, grouped, scale, budget, values_mm):
         chosen = pairs[valid]
         m.index_copy_(0, chosen, part_m[valid])
         blocks.index_copy_(0, chosen, part[valid])
-    return m.view(near.shape), blocks.view(*near.shape, values_mm.shape[1])
+    return batched
 
 
-def _batches(order, widths, counts, entries, row_extra):
+class _Costs:
+    """The numbers a batch member holds: per row its scores, its gathered query row, its
+    weighted values and its indices; per member its keys (gathered, then laid out with the
+    zero terms) and their values and columns. A batch stays within ``entries``."""
+
+    def __init__(self, terms, n_values, entries):
+        self.terms, self.n_values, self.entries = terms, n_values, entries
+
+    def per_row(self, width):
+        return width + self.terms + self.n_values + 6
+
+    def per_member(self, width):
+        return width * (2 * self.terms + self.n_values + 4)
+
+    def most_rows(self, width):
+        """The most rows (a multiple of ROW_MULTIPLE) a member of ``width`` keys can hold."""
+        rows = (self.entries - self.per_member(width)) // self.per_row(width)
+        return rows // ROW_MULTIPLE * ROW_MULTIPLE
+
+
+def _batches(order, widths, counts, costs):
     """``(groups, rows, first_row, width)`` per batch: groups of one padded ``width`` (in
     ``order``), each with ``rows`` rows of its queries from its ``first_row`` (a group of more
-    queries than a batch holds is cut into row ranges, each its own member), ``rows`` a
-    multiple of the row multiple and the batch within ``entries`` numbers (``width +
-    row_extra`` a row)."""
+    queries than a member holds is cut into row ranges, each its own member), ``rows`` a
+    multiple of the row multiple and the batch within ``costs.entries``."""
     order_list, width_list = order.tolist(), widths.index_select(0, order).tolist()
     count_list = counts.index_select(0, order).tolist()
     members = []  # (group, first row, rows) of the current width
     for i, (g, width, count) in enumerate(zip(order_list, width_list, count_list,
                                               strict=True)):
-        cost = width + row_extra
-        most = entries // cost // ROW_MULTIPLE * ROW_MULTIPLE
+        most = costs.most_rows(width)
         members.extend((g, r, min(most, count - r)) for r in range(0, count, most))
         if i + 1 < len(order_list) and width_list[i + 1] == width:
             continue
+        per_row, per_member = costs.per_row(width), costs.per_member(width)
         while members:  # the members of this width (by their queries) into batches
             n_rows, taken = 0, 0
             for _, _, rows in members:  # (one member always fits: ``most``)
                 padded = -(-max(n_rows, rows) // ROW_MULTIPLE) * ROW_MULTIPLE
-                if (taken + 1) * padded * cost > entries:
+                if (taken + 1) * (padded * per_row + per_member) > costs.entries:
                     break
                 n_rows, taken = padded, taken + 1
             batch, members = members[:taken], members[taken:]
@@ -125,9 +142,11 @@ def _partial_softmaxes(keys, grouped, q_rows, offset, groups, sizes, width, scal
     columns = grouped.bounds.index_select(0, groups)[:, None] + torch.arange(width, device=device)
     # the keys (and their offsets' row) of each member, contiguous as the loop's products
     # take them (a transposed operand rounds a row otherwise among other rows)
-    span = keys.wide_t.index_select(1, columns.clamp(max=keys.wide_t.shape[1] - 1).reshape(-1))
-    span = torch.nn.functional.pad(span.view(-1, n, width).transpose(0, 1),
-                                   (0, 0, 0, q_rows.shape[2] - span.shape[0])).contiguous()
+    gathered = keys.wide_t.index_select(
+        1, columns.clamp(max=keys.wide_t.shape[1] - 1).reshape(-1)).view(-1, n, width)
+    span = gathered.new_zeros((n, q_rows.shape[2], width))
+    span[:, :gathered.shape[0]] = gathered.transpose(0, 1)
+    del gathered
     z = torch.bmm(q_rows, span)
     z = torch.sub(offset, z, out=z).clamp_(min=0).sqrt_().mul_(-scale)
     own = torch.arange(width, device=device)[None, :] < sizes.index_select(0, groups)[:, None]

@@ -181,7 +181,9 @@ def near_far_attention(queries, grouped, temperature, working_memory=None):
     queries go to the engine's workers on the CPU. A query's output does not depend on the
     other queries of its call (query rows padded to the products' row multiple, as in
     :func:`attention`) as long as its near groups' keys fit the budget in one chunk (a group
-    near to many queries of a large call is scored in chunks of its keys, rounded otherwise),
+    near to many queries of a large call is scored in chunks of its keys, rounded otherwise;
+    and with a working memory too small for a group's keys among a worker's batches, the
+    group is scored apart, rounded otherwise),
     and except that a call of at most 4 rows (a web service's single row) scores each query's
     near keys at once: the same softmax, rounded otherwise (``_few_queries``)."""
     n_q, n_groups = queries.shape[0], grouped.n_groups
@@ -295,13 +297,13 @@ def _far_logits(q, grouped, scale):
     return near, far.scatter_(1, near, -math.inf)
 
 
-def _near_blocks(q, near, grouped, scale, budget):
+def _near_blocks(q, near, grouped, scale, budget, skip=None):
     """``(rows, pairs, k0, k1, scores, first)`` for every group with queries among ``q`` that
     have it near, in chunks of its keys ``k0:k1`` within ``budget`` bytes: ``scores`` is
     ``scale`` times the scores of those queries (the rows ``rows`` of ``q``, padded to the row
     multiple) against the keys, without their log-priors; ``pairs`` the positions of those
     (query, near group) pairs in ``near.reshape(-1)``; ``first`` whether the chunk is its
-    group's first."""
+    group's first. ``skip``: groups to leave out (a boolean per group), or ``None``."""
     keys = grouped.prepared()[0]
     q_keys = keys.prepare_queries(q)
     group_of = near.reshape(-1)
@@ -310,11 +312,12 @@ def _near_blocks(q, near, grouped, scale, budget):
     query_of = pair_order // near.shape[1]
     bounds = grouped.bounds.tolist()
     at = 0
+    skipped = [False] * len(counts) if skip is None else skip.tolist()
     for g, count in enumerate(counts):
-        if not count:
-            continue
         rows, pairs = query_of[at:at + count], pair_order[at:at + count]
         at += count
+        if not count or skipped[g]:
+            continue
         z = padded_rows(q_keys.index_select(0, rows))  # (a gather of rows: faster than [rows])
         width = max(1, budget // (3 * q.element_size() * z.shape[0]))
         for k0 in range(bounds[g], bounds[g + 1], width):
@@ -330,13 +333,12 @@ def _near_partials(q, near, grouped, scale, budget, values_mm):
     ``"euclidean"`` kind by batches of groups (``_near_batches``), else (and where a group's
     keys exceed the budget) group by group, a few kernels for all the queries that have it
     near, a group scored in chunks of its keys merging its chunks' partials as they come."""
-    batched = batched_near_partials(q, near, grouped, scale, budget, values_mm)
-    if batched is not None:
-        return batched
     n_pairs = near.numel()
-    m = q.new_full((n_pairs,), -math.inf)
-    blocks = values_mm.new_zeros((n_pairs, values_mm.shape[1]))
-    for rows, pairs, k0, k1, s, first in _near_blocks(q, near, grouped, scale, budget):
+    # every pair is some group's, the first chunk of which writes it
+    m = q.new_empty((n_pairs,))
+    blocks = values_mm.new_empty((n_pairs, values_mm.shape[1]))
+    done = batched_near_partials(q, near, grouped, scale, budget, values_mm, m, blocks)
+    for rows, pairs, k0, k1, s, first in _near_blocks(q, near, grouped, scale, budget, done):
         z = s[:rows.shape[0]].add_(grouped.log_prior[k0:k1])
         part_m, part = partial_softmax(z, values_mm[k0:k1])
         if not first:

@@ -153,18 +153,22 @@ def _entries_above(r, kth, aux):
 
 def top_indices(scores, k):
     """The columns of each row's ``k`` largest ``scores``, largest first: ``topk``'s indices
-    (the same set but at ties of the k-th entry; a row's alone). From ``4 k`` groups of
-    :data:`_TOP_GROUP` columns to ``64 k`` columns, taken among the columns of the ``k`` groups
-    whose maxima are largest, which hold every entry above the k-th largest (such an entry
-    outside them would have ``k`` larger group maxima, each an entry above it)."""
+    (the same set but at ties of the k-th entry; a row's alone). On the CPU from ``4 k``
+    groups of :data:`_TOP_GROUP` columns to ``64 k`` columns, taken among the columns of the
+    ``k`` groups whose maxima are largest, which hold every entry above the k-th largest
+    (such an entry outside them would have ``k`` larger group maxima, each an entry above
+    it); a row with fewer than ``k`` entries above ``-inf`` gets ``topk``'s."""
     n, width = scores.shape
-    if not 4 * k * _TOP_GROUP <= width < 64 * k:
+    if (not n or scores.device.type != "cpu"
+            or not 4 * k * _TOP_GROUP <= width < 64 * k):
         return scores.topk(k, 1).indices
     padded = torch.nn.functional.pad(scores, (0, -width % _TOP_GROUP), value=NEG_INF)
     groups = padded.view(n, -1, _TOP_GROUP).amax(2).topk(k, 1).indices
     columns = (groups[:, :, None] * _TOP_GROUP
                + torch.arange(_TOP_GROUP, device=scores.device)).view(n, -1)
     values, picked = padded.gather(1, columns).topk(k, 1)
-    if bool(values[:, -1].isneginf().any()):  # a padding column may be among a row's k
-        return scores.topk(k, 1).indices
-    return columns.gather(1, picked)
+    top = columns.gather(1, picked)
+    few = values[:, -1].isneginf()  # a padding column may be among such a row's k
+    if bool(few.any()):
+        top[few] = scores[few].topk(k, 1).indices
+    return top

@@ -113,3 +113,14 @@ def test_top_indices_at_ties_and_with_few_finite_entries():
                        scores.topk(16, 1).values)
     assert torch.equal((scores > kth).sum(1), (values > kth).sum(1))
     assert torch.equal(top[7, :5].sort().values, torch.arange(5))
+
+
+def test_top_indices_of_a_row_do_not_depend_on_the_other_rows():
+    """A row with fewer than k finite entries takes ``topk`` alone: a row with ties beside it
+    keeps its own columns; no rows give no columns."""
+    g = torch.Generator().manual_seed(1)
+    a = torch.randint(0, 30, (1, 700), generator=g).float()
+    b = torch.full((1, 700), -math.inf)
+    b[0, :3] = 1.0
+    assert torch.equal(top_indices(torch.cat([a, b]), 16)[0], top_indices(a, 16)[0])
+    assert top_indices(torch.zeros(0, 700), 16).shape == (0, 16)
