@@ -375,3 +375,23 @@ def test_kmeans_queries_of_a_dask_collection_are_lazy(synchronous, dtype):
         computed = lazy.compute()
         assert computed.dtype == expected.dtype
         np.testing.assert_array_equal(computed, expected)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.5])
+@pytest.mark.parametrize(("dtype", "weight"), [(np.float64, 1e300), (np.float32, 1e37)])
+def test_kmeans_huge_sample_weights_fit_as_their_ratios(synchronous, temperature, dtype,
+                                                        weight):
+    """Weights summing beyond 2**32 are scaled as in memory (k-means++ failed inside NumPy
+    on an infinite sum): the in-memory fit's centres, labels and inertia."""
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(c, 1.0, size=(100, 3)) for c in (0, 4, 8)]).astype(dtype)
+    w = (rng.integers(1, 4, size=300) * (dtype(weight) / 4)).astype(dtype)
+    settings = dict(n_clusters=3, temperature=temperature, random_state=0, tol=1e-6)
+    expected = AttentionKMeans(**settings).fit(X, sample_weight=w)
+    sharded = AttentionKMeans(**settings).fit(dask_rows(X), sample_weight=dask_rows(w))
+    np.testing.assert_array_equal(sharded.labels_.compute(), expected.labels_)
+    rtol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(sharded.cluster_centers_, expected.cluster_centers_, rtol=rtol,
+                               atol=rtol)
+    assert np.isfinite(sharded.inertia_) or not np.isfinite(expected.inertia_)
+    assert sharded.inertia_ == pytest.approx(expected.inertia_, rel=rtol)

@@ -57,6 +57,7 @@ def fit(estimator, X, sample_weight):
     total_weight = sum(s[0] for s in stats)
     if not total_weight > 0:
         raise ValueError("Sample weights must contain at least one non-zero number: all are zero.")
+    parts, weight_exponent = _weights_in_range(parts, total_weight, max(s[2] for s in stats))
     mean = (sum(s[1] for s in stats) / n).astype(dtype)
     T = float(estimator.temperature)
     if T:  # the in-memory fit's check, from the partitions' column ranges
@@ -93,7 +94,8 @@ def fit(estimator, X, sample_weight):
     warn_if_fewer_clusters(int(np.count_nonzero(best.counts)), estimator.n_clusters)
     estimator.cluster_centers_ = np.ascontiguousarray(best.centers + mean)
     estimator.labels_ = best.labels
-    estimator.inertia_ = float(best.inertia)
+    with np.errstate(over="ignore"):  # in units of the weights': 2**weight_exponent
+        estimator.inertia_ = float(np.ldexp(float(best.inertia), weight_exponent))
     estimator.n_iter_ = int(best.n_iter)
     estimator.stopped_by_callback_ = stopped
     estimator.temperature_ = T
@@ -114,7 +116,32 @@ def _checked(X, sample_weight, dtype):
 
 def _moments(part):
     X, w = part
-    return float(w.sum()), X.sum(0, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        total = float(w.sum(dtype=np.float64))
+    return total, X.sum(0, dtype=np.float64), float(w.max()) if w.size else 0.0
+
+
+def _weights_in_range(parts, total, largest):
+    """``(parts, exponent)``: the partitions with their weights in units of ``2**exponent``,
+    as the in-memory fit scales them (``_inputs.checked_sample_weight``): 0 unless they sum
+    beyond ``2**32``, then (exactly) to a sum below 1."""
+    import dask
+
+    if total <= 2.0**32:
+        return parts, 0
+    first = int(np.frexp(largest)[1])
+    scaled = sum(dask.compute([dask.delayed(_scaled_sum)(p, first) for p in parts])[0])
+    shift = int(np.frexp(scaled)[1])
+    return dask.persist(*[dask.delayed(_scaled)(p, first, shift) for p in parts]), first + shift
+
+
+def _scaled_sum(part, exponent):
+    return float(np.ldexp(part[1], -exponent).sum(dtype=np.float64))
+
+
+def _scaled(part, exponent, shift):
+    X, w = part
+    return X, np.ldexp(np.ldexp(w, -exponent), -shift).astype(w.dtype, copy=False)
 
 
 def _extremes(part):
