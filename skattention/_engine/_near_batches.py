@@ -19,7 +19,8 @@ import math
 import torch
 
 from ._budget import CPU_BLOCK_ENTRIES, ROW_MULTIPLE
-from ._softmax import flushed_exp
+from ._distance_logits import distance_logits
+from ._softmax import partial_weights
 
 # A group's keys in a batch: padded to a multiple of this many (the exponential's vector, so
 # that no row has a scalar tail: ``_softmax.batch_exp``; a multiple of the products' column
@@ -68,7 +69,7 @@ def batched_near_partials(q, near, grouped, scale, budget, values_mm, m, blocks)
         queries = (pairs // n_near).reshape(-1)
         part_m, part = _partial_softmaxes(
             keys, grouped, q_aug.index_select(0, queries).view(groups.numel(), n_rows, -1),
-            offset.index_select(0, queries).view(groups.numel(), n_rows, 1),
+            offset.index_select(0, queries),
             groups, sizes, width, scale, values_mm)
         chosen = pairs[valid]
         m.index_copy_(0, chosen, part_m[valid])
@@ -135,9 +136,9 @@ def _pairs(groups, starts, counts, pair_order, n_rows, first_row):
 
 def _partial_softmaxes(keys, grouped, q_rows, offset, groups, sizes, width, scale, values_mm):
     """``(m, part)`` of a batch: ``_softmax.partial_softmax`` of each member's query rows
-    ``q_rows`` (augmented, ``[coef q, 1]``; ``offset`` their squared norms) over its group's
-    keys, the ``width`` columns from the group's first key (the next groups' keys and the
-    padding beyond its own count masked)."""
+    ``q_rows`` (augmented, ``[coef q, 1]``; ``offset`` their squared norms, member by member)
+    over its group's keys, the ``width`` columns from the group's first key (the next groups'
+    keys and the padding beyond its own count masked)."""
     n, device = groups.numel(), groups.device
     columns = grouped.bounds.index_select(0, groups)[:, None] + torch.arange(width, device=device)
     # the keys (and their offsets' row) of each member, contiguous as the loop's products
@@ -148,15 +149,14 @@ def _partial_softmaxes(keys, grouped, q_rows, offset, groups, sizes, width, scal
     span[:, :gathered.shape[0]] = gathered.transpose(0, 1)
     del gathered
     z = torch.bmm(q_rows, span)
-    z = torch.sub(offset, z, out=z).clamp_(min=0).sqrt_().mul_(-scale)
+    rows = z.view(-1, width)  # the members' rows as one block of rows
+    distance_logits(rows, offset, scale, d_out=rows, z_out=rows)
     own = torch.arange(width, device=device)[None, :] < sizes.index_select(0, groups)[:, None]
     inside = columns.clamp(max=grouped.log_prior.shape[0] - 1)
     prior = grouped.log_prior.index_select(0, inside.reshape(-1)).view(n, width)
     z.add_(prior.masked_fill_(~own, -math.inf)[:, None, :])
-    m = z.amax(2)
-    shift = torch.where(torch.isfinite(m), m, 0.0)
-    p = flushed_exp(z.sub_(shift[:, :, None]), inplace=True)
+    m, p = partial_weights(rows)
     values = values_mm.index_select(0, inside.reshape(-1)).view(n, width, -1)
     if p.dtype != values.dtype:
         p = p.to(values.dtype)
-    return m, torch.bmm(p, values)
+    return m.view(n, -1), torch.bmm(p.view(z.shape), values)

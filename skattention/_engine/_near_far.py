@@ -338,6 +338,9 @@ def _near_partials(q, near, grouped, scale, budget, values_mm):
     m = q.new_empty((n_pairs,))
     blocks = values_mm.new_empty((n_pairs, values_mm.shape[1]))
     done = batched_near_partials(q, near, grouped, scale, budget, values_mm, m, blocks)
+    if done is not None and bool(done.index_select(0, near.reshape(-1)).all()):
+        # every pair batched: not the loop's queries, counts and order again for nothing
+        return m.view(near.shape), blocks.view(*near.shape, values_mm.shape[1])
     for rows, pairs, k0, k1, s, first in _near_blocks(q, near, grouped, scale, budget, done):
         z = s[:rows.shape[0]].add_(grouped.log_prior[k0:k1])
         part_m, part = partial_softmax(z, values_mm[k0:k1])

@@ -183,10 +183,16 @@ def partial_softmax(z, v):
     each row's largest logit (``-inf`` where every key is masked) and :func:`rows_times` of
     its weights ``exp(z - m)`` with the :func:`product_values` ``v`` (the weight sums in their
     column of ones), for :meth:`OnlineSoftmax.add_partials`."""
+    m, p = partial_weights(z)
+    return m, rows_times(p, v)
+
+
+def partial_weights(z):
+    """``(m, p)`` of :func:`partial_softmax`: each row's largest logit of the block ``z``
+    (overwritten) and the row's weights ``exp(z - m)``."""
     m = z.amax(1)
     shift = torch.where(torch.isfinite(m), m, 0.0)[:, None]
-    p = flushed_exp(z.sub_(shift), inplace=z.shape[1] % _EXP_VECTOR == 0)
-    return m, rows_times(p, v)
+    return m, flushed_exp(z.sub_(shift), inplace=z.shape[1] % _EXP_VECTOR == 0)
 
 
 def merged_partials(m_a, a, m_b, b):

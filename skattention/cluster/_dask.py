@@ -19,7 +19,12 @@ from sklearn.utils.validation import check_array, validate_data
 from .._engine import iterate_centers, kmeans_step
 from ..utils._dask import aligned_blocks, row_blocks
 from ._init import checked_init, initial_centers, resolve_n_init
-from ._inputs import check_distance_range, check_soft_temperature
+from ._inputs import (
+    check_distance_range,
+    check_soft_temperature,
+    scaled_weights,
+    weight_exponents,
+)
 from ._runs import Run, best_run, warn_if_fewer_clusters
 
 # Rows drawn from the partitions for the initial centroids.
@@ -127,21 +132,20 @@ def _weights_in_range(parts, total, largest):
     beyond ``2**32``, then (exactly) to a sum below 1."""
     import dask
 
-    if total <= 2.0**32:
+    exponents = weight_exponents(total, largest, lambda first: sum(dask.compute(
+        [dask.delayed(_scaled_sum)(p, first) for p in parts])[0]))
+    if exponents is None:
         return parts, 0
-    first = int(np.frexp(largest)[1])
-    scaled = sum(dask.compute([dask.delayed(_scaled_sum)(p, first) for p in parts])[0])
-    shift = int(np.frexp(scaled)[1])
-    return dask.persist(*[dask.delayed(_scaled)(p, first, shift) for p in parts]), first + shift
+    return dask.persist(*[dask.delayed(_scaled)(p, exponents) for p in parts]), sum(exponents)
 
 
-def _scaled_sum(part, exponent):
-    return float(np.ldexp(part[1], -exponent).sum(dtype=np.float64))
+def _scaled_sum(part, first):
+    return float(scaled_weights(part[1], first).sum(dtype=np.float64))
 
 
-def _scaled(part, exponent, shift):
+def _scaled(part, exponents):
     X, w = part
-    return X, np.ldexp(np.ldexp(w, -exponent), -shift).astype(w.dtype, copy=False)
+    return X, scaled_weights(w, *exponents).astype(w.dtype, copy=False)
 
 
 def _extremes(part):

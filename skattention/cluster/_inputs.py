@@ -92,13 +92,28 @@ def checked_sample_weight(sample_weight, X):
         raise ValueError("Sample weights must contain at least one non-zero number: all are zero.")
     with np.errstate(over="ignore"):
         total = float(sample_weight.sum(dtype=np.float64))
-    if total <= 2.0**32:
+    exponents = weight_exponents(total, sample_weight.max(),
+                                 lambda first: scaled_weights(sample_weight, first).sum(
+                                     dtype=np.float64))
+    if exponents is None:
         return sample_weight, 0
-    # the largest weight below 1, then their sum (which may have overflowed): exact steps
-    exponent = int(np.frexp(sample_weight.max())[1])
-    sample_weight = np.ldexp(sample_weight, -exponent)
-    shift = int(np.frexp(sample_weight.sum(dtype=np.float64))[1])
-    return np.ldexp(sample_weight, -shift).astype(X.dtype, copy=False), exponent + shift
+    return scaled_weights(sample_weight, *exponents).astype(X.dtype, copy=False), sum(exponents)
+
+
+def weight_exponents(total, largest, scaled_sum):
+    """``(first, shift)``, the exact steps of :func:`checked_sample_weight`'s scaling of
+    weights summing to ``total``, or ``None`` within ``2**32``: ``2**-first`` takes the
+    ``largest`` weight below 1, then ``2**-shift`` their sum (which may have overflowed
+    before), ``scaled_sum(first)`` (the weights' sum after the first step)."""
+    if total <= 2.0**32:
+        return None
+    first = int(np.frexp(largest)[1])
+    return first, int(np.frexp(scaled_sum(first))[1])
+
+
+def scaled_weights(w, first, shift=0):
+    """Weights ``w`` times ``2**-(first + shift)``, in the two exact steps."""
+    return np.ldexp(np.ldexp(w, -first), -shift)
 
 
 def as_tensor(X, device, dtype=None):
