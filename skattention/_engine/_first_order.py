@@ -17,8 +17,9 @@ def first_order_backward(backward):
     def wrapper(ctx, *grads):
         if torch.is_grad_enabled():
             raise RuntimeError(
-                "skattention's attention and periodic embeddings have first-order gradients "
-                "only: a second derivative through them (create_graph=True) is not supported.")
+                "skattention's attention, periodic embeddings and category vectors have "
+                "first-order gradients only: a second derivative through them "
+                "(create_graph=True) is not supported.")
         return once(ctx, *grads)
 
     return wrapper

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ._budget import budget_bytes, plan_rows
+from ._code_vectors import summed_code_vectors
 from ._first_order import first_order_backward
 from ._kinds import LEARNED_METRICS
 from ._parallel import _mkl_threads
@@ -278,7 +279,7 @@ class TabularMap(MetricMap):
         """``out`` (the numbers' part of the images of rows ``x``) plus their codes' vectors."""
         if self.embedding is not None:
             codes = x[:, self.n_numeric :].long() + self.offsets
-            out = out + self.embedding(codes).sum(1)
+            out = out + summed_code_vectors(self.embedding.weight, codes)
         return out
 
     def activation_width(self):

@@ -1,0 +1,43 @@
+"""The summed vectors of a row's category codes (torch only): ``sum_j E[c_j]``, the tabular
+map's categorical part, with a backward that does not expand its gradient to a (rows x
+columns x components) array as ``embedding(codes).sum(1)``'s does."""
+
+import torch
+
+from ._first_order import first_order_backward
+
+
+def summed_code_vectors(weight, codes):
+    """``weight[codes].sum(1)``: the sum over each row's codes ``codes`` (rows x columns, long;
+    each column's codes its own rows of ``weight``) of their rows of ``weight``.
+
+    The forward is ``torch.nn.functional.embedding`` then ``sum(1)``; on the CPU its backward
+    is one ``index_add_`` of the output's gradient per column: the same numbers as theirs (a
+    code's gradient the sum of its rows' in row order, as embedding's sorted backward adds
+    them) without the expanded copy of the gradient and the sort, most of the codes' part of a
+    tabular training step. On other devices, embedding's own backward (``index_add_`` there
+    adds in no fixed order)."""
+    if codes.device.type != "cpu" or codes.shape[1] == 0:
+        return torch.nn.functional.embedding(codes, weight).sum(1)
+    return _SummedCodeVectors.apply(weight, codes)
+
+
+class _SummedCodeVectors(torch.autograd.Function):
+    """:func:`summed_code_vectors` on the CPU."""
+
+    @staticmethod
+    def forward(ctx, weight, codes):
+        ctx.save_for_backward(codes)
+        ctx.n_codes = weight.shape[0]
+        return torch.nn.functional.embedding(codes, weight).sum(1)
+
+    @staticmethod
+    @first_order_backward
+    def backward(ctx, d_out):
+        (codes,) = ctx.saved_tensors
+        d_weight = None
+        if ctx.needs_input_grad[0]:
+            d_weight = d_out.new_zeros((ctx.n_codes, d_out.shape[1]))
+            for column in codes.T:
+                d_weight.index_add_(0, column, d_out)
+        return d_weight, None
