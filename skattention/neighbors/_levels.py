@@ -29,15 +29,26 @@ def as_numbers(values):
 
 
 def level_codes(values, levels):
-    """The codes of ``values`` among the sorted ``levels``."""
+    """The codes of ``values`` among the sorted ``levels``; text looked up as its distinct
+    values only (a binary search of every cell of an object array compared strings cell by
+    cell)."""
     codes = np.full(values.shape[0], OTHER_CODE, dtype=np.int64)
     missing = isna(values)
     codes[missing] = MISSING_CODE
     if levels.size:
         present = ~missing
-        found = np.searchsorted(levels, values[present].astype(levels.dtype, copy=False))
-        found = np.minimum(found, levels.size - 1)
-        hit = levels[found] == values[present]
-        idx = np.flatnonzero(present)
-        codes[idx[hit]] = found[hit] + _FIRST_LEVEL
+        cells = values[present]
+        if cells.dtype == object:
+            inverse, distinct = pd.factorize(cells)
+            codes[present] = _codes_among(distinct, levels)[inverse]
+        else:
+            codes[present] = _codes_among(cells, levels)
     return codes
+
+
+def _codes_among(values, levels):
+    """The codes of present ``values`` among the sorted ``levels`` (``OTHER_CODE`` where not
+    one of them)."""
+    found = np.searchsorted(levels, values.astype(levels.dtype, copy=False))
+    found = np.minimum(found, levels.size - 1)
+    return np.where(levels[found] == values, found + _FIRST_LEVEL, OTHER_CODE)
