@@ -17,7 +17,8 @@ def summed_code_vectors(weight, codes):
     them) without the expanded copy of the gradient and the sort, most of the codes' part of a
     tabular training step. On other devices, embedding's own backward (``index_add_`` there
     adds in no fixed order)."""
-    if codes.device.type != "cpu" or codes.shape[1] == 0:
+    if (codes.device.type != "cpu" or codes.shape[1] == 0 or not weight.requires_grad
+            or not torch.is_grad_enabled()):
         return torch.nn.functional.embedding(codes, weight).sum(1)
     return _SummedCodeVectors.apply(weight, codes)
 

@@ -29,21 +29,26 @@ def as_numbers(values):
 
 
 def level_codes(values, levels):
-    """The codes of ``values`` among the sorted ``levels``; text looked up as its distinct
-    values only (a binary search of every cell of an object array compared strings cell by
-    cell)."""
+    """The codes of ``values`` among the sorted ``levels``; text of many cells looked up as its
+    distinct values only (a binary search of every cell of an object array compares strings
+    cell by cell; a few rows, a prediction's, are searched as they are)."""
     codes = np.full(values.shape[0], OTHER_CODE, dtype=np.int64)
     missing = isna(values)
     codes[missing] = MISSING_CODE
     if levels.size:
         present = ~missing
         cells = values[present]
-        if cells.dtype == object:
+        if cells.dtype == object and cells.shape[0] >= _FACTORIZED_CELLS:
             inverse, distinct = pd.factorize(cells)
             codes[present] = _codes_among(distinct, levels)[inverse]
         else:
             codes[present] = _codes_among(cells, levels)
     return codes
+
+
+# text cells from which level_codes looks up their distinct values (pandas' factorize costs
+# a few dozen microseconds a call)
+_FACTORIZED_CELLS = 256
 
 
 def _codes_among(values, levels):

@@ -15,6 +15,7 @@ def _expected(values, levels):
 
 @pytest.mark.parametrize("values", [
     np.array(["b", "a", None, "zz", "b", "c", np.nan, "a", "", "a"] * 50, dtype=object),
+    np.array(["b", "a", None, "zz", "c"] * 4, dtype=object),
     np.array([3.0, 1.0, np.nan, 7.5, 3.0, -2.0] * 40),
     np.array([10, 2, 2, 5, 11, 10] * 30),
 ])
