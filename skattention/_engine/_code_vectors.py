@@ -4,6 +4,7 @@ columns x components) array as ``embedding(codes).sum(1)``'s does."""
 
 import torch
 
+from ._device import accumulation_dtype
 from ._first_order import first_order_backward
 
 
@@ -12,11 +13,12 @@ def summed_code_vectors(weight, codes):
     each column's codes its own rows of ``weight``) of their rows of ``weight``.
 
     The forward is ``torch.nn.functional.embedding`` then ``sum(1)``; on the CPU its backward
-    is one ``index_add_`` of the output's gradient per column: the same numbers as theirs (a
-    code's gradient the sum of its rows' in row order, as embedding's sorted backward adds
-    them) without the expanded copy of the gradient and the sort, most of the codes' part of a
-    tabular training step. On other devices, embedding's own backward (``index_add_`` there
-    adds in no fixed order)."""
+    is one ``index_add_`` of the output's gradient per column: in float32 and float64 the same
+    numbers as theirs (a code's gradient the sum of its rows' in row order, as embedding's
+    sorted backward adds them) without the expanded copy of the gradient and the sort, most of
+    the codes' part of a tabular training step; half-precision gradients are summed in
+    float32 (embedding's are not: they drift with the rows summed). On other devices,
+    embedding's own backward (``index_add_`` there adds in no fixed order)."""
     if (codes.device.type != "cpu" or codes.shape[1] == 0 or not weight.requires_grad
             or not torch.is_grad_enabled()):
         return torch.nn.functional.embedding(codes, weight).sum(1)
@@ -38,7 +40,9 @@ class _SummedCodeVectors(torch.autograd.Function):
         (codes,) = ctx.saved_tensors
         d_weight = None
         if ctx.needs_input_grad[0]:
-            d_weight = d_out.new_zeros((ctx.n_codes, d_out.shape[1]))
+            summed = accumulation_dtype(d_out.dtype)
+            d_weight = d_out.new_zeros((ctx.n_codes, d_out.shape[1]), dtype=summed)
             for column in codes.T:
-                d_weight.index_add_(0, column, d_out)
+                d_weight.index_add_(0, column, d_out.to(summed))
+            d_weight = d_weight.to(d_out.dtype)
         return d_weight, None

@@ -50,3 +50,18 @@ def test_gradcheck_and_no_second_derivative():
         torch.autograd.grad(summed_code_vectors(weight, codes).square().sum(), weight,
                             create_graph=True)
     assert grad.shape == weight.shape
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_gradients_are_summed_in_float32(dtype):
+    torch.manual_seed(0)
+    codes, n_codes = _codes(3_000, (5, 4))
+    weight = torch.randn(n_codes, 8, dtype=dtype, requires_grad=True)
+    d_out = torch.randn(codes.shape[0], 8, dtype=dtype)
+    (grad,) = torch.autograd.grad(summed_code_vectors(weight, codes), weight, d_out)
+    exact = torch.zeros(n_codes, 8, dtype=torch.float64)
+    for column in codes.T:
+        exact.index_add_(0, column, d_out.double())
+    assert grad.dtype == dtype
+    # the float32 sum rounded once to the dtype
+    torch.testing.assert_close(grad, exact.to(dtype), rtol=0, atol=0)
