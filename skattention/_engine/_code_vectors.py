@@ -13,12 +13,13 @@ def summed_code_vectors(weight, codes):
     each column's codes its own rows of ``weight``) of their rows of ``weight``.
 
     The forward is ``torch.nn.functional.embedding`` then ``sum(1)``; on the CPU its backward
-    is one ``index_add_`` of the output's gradient per column: in float32 and float64 the same
-    numbers as theirs (a code's gradient the sum of its rows' in row order, as embedding's
-    sorted backward adds them) without the expanded copy of the gradient and the sort, most of
-    the codes' part of a tabular training step; half-precision gradients are summed in
-    float32 (embedding's are not: they drift with the rows summed). On other devices,
-    embedding's own backward (``index_add_`` there adds in no fixed order)."""
+    is one ``index_add_`` of the output's gradient per column, without embedding's expanded
+    copy of the gradient and its sort (most of the codes' part of a tabular training step):
+    in float32 and float64 the same numbers as embedding's where no code is in two columns
+    (the map's offsets: a code's gradient is then the sum of its rows' in row order, as
+    embedding's backward adds them); half-precision gradients are summed in float32
+    (embedding's are not: they drift with the rows summed). On other devices, embedding's own
+    backward (``index_add_`` there adds in no fixed order)."""
     if (codes.device.type != "cpu" or codes.shape[1] == 0 or not weight.requires_grad
             or not torch.is_grad_enabled()):
         return torch.nn.functional.embedding(codes, weight).sum(1)
@@ -42,7 +43,8 @@ class _SummedCodeVectors(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             summed = accumulation_dtype(d_out.dtype)
             d_weight = d_out.new_zeros((ctx.n_codes, d_out.shape[1]), dtype=summed)
+            d_rows = d_out.to(summed)
             for column in codes.T:
-                d_weight.index_add_(0, column, d_out.to(summed))
+                d_weight.index_add_(0, column, d_rows)
             d_weight = d_weight.to(d_out.dtype)
         return d_weight, None
