@@ -95,7 +95,8 @@ def fit(estimator, X, sample_weight):
 
     best, stopped = best_run(estimator, resolve_n_init(estimator.n_init, init, T), run_once,
                              fitted_centers=lambda centers: centers + mean,
-                             kind="Lloyd" if not T else "soft")
+                             kind="Lloyd" if not T else "soft",
+                             weight_exponent=weight_exponent)
     warn_if_fewer_clusters(int(np.count_nonzero(best.counts)), estimator.n_clusters)
     estimator.cluster_centers_ = np.ascontiguousarray(best.centers + mean)
     estimator.labels_ = best.labels

@@ -293,6 +293,7 @@ class AttentionKMeans(
         best, stopped = best_run(
             self, n_init, run_once, kind="Lloyd" if not T else "soft",
             fitted_centers=lambda c: c.cpu().numpy().astype(X.dtype) + X_mean,
+            weight_exponent=weight_exponent,
         )
         centers = best.centers.cpu().numpy().astype(X.dtype, copy=False) + X_mean
         labels = best.labels.cpu().numpy()

@@ -4,6 +4,7 @@ clusters than asked hold points."""
 
 from dataclasses import dataclass
 
+import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from .._engine import progress_bar
@@ -25,17 +26,24 @@ class Run:
     counts: object = None
 
 
-def best_run(estimator, n_init, run_once, fitted_centers, kind):
+def best_run(estimator, n_init, run_once, fitted_centers, kind, weight_exponent=0):
     """Make up to ``n_init`` runs and keep the one of lowest inertia.
 
     ``run_once(on_iteration)`` makes one run and returns its :class:`Run`; ``on_iteration`` is
     the hook of the engine's iteration loop (``None`` when no callback listens).
     ``fitted_centers(centers)`` turns an iteration's centres into ``cluster_centers_`` (what
     the callbacks see); ``kind`` names the iterations in the lines of ``verbose >= 2``.
+    ``weight_exponent``: the runs' inertias are in units of ``2**weight_exponent`` of the
+    user's weights (:func:`~._inputs.checked_sample_weight`); the lines show the user's units,
+    as ``inertia_`` does.
 
     Returns the best :class:`Run` and whether a callback stopped the fit: a stop asked at an
     iteration ends its run there, and the fit after that run.
     """
+    def shown(inertia):
+        with np.errstate(over="ignore"):
+            return f"{float(np.ldexp(float(inertia), weight_exponent)):.6g}"
+
     best, stopped = None, False
     runs = progress_bar(estimator.verbose, total=n_init, desc="AttentionKMeans fit", unit="run")
     for run in range(n_init):
@@ -54,12 +62,12 @@ def best_run(estimator, n_init, run_once, fitted_centers, kind):
         result = run_once(None if run_task is None else on_iteration)
         if estimator.verbose >= 2:
             runs.write(
-                f"AttentionKMeans run {run}: inertia {result.inertia:.6g}, {result.n_anneal} "
+                f"AttentionKMeans run {run}: inertia {shown(result.inertia)}, {result.n_anneal} "
                 f"annealing and {result.n_iter} {kind} iterations"
             )
         if best is None or result.inertia < best.inertia:
             best = result
-        runs.set_postfix(inertia=f"{result.inertia:.6g}", best=f"{best.inertia:.6g}",
+        runs.set_postfix(inertia=shown(result.inertia), best=shown(best.inertia),
                          refresh=False)
         runs.update()
         stopped = end_subtask(estimator, run_task) or stopped

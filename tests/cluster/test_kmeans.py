@@ -417,6 +417,19 @@ def test_huge_sample_weights_fit_as_their_ratios(blobs, temperature, dtype, weig
     assert big.inertia_ == pytest.approx(expected, rel=1e-5)
 
 
+def test_verbose_lines_show_the_inertia_in_the_weights_units(blobs, capfd):
+    # weights summing beyond 2**32 are scaled inside the fit; the runs' lines showed the
+    # scaled inertia where inertia_ is in the user's units
+    X = blobs[0][:50]
+    km = AttentionKMeans(3, temperature=0, n_init=2, random_state=0, verbose=2).fit(
+        X, sample_weight=np.full(50, 1e12))
+    err = capfd.readouterr().err
+    shown = [float(part.split("inertia ")[1].split(",")[0])
+             for part in err.splitlines() if "AttentionKMeans run" in part]
+    assert len(shown) == 2
+    assert min(shown) == pytest.approx(km.inertia_, rel=1e-5)
+
+
 @pytest.mark.parametrize(("dtype", "temperature", "works"), [
     (np.float64, 1e-307, 1e-300), (np.float64, 5e-324, 1e-300), (np.float32, 1e-37, 1e-30),
     (np.float32, 1e-40, 1e-30),
