@@ -13,6 +13,7 @@ second time).
 import numpy as np
 from scipy import linalg, sparse
 from sklearn.linear_model import RidgeCV
+from threadpoolctl import threadpool_limits
 
 # rows of the design taken at once (a chunk's product is rows x width numbers)
 _GCV_ROWS = 4096
@@ -24,7 +25,11 @@ def fit_trend(design, values, sample_weight, alphas):
     leave-one-out error, :func:`gcv_penalty`), ``best_score_`` (the negative mean of those
     errors), ``coef_`` and ``intercept_``, as ``RidgeCV(alphas=alphas).fit`` sets them (up to
     rounding), from one eigendecomposition."""
-    gcv = _LeaveOneOut(design, values, sample_weight, alphas)
+    # One BLAS thread: the products are a few small ones per chunk of rows, and OpenBLAS's
+    # threads wait for each other at every one of them when other programs keep a core busy
+    # (docs/performance.md, "Shared machines").
+    with threadpool_limits(limits=1, user_api="blas"):
+        gcv = _LeaveOneOut(design, values, sample_weight, alphas)
     best = int(np.argmin(gcv.squared))
     coef = gcv.V @ gcv.projections[:, best, :gcv.n_targets]  # (width, n_targets)
     intercept = gcv.y_mean - gcv.mean @ coef

@@ -195,3 +195,23 @@ def test_a_design_without_columns_fits_no_trend():
         model = MetricAttentionRegressor(random_state=0, max_iter=2).fit(X, y)
     assert model.trend_ is None
     assert np.isfinite(model.predict(X[:5])).all()
+
+
+def test_the_trend_is_the_same_on_any_number_of_blas_threads():
+    # OpenBLAS splits the eigendecomposition's and the chunks' products over its threads,
+    # in other roundings: a regressor's trend depended on the machine's load and cores
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    rng = np.random.default_rng(0)
+    n, levels = 6000, 300
+    codes = rng.integers(0, levels, size=n)
+    design = sparse.hstack([sparse.csr_matrix(rng.normal(size=(n, 4))),
+                            sparse.csr_matrix((np.ones(n), (np.arange(n), codes)),
+                                              shape=(n, levels))]).tocsr()
+    y = design @ rng.normal(size=design.shape[1]) + rng.normal(size=n)
+    fits = []
+    for threads in (2, 1):
+        with threadpoolctl.threadpool_limits(limits=threads, user_api="blas"):
+            fits.append(fit_trend(design, y, np.ones(n), ALPHAS))
+    assert fits[0].alpha_ == fits[1].alpha_
+    np.testing.assert_array_equal(fits[0].coef_, fits[1].coef_)
+    assert fits[0].intercept_ == fits[1].intercept_
