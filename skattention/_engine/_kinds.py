@@ -88,9 +88,10 @@ def exact_f_of_pairs(kind, p, q, k):
 
 
 # Dimensions up to which a squared distance is summed term by term, in order, whatever the
-# layout (torch's sum over so short a last dimension adds its terms in the same order on x86,
-# so the values did not change when this order was fixed).
-SEQUENTIAL_DIMS = 3
+# layout: as scikit-learn's k-d and ball trees sum it, its neighbours' default search up to 15
+# features, so that distances and the ranks of near ties are theirs to the bit (torch's sum
+# over more than 3 terms adds them in vector lanes).
+SEQUENTIAL_DIMS = 15
 
 
 def sequential_squares(diff, dim=-1, inplace=False):

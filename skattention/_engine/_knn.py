@@ -17,7 +17,13 @@ from ._cells import key_cells
 from ._device import accumulation_dtype
 from ._exact import merge_exact, row_packed, sort_exact
 from ._masks import call_prior_fn, query_index, raw_scores, scaled
-from ._multiplicity import keys_to_select, lightest_weights, multiplicity, without_own_unit
+from ._multiplicity import (
+    counted,
+    keys_to_select,
+    lightest_weights,
+    multiplicity,
+    without_own_unit,
+)
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
 from ._results import backend_result, cat_or_empty, empty_rows
@@ -404,8 +410,14 @@ def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_ro
             z = torch.where(valid, prior, NEG_INF)
         else:
             z = torch.where(valid, scaled(s, T) + prior, NEG_INF)
-        m = z.amax(1, keepdim=True)
-        p = batch_exp(z - torch.where(torch.isfinite(m), m, 0.0))
+        if (T == math.inf and log_weight is not None and bias is None and k_units is not None
+                and not z.requires_grad):
+            # the selected keys' shares of the k units, unshifted (at most k each) and counted
+            # exactly: integer weights sum to exactly the repeated keys' votes
+            p = torch.where(valid, counted(batch_exp(z), z.dtype), 0.0)
+        else:
+            m = z.amax(1, keepdim=True)
+            p = batch_exp(z - torch.where(torch.isfinite(m), m, 0.0))
         # keys past the k units of a weighted selection are not selected
         selected = torch.where(torch.isneginf(prior), -1, idx)
     # Sum first, divide once: equal vote counts stay exactly equal. The values' dtype may be

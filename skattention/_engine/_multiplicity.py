@@ -2,13 +2,46 @@
 ``exp(log_prior)`` counts as that many copies of it, so the k nearest "units" may need more
 keys (:func:`lightest_weights`, :func:`keys_to_select`, also over shards of the keys), and
 each selected key carries its share of the ``k`` units (:func:`multiplicity`); a query's own
-key can lose one unit instead of the whole key (:func:`leave_one_unit_out`)."""
+key can lose one unit instead of the whole key (:func:`leave_one_unit_out`). At
+``temperature=inf`` integer weights are counted exactly (:func:`counted`)."""
 
 import math
 
 import torch
 
 from ._scores import NEG_INF
+
+# A weight exp(log w) within this many units in the last place of the log-prior's dtype of an
+# integer is that integer (the error of exp(log w) grows with |log w|: a few units up to w of
+# 2**24, where float32 integers end).
+_COUNT_ULPS = 16
+# The largest weight the uniform limit counts without a shift (sums of such weights stay far
+# from overflow in float32, and integers exact).
+COUNTED_MAX_LOG = 24 * math.log(2)
+
+
+def counted(weight, log_dtype):
+    """Weights ``exp(log w)`` as the integers they stand for, where they are within
+    :data:`_COUNT_ULPS` units of ``log_dtype`` of one: ``exp(log 3)`` is 3.0000000000000004 in
+    float64, and at an exact tie of uniform votes (``temperature=inf``) that last bit decided
+    the class that repeating the point 3 times leaves tied (the first class wins). Other
+    weights are returned as they are."""
+    nearest = torch.round(weight)
+    close = (weight - nearest).abs() <= (_COUNT_ULPS * torch.finfo(log_dtype).eps) * weight
+    return torch.where(close & (nearest > 0), nearest, weight)
+
+
+def counts_prior(spec):
+    """Whether the uniform limit (``temperature=inf``) of ``spec`` weighs its keys by
+    :func:`counted` ``exp(log_prior)`` with no shift (exact integer sums: the weighted votes of
+    integer weights equal the repeated points' votes): a per-key prior whose weights are at
+    most ``exp(COUNTED_MAX_LOG)``, with no callable prior but the own key's unit left out (a
+    factor of at most 1)."""
+    prior = spec.prior_vec
+    if prior is None or prior.requires_grad or (
+            spec.prior_fn is not None and spec.unit_out is None):
+        return False
+    return bool(prior.amax() <= COUNTED_MAX_LOG)
 
 
 def lightest_weights(log_prior, k):
@@ -38,7 +71,10 @@ def multiplicity(log_weight, valid, k):
     is reached, the last one contributing the remainder; ``-inf`` beyond. A remainder below the
     sums' rounding (a key past the k units by rounding alone) is dropped; a key counted whole
     is kept however light (weights of 1e-6 are ordinary normalised sample weights)."""
-    weight = torch.where(valid, torch.exp(log_weight), 0.0)
+    weight = torch.exp(log_weight)
+    if not weight.requires_grad:  # (a learned prior keeps its gradient)
+        weight = counted(weight, log_weight.dtype)
+    weight = torch.where(valid, weight, 0.0)
     before = torch.cumsum(weight, 1) - weight
     share = torch.minimum(weight, (k - before).clamp(min=0))
     rounding = 4 * k * torch.finfo(share.dtype).eps

@@ -50,6 +50,15 @@ class OnlineSoftmax:
         self.o = self.o * alpha[:, None] + block
         self.m = new_m
 
+    def add_counts(self, p, v):
+        """Add a block of weights ``p`` taken as they are, unshifted (the uniform limit's
+        counted key weights, ``_multiplicity.counts_prior``): each row's shift is 0 once it
+        has a key."""
+        block = rows_times(p, v)
+        self.l = self.l + block[:, self.sums]
+        self.o = self.o + block
+        self.m = torch.where(self.l > 0, 0.0, self.m)
+
     def update_rows(self, rows, z, v):
         """:meth:`update` of the state's rows ``rows`` (indices or a slice) alone, with their
         block of logits ``z`` (overwritten)."""

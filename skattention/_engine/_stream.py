@@ -13,12 +13,13 @@ import torch
 
 from ._budget import CPU_WHOLE_ROW_KEYS, dense_plan, score_pair_bytes, span_columns, span_stop
 from ._masks import block_prior, mask_self, query_index, raw_scores, scaled
+from ._multiplicity import counted, counts_prior
 from ._one_block import one_block_attention, self_mask, single_block_attention
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
 from ._results import backend_result, empty_rows
 from ._scores import NEG_INF, ROW_MULTIPLE
-from ._softmax import LOG2E, OnlineSoftmax
+from ._softmax import LOG2E, OnlineSoftmax, batch_exp
 from ._topk import TopK
 
 
@@ -61,6 +62,8 @@ class _Stream:
         self.V_mm = spec.values_mm  # padded once for the products of every block
         self.inplace = not spec.grad
         self.uniform = T == math.inf
+        # the uniform limit's weights exp(log_prior) counted exactly, with no shift
+        self.counted = self.uniform and counts_prior(spec)
         # Raw scores are needed for the uniform limit and for masks defined on distances;
         # otherwise one addmm gives the logits (scale and per-key prior folded in) and
         # self-exclusion is masked on them directly. The block is fresh, so masking it in
@@ -155,6 +158,8 @@ class _Stream:
                 top.update(rank, ks, aux)
             if self.single_block:
                 state.single(z, self.V_mm)
+            elif self.counted:
+                state.add_counts(counted(batch_exp(z), z.dtype), self.V_mm[ks:ke])
             else:
                 state.update(z, self.V_mm[ks:ke], self.inplace)
                 if self.shift_keys is not None and bool(torch.isfinite(state.m).all()):
@@ -196,12 +201,13 @@ class _Stream:
                 empty_rows(state.l, qs, spec.on_empty, spec.radius)
             return state.result()[:, :dv], None, None
         empty = empty_rows(state.l, qs, spec.on_empty, spec.radius)
-        weights = _top_weights(top, state, empty, self.uniform)
+        weights = _top_weights(top, state, empty, self.uniform, self.counted)
         return state.result()[:, :dv], weights, torch.where(top.r > NEG_INF, top.i, -1)
 
 
-def _top_weights(top, state, empty, uniform):
-    """Normalised weights of the tracked top keys of a query block (0 for padding)."""
+def _top_weights(top, state, empty, uniform, counts=False):
+    """Normalised weights of the tracked top keys of a query block (0 for padding);
+    ``counts``: the state's sums are of :func:`counted` weights, unshifted."""
     if uniform:
         logw = top.aux
     else:
@@ -209,7 +215,8 @@ def _top_weights(top, state, empty, uniform):
     shift = torch.where(torch.isfinite(state.m), state.m, 0.0)
     # sums may be float64 (averaged values) or float32 (half-precision ones)
     total = torch.where(state.l > 0, state.l, 1.0)
-    w = (torch.exp(logw - shift[:, None]) / total[:, None]).to(logw.dtype)
+    p = counted(torch.exp(logw), logw.dtype) if counts else torch.exp(logw - shift[:, None])
+    w = (p / total[:, None]).to(logw.dtype)
     w = torch.where(empty[:, None], 0.0, w)
     return torch.where(top.r > NEG_INF, w, 0.0)
 

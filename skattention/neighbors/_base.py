@@ -19,7 +19,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, is_classifier
+from sklearn.base import BaseEstimator
 from sklearn.utils import check_consistent_length
 from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -39,7 +39,7 @@ from ._queries import query_rows_in_chunks
 from ._strategy import FIXED_METRICS, TORCH_DTYPES, FixedMetric, PrecomputedMetric
 from ._target_statistics import target_numbers
 from ._training_settings import _STATISTICS_MAX_TARGETS
-from ._weights import DistanceWeighting
+from ._weights import neighbour_weighting
 
 # The metric strategy of each value of ``metric``.
 STRATEGIES = {**{name: FixedMetric for name in FIXED_METRICS}, "precomputed": PrecomputedMetric,
@@ -334,12 +334,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         blocks, few_rows = self._query_blocks(X)
         device = resolve_device(self.device)
         kwargs = self._engine_kwargs(device)
-        weighting = None
-        if self.weights != "uniform":
-            if self._keys.sharded:
-                self._keys.in_memory_only()
-            weighting = DistanceWeighting(self.weights, self.temperature_, self.n_neighbors,
-                                          self.radius, is_classifier(self))
+        weighting = neighbour_weighting(self)
         out, no_neighbour, offsets = [], [], []
         for block in blocks:
             if weighting is not None:

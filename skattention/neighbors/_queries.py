@@ -5,6 +5,7 @@ from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
+import torch
 from scipy import sparse
 from sklearn.utils.validation import check_is_fitted
 
@@ -90,12 +91,20 @@ class NeighborsQueryMixin:
 
         def chunk(Z, own):
             f, idx = self._keys.select(Z, n_neighbors, own, self._selection_kwargs(device, Z))
-            return (self._strategy.distances(f) if return_distance else None), idx
+            return (self._neighbour_distances(Z, f, idx) if return_distance else None), idx
 
         dist, ind = query_rows_in_chunks(
             self, X, device, [(n_neighbors, np.float64) if return_distance else None,
                               (n_neighbors, np.int64)], 32 * n_neighbors, chunk)
         return (dist, ind) if return_distance else ind
+
+    def _neighbour_distances(self, Z, f, idx):
+        """The distances of the selected keys ``idx`` (``-1``: padding) of the mapped queries
+        ``Z``: the selection's values ``f`` where they are exact (float64), else computed in
+        float64 from the coordinates (as scikit-learn's trees compute them for float32 data)."""
+        if self._compute_dtype() == torch.float64 or self.metric == "dot":
+            return self._strategy.distances(f)
+        return self._strategy.exact_distances(Z, self._keys.points, np.maximum(idx, 0))
 
     @uses_n_jobs
     def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
@@ -162,7 +171,8 @@ class NeighborsQueryMixin:
                 found = idx >= 0  # each row's keys come first (row-major order keeps them)
                 counts = found.sum(1)
                 rows_ind = idx[found]
-                rows_dist = self._strategy.distances(f[found]) if return_distance else None
+                rows_dist = (self._neighbour_distances(Z[rows], f, idx)[found]
+                             if return_distance else None)
                 if not sort_results:  # index order, as scikit-learn's brute-force search gives
                     # one sort of (row, index) pairs (a row holds a key once)
                     order = np.argsort(np.repeat(np.arange(counts.size), counts)

@@ -186,12 +186,10 @@ class MetricStrategy:
             block = slice(start, start + rows)
             q = np.asarray(Z[block], np.float64)[:, None, :]
             k = np.asarray(keys[indices[block]], np.float64)
-            if kind in ("sqeuclidean", "euclidean"):
-                diff = q - k
-                out[block] = np.sqrt(np.einsum("ijk,ijk->ij", diff, diff))
-            else:  # the engine's exact values, as its selection ranks them
-                out[block] = self.distances(exact_f_of_pairs(
-                    kind, p, torch.from_numpy(q), torch.from_numpy(k)).numpy())
+            # the engine's exact values, as its selection ranks them
+            f = exact_f_of_pairs(kind, p, torch.from_numpy(q), torch.from_numpy(k)).numpy()
+            out[block] = (np.sqrt(f) if kind in ("sqeuclidean", "euclidean")
+                          else self.distances(f))
         return out
 
     @classmethod

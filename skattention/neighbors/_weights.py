@@ -1,5 +1,8 @@
 """``weights="distance"`` (or a callable) of the neighbour configurations: the selected keys'
-votes weighted by their distances, as scikit-learn's neighbour estimators weight them.
+votes weighted by their distances, as scikit-learn's neighbour estimators weight them; and the
+k-NN regressor's uniform means at ``temperature=np.inf``, taken as ``KNeighborsRegressor``
+takes them (``np.mean``, whose pairwise summation from 8 neighbours no product's order
+reproduces).
 
 The engine selects the neighbours (the k nearest, or those within the radius, exactly); the
 weights and the weighted averages are computed here in float64 in the order scikit-learn
@@ -9,6 +12,7 @@ the weights also carry the attention's ``exp(-f / T)`` over the selected keys.
 """
 
 import numpy as np
+from sklearn.base import is_classifier
 
 
 def distance_weights(dist, weights):
@@ -66,6 +70,28 @@ def weighted_means(values, indices, weights):
     return out
 
 
+def neighbour_weighting(estimator):
+    """The :class:`DistanceWeighting` that computes ``estimator``'s outputs from its selected
+    neighbours, or ``None`` where the engine's attention does: weights other than
+    ``"uniform"``, and a regressor's uniform means of the ``n_neighbors`` nearest at
+    ``temperature=np.inf`` of equally weighted training points in memory. (A radius's means
+    stay the engine's: it sums a ball within any memory budget, where a ball's neighbours at
+    once need up to a row of every training point; the two differ in the last bit.)"""
+    classifier = is_classifier(estimator)
+    if estimator.weights == "uniform":
+        keys = estimator._keys
+        if (classifier or estimator.temperature_ != np.inf or keys.sharded
+                or estimator.n_neighbors is None or estimator.radius is not None):
+            return None
+        positive = keys.log_prior[np.isfinite(keys.log_prior)]
+        if positive.size and np.ptp(positive) > 0:  # sample weights: the engine's multiplicity
+            return None
+    elif estimator._keys.sharded:
+        estimator._keys.in_memory_only()
+    return DistanceWeighting(estimator.weights, estimator.temperature_, estimator.n_neighbors,
+                             estimator.radius, classifier)
+
+
 class DistanceWeighting:
     """The weighted neighbour vote of an estimator with ``weights`` other than ``"uniform"``:
     its neighbours selected by the fitted keys, their values averaged here.
@@ -89,6 +115,8 @@ class DistanceWeighting:
             # temperature=0 is the nearest neighbour alone, whatever n_neighbors
             k = 1 if self.temperature == 0 else self.n_neighbors
             f, idx = keys.select(Z, k, False, selection_kwargs(Z, None))
+            if self.weights == "uniform":  # KNeighborsRegressor's expression
+                return np.mean(keys.values[idx], axis=1), None
             dist = metric.exact_distances(Z, keys.points, idx)
             w = distance_weights(dist.copy(), self.weights)
             check_weights(w, dist.shape)
@@ -116,3 +144,4 @@ class DistanceWeighting:
                 else:
                     out[i] = np.average(keys.values[ind], axis=0, weights=w)
         return out, empty
+

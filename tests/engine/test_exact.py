@@ -139,3 +139,32 @@ def test_selection_at_subnormal_squared_distances(radius):
     best = np.take_along_axis(f, order, 1)
     np.testing.assert_array_equal(idx, np.where(np.isfinite(best), order, -1))
     np.testing.assert_array_equal(dist, best)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_counted_weights_are_the_integers_they_stand_for(dtype):
+    from skattention._engine._multiplicity import counted
+
+    w = torch.arange(1, 2**16 + 1, dtype=torch.float64)
+    log_w = torch.log(w).to(dtype)
+    out = counted(torch.exp(log_w), dtype)
+    assert not torch.equal(torch.exp(log_w), w.to(dtype))  # exp(log w) is not always w
+    torch.testing.assert_close(out, w.to(dtype), rtol=0, atol=0)
+    # other weights as they are
+    others = torch.tensor([0.5, 1.25, 2.0 + 1e-3, 1e-9, 0.0, 1000.5], dtype=dtype)
+    torch.testing.assert_close(counted(others, dtype), others, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("n_neighbors", [None, 5])
+def test_integer_weights_vote_exactly_as_repeated_keys_in_the_uniform_limit(n_neighbors):
+    # one-hot values: the weighted votes are the repeated keys' counts to the bit, ties too
+    rng = np.random.default_rng(3)
+    K = rng.integers(0, 3, size=(40, 2)).astype(float)
+    V = np.eye(2)[rng.integers(0, 2, 40)]
+    Q = rng.integers(0, 3, size=(30, 2)).astype(float) + 0.5
+    w = rng.integers(1, 5, 40)
+    kwargs = dict(temperature=np.inf, n_neighbors=n_neighbors,
+                  radius=None if n_neighbors else 1.2, on_empty="zero", dtype="float64")
+    weighted = attention(Q, K, V, log_prior=np.log(w), **kwargs)
+    repeated = attention(Q, np.repeat(K, w, 0), np.repeat(V, w, 0), **kwargs)
+    np.testing.assert_array_equal(weighted, repeated)

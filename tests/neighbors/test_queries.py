@@ -62,9 +62,16 @@ def test_kneighbors_equals_nearest_neighbors(continuous, dtype, k):
         ref_dist, ref_ind = nn.kneighbors(query)
         np.testing.assert_array_equal(ind, ref_ind)
         assert dist.dtype == np.float64 and ind.dtype == np.int64
-        rtol = 1e-12 if dtype == np.float64 else 1e-6
-        np.testing.assert_allclose(dist, ref_dist, rtol=rtol, atol=rtol)
+        # 5 features: scikit-learn's k-d tree, its float64 distances summed term by term (of
+        # float32 data too: computed in float64 from the coordinates, not rounded to float32)
+        np.testing.assert_array_equal(dist, ref_dist)
         np.testing.assert_array_equal(att.kneighbors(query, return_distance=False), ind)
+        radius = float(np.median(ref_dist))
+        for ours, theirs in zip(att.radius_neighbors(query, radius, sort_results=True),
+                                nn.radius_neighbors(query, radius, sort_results=True),
+                                strict=True):
+            for a, b in zip(ours, theirs, strict=True):
+                np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -201,3 +201,67 @@ def test_weighted_uniform_votes_still_sum_to_one(dtype):
     ]:
         proba = att.fit(X, y, sample_weight=weight).predict_proba(X)
         np.testing.assert_allclose(proba.sum(1), 1.0, rtol=0, atol=4e-16)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_integer_weights_vote_as_repeated_points_at_exact_ties(dtype):
+    # exp(log 3) is 3.0000000000000004: at a tie of votes the weighted point's last bit won
+    # where the repeated points tie and the first class wins (a quarter of these draws)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        X = rng.integers(0, 4, size=(12, 2)).astype(dtype)
+        y = rng.integers(0, 2, size=12)
+        w = rng.integers(1, 4, size=12)
+        Xq = rng.integers(0, 4, size=(20, 2)).astype(dtype) + dtype(0.5)
+        for att in [
+            MetricAttentionClassifier("euclidean", n_neighbors=4, temperature=np.inf),
+            MetricAttentionClassifier("euclidean", radius=1.6, temperature=np.inf,
+                                      outlier_label="most_frequent"),
+        ]:
+            weighted = att.fit(X, y, sample_weight=w)
+            proba, labels = weighted.predict_proba(Xq), weighted.predict(Xq)
+            repeated = att.fit(np.repeat(X, w, 0), np.repeat(y, w))
+            np.testing.assert_array_equal(proba, repeated.predict_proba(Xq))
+            np.testing.assert_array_equal(labels, repeated.predict(Xq))
+        att = MetricAttentionRegressor("euclidean", n_neighbors=4, temperature=np.inf)
+        pred = att.fit(X, 1.1 * y, sample_weight=w).predict(Xq)
+        np.testing.assert_array_equal(pred, att.fit(np.repeat(X, w, 0),
+                                                    1.1 * np.repeat(y, w)).predict(Xq))
+
+
+@pytest.mark.parametrize("k", [3, 8, 10, 40])
+def test_uniform_regressor_means_are_scikit_learns_to_the_bit(k):
+    # scikit-learn averages with np.mean, a pairwise sum from 8 neighbours: the engine's
+    # products summed in another order (1 ulp on most rows from k = 8)
+    rng = np.random.RandomState(1)
+    X, Xq = rng.randn(300, 3), rng.randn(60, 3)
+    for y in [rng.randn(300), rng.randn(300, 2)]:
+        att = MetricAttentionRegressor("euclidean", n_neighbors=k, temperature=np.inf)
+        np.testing.assert_array_equal(att.fit(X, y).predict(Xq),
+                                      KNeighborsRegressor(k).fit(X, y).predict(Xq))
+
+
+@pytest.mark.parametrize("d", [3, 8, 15])
+def test_distance_weights_and_distances_are_the_trees_to_the_bit(d):
+    # scikit-learn's trees (its default search up to 15 features) sum a squared distance term
+    # by term; NumPy's einsum summed 3 terms otherwise and tied points that the trees tell
+    # apart (coordinates permuted: the same distance mathematically, not in floating point)
+    rng = np.random.RandomState(0)
+    X, Xq = rng.rand(400, d), rng.rand(80, d)
+    # the two points nearest the origin at the same distance but for the order of its terms
+    X[:2] = 0.0
+    X[0, :3], X[1, :3] = [0.1, 0.1, 0.3], [0.3, 0.1, 0.1]
+    Xq[0] = 0.0
+    y = rng.randint(0, 3, 400)
+    y[:2] = [1, 0]
+    for k in (2, 5):
+        att = MetricAttentionClassifier("euclidean", n_neighbors=k, temperature=np.inf,
+                                        weights="distance").fit(X, y)
+        ref = KNeighborsClassifier(k, weights="distance").fit(X, y)
+        np.testing.assert_array_equal(att.predict_proba(Xq), ref.predict_proba(Xq))
+        for ours, theirs in zip(att.kneighbors(Xq), ref.kneighbors(Xq), strict=True):
+            np.testing.assert_array_equal(ours, theirs)
+        reg = MetricAttentionRegressor("euclidean", n_neighbors=k, temperature=np.inf,
+                                       weights="distance").fit(X, 1.3 * y)
+        np.testing.assert_array_equal(
+            reg.predict(Xq), KNeighborsRegressor(k, weights="distance").fit(X, 1.3 * y).predict(Xq))
