@@ -50,7 +50,7 @@ from ._shards import (
     shard_attention,
     shard_lightest_weights,
 )
-from ._training import EarlyStopping, ProgressReport, WindowRule, train_network
+from ._training import EarlyStopping, ProgressReport, WindowRule, autograd_on, train_network
 
 __all__ = [
     # attention and its selection step
@@ -90,6 +90,7 @@ __all__ = [
     "WindowRule",
     "ProgressReport",
     "ResidualBlock",
+    "autograd_on",
     "batch_rows",
     "build_map",
     "calibrate_temperature",

@@ -132,6 +132,9 @@ class ResidualBlock(nn.Module):
     def __init__(self, width, hidden, activation, dropout):
         super().__init__()
         self.inner = nn.Linear(width, hidden)
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got "
+                             f"{activation!r}.")
         self.act = _ACTIVATIONS[activation]()
         self.drop = nn.Dropout(dropout)
         self.outer = nn.Linear(hidden, width)

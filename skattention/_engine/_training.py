@@ -12,6 +12,7 @@ Every tensor lives on the device of the training inputs, which the estimator res
 ``device``.
 """
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -20,6 +21,15 @@ import torch
 from ._optimizers import Adam
 from ._parallel import SMALL_STEP_WORK, kept_workers, small_work_single_threaded
 from ._scratch import reused_buffers
+
+
+@contextlib.contextmanager
+def autograd_on():
+    """Autograd recording whatever the caller's mode: a fit called under ``torch.no_grad()``
+    or ``torch.inference_mode()`` (a serving loop that also refits) trains as anywhere else
+    (the backward of a step found no graph); tensors made in it are ordinary ones."""
+    with torch.inference_mode(False), torch.enable_grad():
+        yield
 
 
 class EpochBatches:

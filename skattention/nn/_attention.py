@@ -22,6 +22,7 @@ Torch only: no scikit-learn imports here.
 """
 
 import math
+from numbers import Integral
 
 import torch
 import torch.nn.functional as F
@@ -186,6 +187,11 @@ class MetricAttention(nn.Module):
         for name, dim in (("kdim", kdim), ("vdim", vdim)):
             if dim is not None and not dim > 0:
                 raise ValueError(f"{name} must be a positive integer or None, got {dim!r}.")
+        if hidden_size is not None and not (
+                isinstance(hidden_size, Integral) and not isinstance(hidden_size, bool)
+                and hidden_size > 0):
+            raise ValueError(f"hidden_size must be a positive integer or None, got "
+                             f"{hidden_size!r}.")
         if temperature is not None and not temperature > 0:
             raise ValueError(f"temperature must be positive or None, got {temperature!r}.")
         if prior is not None and not isinstance(prior, AttentionPrior):
@@ -213,7 +219,8 @@ class MetricAttention(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.phi = None
         if metric == "mlp":
-            self.phi = ResidualBlock(embed_dim, hidden_size or embed_dim, activation, 0.0).to(
+            hidden = embed_dim if hidden_size is None else hidden_size
+            self.phi = ResidualBlock(embed_dim, hidden, activation, 0.0).to(
                 **factory
             )
         if metric == "dot":

@@ -186,7 +186,7 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
         # private seeded RNG for initialisation (and dropout); the caller's is restored
         with seeded_torch_rng(seed, device) as release_rng:
             net = IPN(X.shape[1], self.classes_.size, width=self.width, n_blocks=self.n_blocks,
-                      metric=self.metric, num_heads=self.num_heads).to(device)
+                      metric=self.metric, num_heads=self.num_heads).to(device, torch.float32)
             release_rng(net)  # training draws nothing from it (unless dropout)
             name = type(self).__name__
             with progress_bar(

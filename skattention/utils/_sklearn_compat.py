@@ -26,6 +26,8 @@ from sklearn.utils._param_validation import (
 )
 from sklearn.utils.validation import _check_sample_weight, _num_samples
 
+from .._engine import autograd_on
+
 try:
     from sklearn.callback import CallbackSupportMixin
 except ImportError:  # scikit-learn < 1.9: no callbacks
@@ -58,6 +60,10 @@ def _fit_context(*, prefer_skip_nested_validation):
     def decorator(fit_method):
         @functools.wraps(fit_method)
         def fit_task(estimator, X, y=None, *args, **kwargs):
+            with autograd_on():  # a fit under the caller's torch.no_grad() trains too
+                return fit_with_callbacks(estimator, X, y, *args, **kwargs)
+
+        def fit_with_callbacks(estimator, X, y=None, *args, **kwargs):
             if not hasattr(estimator, "_init_callback_context"):
                 return fit_method(estimator, X, y, *args, **kwargs)
             subtasks = getattr(estimator, "_fit_subtasks", lambda: 0)()

@@ -370,3 +370,14 @@ def test_warm_start_on_levels_it_did_not_see_warns():
         assert not [w for w in caught if "warm_start keeps" in str(w.message)]
         with pytest.warns(UserWarning, match=r"warm_start keeps .*\['c'\].*warm_start=False"):
             model.fit(other, other.c == "u")
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+@pytest.mark.parametrize("metric", ["linear", "tabular"])
+def test_fit_trains_under_the_callers_no_grad(mode, metric):
+    # a fit in a serving loop's torch.no_grad(): the step's backward found no graph
+    X, y = make_classification(200, 5, random_state=0)
+    expected = MetricAttentionClassifier(metric, max_iter=2, random_state=0).fit(X, y)
+    with mode():
+        got = MetricAttentionClassifier(metric, max_iter=2, random_state=0).fit(X, y)
+    np.testing.assert_array_equal(got.predict_proba(X), expected.predict_proba(X))

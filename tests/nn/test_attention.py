@@ -254,6 +254,12 @@ def test_invalid_arguments():
         MetricAttention(5, 2)
     with pytest.raises(ValueError, match="temperature"):
         MetricAttention(4, 1, temperature=0.0)
+    # (a KeyError, 0 taken as None, a negative dimension inside torch)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        MetricAttention(4, 1, activation="foo")
+    for hidden_size in (0, -3, 2.5):
+        with pytest.raises(ValueError, match="hidden_size must be a positive integer"):
+            MetricAttention(4, 1, hidden_size=hidden_size)
     layer = MetricAttention(4, 2, batch_first=True)
     q, k, v = _inputs(dtype=torch.float32, e=4)
     with pytest.raises(ValueError, match="attn_mask"):

@@ -190,3 +190,27 @@ def test_a_network_with_non_finite_weights_is_named_as_the_cause():
         next(clf.network_.parameters()).fill_(float("nan"))
     with pytest.raises(ValueError, match="weights are not finite"):
         clf.predict_proba(X)
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_fit_trains_under_the_callers_no_grad(mode):
+    # the backward of a step found no graph: "element 0 of tensors does not require grad"
+    X, y = make_moons(120, noise=0.2, random_state=0)
+    expected = AttentionNetworkClassifier(max_iter=3, random_state=0).fit(X, y).predict_proba(X)
+    with mode():
+        got = AttentionNetworkClassifier(max_iter=3, random_state=0).fit(X, y).predict_proba(X)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_fit_under_a_float64_default_dtype_trains_a_float32_network():
+    # the network was built in the default dtype and met float32 inputs: "mat1 and mat2 must
+    # have the same dtype"
+    X, y = make_moons(120, noise=0.2, random_state=0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        clf = AttentionNetworkClassifier(max_iter=3, random_state=0).fit(X, y)
+    finally:
+        torch.set_default_dtype(default)
+    assert all(p.dtype == torch.float32 for p in clf.network_.parameters())
+    assert clf.score(X, y) > 0.7
