@@ -123,6 +123,12 @@ def test_sharded_kneighbors(synchronous, data):
         np.testing.assert_array_equal(dist, exp_dist)
     np.testing.assert_array_equal(sharded.kneighbors(Q, 3, return_distance=False),
                                   expected.kneighbors(Q, 3, return_distance=False))
+    # float32 distances: from the coordinates in memory, the selection's over sharded keys
+    # (whose points stay on the cluster)
+    learned = MetricAttentionClassifier("mlp", max_iter=2, hidden_size=8, random_state=0).fit(
+        dask_rows(X.astype(np.float32)), y)
+    dist, idx = learned.kneighbors(Q, 3)
+    assert dist.shape == idx.shape == (len(Q), 3) and np.all(np.diff(dist, axis=1) >= 0)
 
 
 def test_dataframe_with_categories(synchronous):

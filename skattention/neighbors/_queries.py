@@ -101,8 +101,10 @@ class NeighborsQueryMixin:
     def _neighbour_distances(self, Z, f, idx):
         """The distances of the selected keys ``idx`` (``-1``: padding) of the mapped queries
         ``Z``: the selection's values ``f`` where they are exact (float64), else computed in
-        float64 from the coordinates (as scikit-learn's trees compute them for float32 data)."""
-        if self._compute_dtype() == torch.float64 or self.metric == "dot":
+        float64 from the coordinates (as scikit-learn's trees compute them for float32 data;
+        not over keys sharded on a Dask cluster, whose points stay there)."""
+        if (self._compute_dtype() == torch.float64 or self.metric == "dot"
+                or self._keys.sharded):
             return self._strategy.distances(f)
         return self._strategy.exact_distances(Z, self._keys.points, np.maximum(idx, 0))
 
