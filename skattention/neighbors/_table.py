@@ -239,6 +239,7 @@ class Table:
             if (not as_text and pd.api.types.is_numeric_dtype(series.dtype)
                     and not pd.api.types.is_bool_dtype(series.dtype)):
                 values = series.astype("float64").to_numpy(na_value=np.nan)
+                reject_infinity(values)
                 return values, _numbers_kind(values)
             values = series.to_numpy(dtype=object, na_value=None)
         present = ~pd.isna(values)
@@ -248,6 +249,8 @@ class Table:
             return out, None
         cells = values[present]
         numbers, strings = _cells_of(cells, _is_number_type, lambda kind: kind is str)
+        if numbers.any():  # an infinite number is no level (a float column's error)
+            reject_infinity(np.asarray([float(v) for v in cells[numbers]]))
         if numbers.all() and not as_text:
             out = np.full(values.shape[0], np.nan)
             out[present] = [float(v) for v in cells]

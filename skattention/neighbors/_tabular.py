@@ -41,6 +41,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
+from ._held_columns import HeldColumns
 from ._levels import _FIRST_LEVEL, MISSING_CODE, OTHER_CODE, as_numbers, level_codes, level_counts
 from ._scaling import column_scaling, scaled
 from ._table import TIME_KINDS, Table, isna, pd, reject_infinity
@@ -140,11 +141,14 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             if held in TIME_KINDS:  # an object column of datetimes or durations
                 self._numeric_kind[j] = held
         centre, scale, quantiles, has_missing = [], [], [], []
-        for j in self.numeric_columns_:
+        constant_numbers, constant_levels = [], []  # (HeldColumns)
+        for k, j in enumerate(self.numeric_columns_):
             kind = self._numeric_kind[j]
             values = table.numeric_column(j, fitted_kind=kind if kind in TIME_KINDS else None)
             finite = values[~np.isnan(values)]
             has_missing.append(finite.size < values.size)
+            if not finite.size or (finite.size == values.size and finite.min() == finite.max()):
+                constant_numbers.append((k, finite[0] if finite.size else np.nan))
             c, s, q = column_scaling(finite, self.numeric_scaling)
             centre.append(c), scale.append(s), quantiles.append(q)
         self._centre = np.asarray(centre, dtype=np.float64)
@@ -161,11 +165,13 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         # (kept as text, so a number finds its level whatever carries it at prediction)
         self._level_is_numeric, self._level_is_mixed = [], []
         categories_missing, other_share = [], []
-        for j in self.categorical_columns_:
+        for k, j in enumerate(self.categorical_columns_):
             values, kind = table.category_column(j)
             present = values[~isna(values)]
             categories_missing.append(present.size < values.size)
             levels, counts = level_counts(present)
+            if not present.size or (levels.size == 1 and present.size == values.size):
+                constant_levels.append((k, levels[0] if levels.size else None))
             kept = counts >= self.min_frequency
             self.categories_.append(levels[kept])
             other_share.append(counts[~kept].sum() / max(present.size, 1))
@@ -178,7 +184,16 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         self.n_numeric_out_ = int(self.numeric_columns_.size + self.indicator_columns_.size)
         self.statistic_columns_ = np.zeros(0, dtype=int)
         self._statistics = None
+        self._held = HeldColumns.of_encoder(self, constant_numbers, constant_levels)
         return self
+
+    def _hold(self, block):
+        """``block`` with the columns that never varied at fit at their fitted encoding
+        (:class:`~._held_columns.HeldColumns`; an encoder pickled before has none)."""
+        held = getattr(self, "_held", None)
+        if held is not None:
+            held.hold(block.numeric, block.categories)
+        return block
 
     @property
     def _statistic_positions(self):
@@ -270,7 +285,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             mask[[index[s] for s in spec]] = True
             return mask
         if spec.dtype.kind in "iu":
-            if spec.size and (spec.min() < -n or spec.max() >= n):
+            if spec.size and (spec.min() < 0 or spec.max() >= n):  # as HistGradientBoosting
                 raise ValueError(f"categorical_features indices must be in [0, {n}); "
                                  f"got {spec.tolist()}.")
             mask[spec] = True
@@ -296,7 +311,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             return None
         numeric = np.zeros((array.shape[0], self.n_numeric_out_), dtype=self.dtype)
         self._encode_numeric_array(array, numeric)
-        return TabularBlock(numeric, np.zeros((array.shape[0], 0), dtype=np.int64))
+        return self._hold(TabularBlock(numeric, np.zeros((array.shape[0], 0), dtype=np.int64)))
 
     def encode_mixed_rows(self, frame, dtypes):
         """:meth:`transform` of a few rows of a checked DataFrame (the fitted names, no
@@ -336,7 +351,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         for k, values in enumerate(columns):
             codes[:, k] = level_codes(values, self.categories_[k])
         self._write_statistics([columns[k] for k in self._statistic_positions], numeric)
-        return TabularBlock(numeric, codes)
+        return self._hold(TabularBlock(numeric, codes))
 
     def transform_blocks(self, X, block_rows, statistics=None):
         """Yield ``TabularBlock`` s of at most ``block_rows`` rows (``None``: one block).
@@ -383,7 +398,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             if k in self._statistic_positions and statistics is None:
                 statistic_values.append(values)
         self._write_statistics(statistic_values, numeric, statistics)
-        return TabularBlock(numeric, codes)
+        return self._hold(TabularBlock(numeric, codes))
 
     def _write_statistics(self, values, numeric, statistics=None):
         """The scaled target statistics of rows whose statistic columns hold ``values`` (a

@@ -70,8 +70,9 @@ def test_bad_categorical_features():
         _TabularEncoder(categorical_features=["town"]).fit(X)
     with pytest.raises(ValueError, match="mask has 2 entries"):
         _TabularEncoder(categorical_features=[True, False]).fit(X)
-    with pytest.raises(ValueError, match="indices must be in"):
-        _TabularEncoder(categorical_features=[9]).fit(X)
+    for indices in ([9], [-1]):  # negative ones too, as HistGradientBoosting
+        with pytest.raises(ValueError, match="indices must be in"):
+            _TabularEncoder(categorical_features=indices).fit(X)
     with pytest.raises(ValueError, match="'from_dtype'"):
         _TabularEncoder(categorical_features="auto").fit(X)
     with pytest.raises(ValueError, match="needs X as a DataFrame"):
@@ -103,6 +104,28 @@ def test_all_nan_column_and_single_level_category():
     assert np.isfinite(block.numeric).all()
     assert enc.cardinalities_.tolist() == [3]
     assert set(block.categories[:, 0]) == {2}
+
+
+@pytest.mark.parametrize("numeric_scaling", ["robust", "quantile", None])
+def test_columns_that_never_varied_are_held_at_their_fitted_encoding(numeric_scaling):
+    # the map learns nothing from such a column: a value that differs at predict moved
+    # queries by its untrained weights (a probability by up to 0.7)
+    X = pd.DataFrame({"empty": [np.nan] * 6, "const": [2.5] * 6, "one": ["x"] * 6,
+                      "none": pd.Series([None] * 6, dtype=object), "v": np.arange(6.0),
+                      "c": list("abcabc")})
+    enc = _TabularEncoder(numeric_scaling=numeric_scaling,
+                          categorical_features=["one", "none", "c"]).fit(X)
+    fitted = enc.transform(X)
+    later = X.assign(empty=[3.0, np.nan, -1, 0, 1e6, 2], const=[np.nan, 1, 2, 3, 4, 5],
+                     one=["y", None, "x", "z", "x", "w"], none=list("pqrstu"))
+    for block in (enc.transform(later), next(enc.transform_blocks(later, 2))):
+        n = len(block)
+        held = [0, 1, enc.n_numeric_out_ - 1]  # empty, const, empty's missing indicator
+        np.testing.assert_array_equal(block.numeric[:, held], fitted.numeric[:n, held])
+        np.testing.assert_array_equal(block.categories[:, :2], fitted.categories[:n, :2])
+    # the columns that varied are encoded as before
+    np.testing.assert_array_equal(enc.transform(later).categories[:, 2], fitted.categories[:, 2])
+    assert enc.transform(later.assign(v=-X.v)).numeric[1, 2] != fitted.numeric[1, 2]
 
 
 def test_quantile_scaling_matches_scikit_learn_on_training_data():

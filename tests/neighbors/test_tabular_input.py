@@ -190,6 +190,20 @@ def test_single_level_category():
     clf = MetricAttentionClassifier(**FAST).fit(X, y)
     queries = X.iloc[:3].assign(country=pd.Categorical(["NO", "SE", None]))
     assert np.isfinite(clf.predict_proba(queries)).all()
+    # a column that never varied moves no distance, whatever it holds later
+    np.testing.assert_array_equal(clf.predict_proba(queries), clf.predict_proba(X.iloc[:3]))
+
+
+def test_columns_constant_at_fit_move_no_prediction():
+    X, y = _frame()
+    X = X.assign(empty=np.nan, const=0.0, one="A")
+    clf = MetricAttentionClassifier(**FAST).fit(X, y)
+    expected = clf.predict_proba(X)
+    for column, value in [("empty", 3.0), ("const", 3.0), ("one", "B"), ("one", None)]:
+        np.testing.assert_array_equal(clf.predict_proba(X.assign(**{column: value})), expected)
+        # a single row, encoded on its own path
+        np.testing.assert_array_equal(
+            clf.predict_proba(X.iloc[:1].assign(**{column: value})), expected[:1])
 
 
 def test_dtype_change_between_fit_and_predict_is_a_clear_error():
@@ -211,6 +225,20 @@ def test_infinity_is_still_an_error():
     X.loc[0, "age"] = np.inf
     with pytest.raises(ValueError, match="infinity"):
         MetricAttentionClassifier(**FAST).fit(X, y)
+
+
+def test_infinity_in_a_categorical_column_is_an_error():
+    # it became the level "inf" at fit, and at predict a misleading "holds numbers now"
+    X, y = _frame()
+    n = len(X)
+    for column in (pd.Series(["a", np.inf] * (n // 2), dtype=object),
+                   pd.Categorical([1.0, np.inf] * (n // 2)),
+                   pd.Series([1, "b", np.inf, "c"] * (n // 4), dtype=object)):
+        with pytest.raises(ValueError, match="infinity"):
+            MetricAttentionClassifier(**FAST).fit(X.assign(town=column), y)
+    clf = MetricAttentionClassifier(**FAST).fit(X.assign(town=["a", "b"] * (n // 2)), y)
+    with pytest.raises(ValueError, match="infinity"):
+        clf.predict(X.assign(town=pd.Series(["a", np.inf] * (n // 2), dtype=object)))
 
 
 def test_warm_start_keeps_the_encoding():
