@@ -209,6 +209,9 @@ def test_sharded_errors(synchronous, data):
         MetricAttentionClassifier("euclidean", temperature=1.0).fit(dask_rows(X), np.c_[y, y])
     with pytest.raises(NotImplementedError, match="sharded over a Dask cluster"):
         clf.kneighbors()  # the training points as queries: all keys in one process
+    for method in (clf.radius_neighbors, clf.radius_neighbors_graph):  # (an AttributeError)
+        with pytest.raises(NotImplementedError, match="sharded over a Dask cluster"):
+            method(Q, 1.0)
     with pytest.raises(ValueError, match="numeric temperature"):
         AttentionKMeans(3).fit(dask_rows(X))
 

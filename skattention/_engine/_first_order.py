@@ -23,3 +23,23 @@ def first_order_backward(backward):
         return once(ctx, *grads)
 
     return wrapper
+
+
+class _FirstOrder(torch.autograd.Function):
+    """The identity, whose backward refuses a second derivative (:func:`first_order`)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    @first_order_backward
+    def backward(ctx, grad):
+        return grad
+
+
+def first_order(x):
+    """``x``, differentiable once: a second derivative through it is the clear error of
+    :func:`first_order_backward` (torch's fused SDPA kernels on the CPU have no second
+    derivative, and their own error names an internal operator)."""
+    return _FirstOrder.apply(x) if x.requires_grad else x

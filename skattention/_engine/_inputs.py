@@ -260,6 +260,9 @@ def check_weights_count(spec, return_weights, n_weights, selected=None):
     (and by default) the keys that can get weight, ``selected`` with a k-NN prior (more than
     ``n_neighbors`` where key weights below 1 count as fractions of a key), else every key."""
     if not return_weights:
+        if n_weights is not None:
+            raise ValueError("n_weights sets how many weights return_weights=True returns; "
+                             "pass return_weights=True with it.")
         return None
     limit = selected if spec.n_neighbors is not None else spec.n_keys
     return limit if n_weights is None else check_count(n_weights, "n_weights", limit)
@@ -308,6 +311,9 @@ def check_temperature(temperature, device=None, dtype=None, *, positive_finite=F
         if temperature.numel() != 1:
             raise ValueError("temperature must be a scalar.")
         value = float(temperature.detach())
+    elif isinstance(temperature, np.ndarray) and temperature.ndim == 0 and (
+            temperature.dtype.kind in "iuf"):  # a 0-d array, as NumPy's reductions return
+        value = float(temperature)
     elif isinstance(temperature, bool) or not isinstance(temperature, Real):
         raise ValueError(f"temperature must be {expected}, got {temperature!r}.")
     else:

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ._budget import memory_error, plan_rows
+from ._first_order import first_order
 from ._progress import track
 from ._results import empty_rows
 from ._scores import padded_rows
@@ -197,7 +198,7 @@ def sdpa_attention(spec, strict):
                 q[None, None], k_aug[None, None], v_pad[None, None], scale=1.0 / T,
                 linear_memory=True,
             )
-            outs.append(o[0, 0, :rows, :dv].contiguous())  # drop the padding now
+            outs.append(first_order(o[0, 0, :rows, :dv].contiguous()))  # padding dropped
     except RuntimeError:
         if strict:
             raise

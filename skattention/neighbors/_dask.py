@@ -201,6 +201,9 @@ class ShardedKeys:
     def weights(self, *args, **kwargs):
         self.in_memory_only()
 
+    def within(self, *args, **kwargs):  # radius_neighbors
+        self.in_memory_only()
+
     def propagate(self, metric, block, kwargs, progress, few_rows=False):
         """``FittedKeys.propagate`` over the partitions: ``(outputs, no_neighbour)``."""
         import dask

@@ -1,5 +1,7 @@
 """A 2-D embedding coloured by label."""
 
+from numbers import Integral
+
 import numpy as np
 from sklearn.utils.multiclass import type_of_target
 from sklearn.utils.validation import check_is_fitted, column_or_1d
@@ -96,9 +98,12 @@ class EmbeddingDisplay:
             if type_of_target(y) in ("binary", "multiclass"):
                 self.classes_, codes = np.unique(y, return_inverse=True)
                 k = self.classes_.size
-                cmap = "tab10" if k <= 10 else "tab20"
+                # one colour each: the qualitative maps up to 20 classes, then evenly spaced
+                # hues (tab20 alone gave the classes from the 20th on its last colour)
+                cmap = "tab10" if k <= 10 else "tab20" if k <= 20 else "hsv"
+                top = 10 if k <= 10 else 20 if k <= 20 else k
                 self.scatter_ = ax.scatter(Z[:, 0], Z[:, 1], c=codes, s=s, cmap=cmap, vmin=-0.5,
-                                           vmax=(10 if k <= 10 else 20) - 0.5)
+                                           vmax=top - 0.5)
                 handles, _ = self.scatter_.legend_elements(num=list(range(k)))
                 self.legend_ = ax.legend(
                     handles,
@@ -163,6 +168,10 @@ class EmbeddingDisplay:
         final = embedding[-1] if hasattr(embedding, "steps") else embedding
         check_is_fitted(final)
         Z = np.asarray(embedding.transform(X))
+        if (np.ndim(components) != 1 or len(components) != 2
+                or not all(isinstance(c, Integral) and c >= 0 for c in components)):
+            raise ValueError(f"components must be a pair of non-negative column indices, got "
+                             f"{components!r}.")
         i, j = components
         if Z.ndim != 2 or max(i, j) >= Z.shape[1]:
             raise ValueError(

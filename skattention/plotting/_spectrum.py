@@ -209,6 +209,11 @@ class DiffusionSpectrumDisplay:
         (3, 5)
         >>> plt.close("all")
         """
+        from ..manifold import AttentionDiffusionEmbedding
+
+        if not isinstance(embedding, AttentionDiffusionEmbedding):  # (was "not fitted")
+            raise TypeError(f"DiffusionSpectrumDisplay.from_estimator takes a fitted "
+                            f"AttentionDiffusionEmbedding, got {type(embedding).__name__}.")
         check_is_fitted(embedding, "eigenvalues_")
         eigenvalues = np.sort(
             np.r_[0.0, 1.0 - np.asarray(embedding.eigenvalues_, dtype=np.float64)]

@@ -177,10 +177,13 @@ class TrainingCurveDisplay:
         final = estimator[-1] if hasattr(estimator, "steps") else estimator
         check_is_fitted(final)
         loss = getattr(final, "loss_curve_", None)
-        if loss is None or len(loss) == 0:
+        if loss is None:
+            raise TypeError(f"{type(final).__name__} has no training curve (loss_curve_): "
+                            "pass a fitted MetricAttention* or AttentionNetworkClassifier.")
+        if len(loss) == 0:
             raise ValueError(
                 f"{type(final).__name__} recorded no training curve (loss_curve_ is empty): "
-                "metric='euclidean' learns nothing."
+                "a fixed metric (metric='euclidean') learns nothing."
             )
         score_name = "validation R^2" if is_regressor(final) else "validation accuracy"
         display = cls(

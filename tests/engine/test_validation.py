@@ -43,6 +43,7 @@ V = np.ones(20)
         (dict(exclude_self=np.full(20, 99)), ValueError, "exclude_self indices"),
         (dict(on_empty="nan"), ValueError, "on_empty must be"),
         (dict(backend="flash"), ValueError, "backend must be"),
+        (dict(n_weights=3), ValueError, "pass return_weights=True"),  # (silently ignored)
         (dict(dtype="int32"), ValueError, "dtype='int32' is not supported"),
         (dict(return_weights=True, n_weights=50), ValueError, "n_weights=50 is larger"),
         (dict(working_memory=-1), ValueError, "working_memory must be a positive number"),
@@ -116,6 +117,12 @@ def test_temperatures_accept_numpy_scalars_everywhere(scalar):
     np.testing.assert_allclose(out, attention(K, K, V, temperature=2.0))
     km = AttentionKMeans(2, random_state=0, device="cpu").fit(X)
     np.testing.assert_allclose(km.soft_assignments(X, temperature=T), km.soft_assignments(X, 2.0))
+
+
+def test_a_zero_dimensional_array_is_a_temperature():
+    # (np.asarray(2.0), a value read back from a saved array: it was refused)
+    np.testing.assert_array_equal(attention(K, K, V, temperature=np.array(2.0)),
+                                  attention(K, K, V, temperature=2.0))
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan"), True, "hot"])

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from skattention import (  # noqa: E402
     AttentionDiffusionEmbedding,
+    AttentionKMeans,
     MetricAttentionClassifier,
     MetricAttentionRegressor,
 )
@@ -152,6 +153,30 @@ def test_embedding_display_colours_by_label(blobs):
     assert disp.legend_ is None and disp.colorbar_ is not None and disp.classes_ is None
     with pytest.raises(ValueError, match="needs at least 4"):
         EmbeddingDisplay.from_estimator(emb, X, components=(0, 3))
+    for components in [(-1, 0), (0, 1, 2), (0.0, 1)]:  # (mislabelled, an unpacking error)
+        with pytest.raises(ValueError, match="pair of non-negative column indices"):
+            EmbeddingDisplay.from_estimator(emb, X, components=components)
+
+
+def test_embedding_display_gives_each_of_many_classes_its_own_colour():
+    # tab20 alone drew every class from the 20th on in its last colour
+    rng = np.random.default_rng(0)
+    disp = EmbeddingDisplay(rng.normal(size=(250, 2)), np.arange(250) % 25).plot()
+    colours = {tuple(np.round(h.get_facecolor()[0], 6)) if hasattr(h, "get_facecolor")
+               else tuple(np.round(h.get_markerfacecolor(), 6))
+               for h in disp.legend_.legend_handles}
+    assert len(colours) == 25
+    plt.close("all")
+
+
+def test_displays_name_the_estimator_they_take(blobs):
+    # a fitted classifier was "not fitted yet"; k-means was told euclidean learns nothing
+    X, y = blobs
+    clf = MetricAttentionClassifier("euclidean", device="cpu").fit(X, y)
+    with pytest.raises(TypeError, match="takes a fitted AttentionDiffusionEmbedding"):
+        DiffusionSpectrumDisplay.from_estimator(clf)
+    with pytest.raises(TypeError, match="AttentionKMeans has no training curve"):
+        TrainingCurveDisplay.from_estimator(AttentionKMeans(3, random_state=0).fit(X))
 
 
 def test_import_without_matplotlib_and_clear_error(monkeypatch):
