@@ -19,6 +19,8 @@ def cluster(args, fig):
     if not 1 <= n_clusters <= X.shape[0]:
         raise CLIError(
             f"--n-clusters must be between 1 and the {X.shape[0]} samples, got {n_clusters}"
+            + ("" if args.n_clusters is not None else
+               " (its default: the target's classes, or 8 without a target)")
         )
     from sklearn.cluster import KMeans
 

@@ -47,7 +47,10 @@ def compare(args, fig):
 def model_names(spec):
     """The ``--models`` names, in the order given, without repeats."""
     names = [n.strip() for n in spec.split(",") if n.strip()]
-    if names in (["default"], []):
+    if not names:  # (an empty --models ran the default models)
+        raise CLIError(f"--models names no model; choose among {', '.join(MODEL_ORDER)}, "
+                       "'default' or 'all'")
+    if names == ["default"]:
         return DEFAULT_MODELS
     if names == ["all"]:
         return MODEL_ORDER

@@ -98,6 +98,7 @@ def test_compare_plot_shows_the_differences_with_the_values(tmp_path, capsys, mo
         (["embed", "--target", "y"], "--target needs --data"),
         (["cluster", "--drop", "id"], "--drop needs --data"),
         (["compare", "--models", "knn,svm"], "unknown --models svm"),
+        (["compare", "--models", " , "], "--models names no model"),  # (ran the defaults)
         (
             ["cluster", "--max-samples", "20", "--n-clusters", "50"],
             "--n-clusters must be between 1 and the 20",
