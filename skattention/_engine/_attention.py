@@ -20,8 +20,8 @@ import torch
 
 from ._device import accumulation_dtype, dtype_name
 from ._inputs import check_weights_count, differentiated, make_spec
-from ._knn import knn_attention, nearest_keys, selection_count
-from ._multiplicity import leave_one_unit_out
+from ._knn import knn_attention, nearest_keys
+from ._multiplicity import leave_one_unit_out, selection_count
 from ._one_block import few_rows_over_prepared_keys
 from ._parallel import small_calls_single_threaded
 from ._scores import PreparedKeys, overflow_error

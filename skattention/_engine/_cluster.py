@@ -248,7 +248,8 @@ def _run(points, w, centers, T, max_iter, tol, verbose, on_iteration):
         step = kmeans_step(points, centers, w, update=False)
     inertia = float((step["min_sqdist"].double() * w.double()).sum())
     if verbose >= 2 and T == 0:
-        write(f"  Lloyd: {n_iter} iterations, inertia {inertia:.6g}")
+        # (the inertia in the user's weight units is the estimator's line: these may be scaled)
+        write(f"  Lloyd: {n_iter} iterations")
     return centers, step["labels"], inertia, n_iter
 
 

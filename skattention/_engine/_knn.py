@@ -17,13 +17,7 @@ from ._cells import key_cells
 from ._device import accumulation_dtype
 from ._exact import merge_exact, row_packed, sort_exact
 from ._masks import call_prior_fn, query_index, raw_scores, scaled
-from ._multiplicity import (
-    counted,
-    keys_to_select,
-    lightest_weights,
-    multiplicity,
-    without_own_unit,
-)
+from ._multiplicity import counted, counts_prior, multiplicity, selection_count, without_own_unit
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
 from ._results import backend_result, cat_or_empty, empty_rows
@@ -327,17 +321,6 @@ def _exact_pass(spec, q, q_raw, rows, bound, k, bk, budget):
     return torch.cat(parts_f), torch.cat(parts_i)
 
 
-def selection_count(spec, k):
-    """How many nearest keys hold the k-NN prior's ``k`` units of weight, whatever the query:
-    ``k`` without a per-key prior; with one, enough keys that even the lightest ones add up to
-    ``k`` (a key's weight ``exp(log_prior)`` is its multiplicity: :func:`multiplicity`)."""
-    if spec.prior_vec is None or spec.n_neighbors is None:
-        return k
-    # a query's own key one unit lighter: its k units may need the keys of k + 1
-    units = k + (spec.unit_out is not None)
-    return keys_to_select(lightest_weights(spec.prior_vec, units), units)
-
-
 def knn_attention(spec):
     """Attention restricted to each query's ``spec.n_neighbors`` nearest keys (the k-NN prior;
     a per-key prior counts as multiplicity there); at ``T = 0`` the nearest key alone (the
@@ -351,6 +334,7 @@ def knn_attention(spec):
                                + Q.element_size() * ((prepared.dim if spec.grad else 0) + 6))
     what = f"k-NN attention with n_neighbors={k}" if spec.n_neighbors else "1-NN attention"
     outs, weights, indices = [], [], []
+    counts = T == math.inf and counts_prior(spec)
     for qs, _, q, q_index, f, idx in nearest_blocks(spec, n_select, gather_bytes, what):
         safe_idx = idx.clamp(min=0)
         # Scores recomputed with the graph when differentiating, else the exact ones.
@@ -363,7 +347,7 @@ def knn_attention(spec):
             bias = call_prior_fn(spec.prior_fn, q_index, safe_idx, s)
         out, p, selected = softmax_over_selected(
             s, idx, V[safe_idx], log_weight, bias, T, spec.n_neighbors,
-            lambda total, qs=qs: empty_rows(total, qs, spec.on_empty, spec.radius),
+            lambda total, qs=qs: empty_rows(total, qs, spec.on_empty, spec.radius), counts,
         )
         outs.append(out)
         if n_weights is not None:
@@ -376,14 +360,16 @@ def knn_attention(spec):
     return backend_result(outs, weights, indices, n_weights, V)
 
 
-def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_rows_of):
+def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_rows_of,
+                          counts=False):
     """Attention over each query's selected keys (``idx``, ``-1`` for padding; ``s`` their
     scores, ``values`` their value rows (q, n, dv)): the k-NN prior's softmax, or at ``T = 0``
     the first (nearest) key alone.
 
     ``log_weight``: the selected keys' per-key log-prior (``None``: none), a multiplicity when
     ``k_units`` (the k-NN prior's ``n_neighbors``) is given; ``bias``: a further log-bias;
-    ``empty_rows_of(total)``: the rows with no weight (or an error). Returns the outputs, the
+    ``empty_rows_of(total)``: the rows with no weight (or an error); ``counts``: the weights
+    are counted (``_multiplicity.counts_prior``). Returns the outputs, the
     normalised weights and the indices of the keys that got weight (``-1`` past the k units).
     """
     valid = idx >= 0
@@ -410,8 +396,7 @@ def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_ro
             z = torch.where(valid, prior, NEG_INF)
         else:
             z = torch.where(valid, scaled(s, T) + prior, NEG_INF)
-        if (T == math.inf and log_weight is not None and bias is None and k_units is not None
-                and not z.requires_grad):
+        if counts and T == math.inf and bias is None and k_units is not None:
             # the selected keys' shares of the k units, unshifted (at most k each) and counted
             # exactly: integer weights sum to exactly the repeated keys' votes
             p = torch.where(valid, counted(batch_exp(z), z.dtype), 0.0)

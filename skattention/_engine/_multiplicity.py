@@ -13,19 +13,22 @@ from ._scores import NEG_INF
 
 # A weight exp(log w) within this many units in the last place of the log-prior's dtype of an
 # integer is that integer (the error of exp(log w) grows with |log w|: a few units up to w of
-# 2**24, where float32 integers end).
+# 2**16 in float32).
 _COUNT_ULPS = 16
-# The largest weight the uniform limit counts without a shift (sums of such weights stay far
-# from overflow in float32, and integers exact).
-COUNTED_MAX_LOG = 24 * math.log(2)
+# The weights the uniform limit counts without a shift: from 2**-16 to 2**16 (their sums
+# neither underflow nor overflow in float32; integers up to there are recovered exactly).
+COUNTED_MAX_LOG = 16 * math.log(2)
+_COUNTED_DTYPES = (torch.float32, torch.float64)  # (half precision's units are too coarse)
 
 
 def counted(weight, log_dtype):
     """Weights ``exp(log w)`` as the integers they stand for, where they are within
-    :data:`_COUNT_ULPS` units of ``log_dtype`` of one: ``exp(log 3)`` is 3.0000000000000004 in
-    float64, and at an exact tie of uniform votes (``temperature=inf``) that last bit decided
-    the class that repeating the point 3 times leaves tied (the first class wins). Other
-    weights are returned as they are."""
+    :data:`_COUNT_ULPS` units of ``log_dtype`` (float32 or float64; others as they are) of
+    one: ``exp(log 3)`` is 3.0000000000000004 in float64, and at an exact tie of uniform votes
+    (``temperature=inf``) that last bit decided the class that repeating the point 3 times
+    leaves tied (the first class wins). Other weights are returned as they are."""
+    if log_dtype not in _COUNTED_DTYPES:
+        return weight
     nearest = torch.round(weight)
     close = (weight - nearest).abs() <= (_COUNT_ULPS * torch.finfo(log_dtype).eps) * weight
     return torch.where(close & (nearest > 0), nearest, weight)
@@ -34,14 +37,15 @@ def counted(weight, log_dtype):
 def counts_prior(spec):
     """Whether the uniform limit (``temperature=inf``) of ``spec`` weighs its keys by
     :func:`counted` ``exp(log_prior)`` with no shift (exact integer sums: the weighted votes of
-    integer weights equal the repeated points' votes): a per-key prior whose weights are at
-    most ``exp(COUNTED_MAX_LOG)``, with no callable prior but the own key's unit left out (a
-    factor of at most 1)."""
+    integer weights equal the repeated points' votes): a float32 or float64 per-key prior whose
+    weights (but masked keys) are within ``exp(+-COUNTED_MAX_LOG)``, with no callable prior
+    but the own key's unit left out (a factor of at most 1)."""
     prior = spec.prior_vec
-    if prior is None or prior.requires_grad or (
-            spec.prior_fn is not None and spec.unit_out is None):
+    if (prior is None or prior.requires_grad or prior.dtype not in _COUNTED_DTYPES
+            or (spec.prior_fn is not None and spec.unit_out is None)):
         return False
-    return bool(prior.amax() <= COUNTED_MAX_LOG)
+    finite = prior[torch.isfinite(prior)]
+    return bool(finite.numel() and finite.abs().amax() <= COUNTED_MAX_LOG)
 
 
 def lightest_weights(log_prior, k):
@@ -63,6 +67,17 @@ def keys_to_select(lightest, k):
     float64: a :func:`lightest_weights`, or several of them merged in order)."""
     reach = torch.searchsorted(torch.cumsum(lightest, 0), float(k))
     return max(1, min(int(reach) + 1, lightest.numel()))
+
+
+def selection_count(spec, k):
+    """How many nearest keys hold the k-NN prior's ``k`` units of weight, whatever the query:
+    ``k`` without a per-key prior; with one, enough keys that even the lightest ones add up to
+    ``k`` (a key's weight ``exp(log_prior)`` is its multiplicity: :func:`multiplicity`)."""
+    if spec.prior_vec is None or spec.n_neighbors is None:
+        return k
+    # a query's own key one unit lighter: its k units may need the keys of k + 1
+    units = k + (spec.unit_out is not None)
+    return keys_to_select(lightest_weights(spec.prior_vec, units), units)
 
 
 def multiplicity(log_weight, valid, k):

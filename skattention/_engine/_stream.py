@@ -62,8 +62,11 @@ class _Stream:
         self.V_mm = spec.values_mm  # padded once for the products of every block
         self.inplace = not spec.grad
         self.uniform = T == math.inf
-        # the uniform limit's weights exp(log_prior) counted exactly, with no shift
+        # the uniform limit's weights exp(log_prior) counted exactly, with no shift: each key's
+        # once a call (a block's then one selection pass)
         self.counted = self.uniform and counts_prior(spec)
+        self.key_counts = (counted(torch.exp(spec.prior_vec), spec.prior_vec.dtype)
+                           if self.counted else None)
         # Raw scores are needed for the uniform limit and for masks defined on distances;
         # otherwise one addmm gives the logits (scale and per-key prior folded in) and
         # self-exclusion is masked on them directly. The block is fresh, so masking it in
@@ -142,8 +145,9 @@ class _Stream:
             if self.need_raw:
                 s, bias = raw_scores(block, q, rows, ks, ke, q_index, self.inplace, augmented)
                 prior = block_prior(spec.prior_vec, bias, ks, ke, s)
-                if self.uniform:
-                    z = aux = torch.where(s > NEG_INF, prior.expand_as(s), NEG_INF)
+                if self.uniform:  # (counted key weights need no logits but for the top)
+                    z = aux = (None if self.counted and bias is None and top is None
+                               else torch.where(s > NEG_INF, prior.expand_as(s), NEG_INF))
                     rank = s
                 else:
                     z = scaled(prepared.to_scores(s, q), T) + prior
@@ -159,7 +163,9 @@ class _Stream:
             if self.single_block:
                 state.single(z, self.V_mm)
             elif self.counted:
-                state.add_counts(counted(batch_exp(z), z.dtype), self.V_mm[ks:ke])
+                p = (torch.where(s > NEG_INF, self.key_counts[ks:ke], 0.0) if bias is None
+                     else counted(batch_exp(z), z.dtype))  # (the own key's unit left out)
+                state.add_counts(p, self.V_mm[ks:ke])
             else:
                 state.update(z, self.V_mm[ks:ke], self.inplace)
                 if self.shift_keys is not None and bool(torch.isfinite(state.m).all()):

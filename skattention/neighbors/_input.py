@@ -41,9 +41,14 @@ class TabularInput:
         On a table of more than ``rows`` rows, the categorical columns of at least ``levels``
         levels add their levels' target statistics to the numbers (the encoder's
         ``fit_statistics``); ``None``: none.
+    learned : bool
+        A learned map reads the encoding: the columns that never varied at fit are held at
+        their fitted encoding (the map learned nothing from them; a fixed metric's distances
+        stay those of the input).
     """
 
-    def __init__(self, scaled, codes, rare_levels=None, target_statistics=None):
+    def __init__(self, scaled, codes, rare_levels=None, target_statistics=None, learned=False):
+        self.learned = learned
         self.scaled = scaled
         self.codes = codes
         self.rare_levels = rare_levels
@@ -70,6 +75,7 @@ class TabularInput:
             numeric_scaling="robust" if self.scaled else None,
             min_frequency=min_frequency,
             dtype=np.float64,
+            hold_constant=self.learned,
         ).fit(X)
         statistics = numbers = None
         if (self.target_statistics is not None and targets is not None

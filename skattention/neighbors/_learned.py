@@ -63,7 +63,7 @@ class LearnedMetric(MetricStrategy):
     def __init__(self, metric):
         super().__init__(metric)
         self.input = TabularInput(
-            scaled=True, codes=metric == "tabular",
+            scaled=True, codes=metric == "tabular", learned=True,
             rare_levels=(_EPOCH_ROWS, _SCALE_MIN_LEVEL_COUNT) if metric == "tabular" else None,
             target_statistics=((_EPOCH_ROWS, _STATISTICS_MIN_LEVELS) if metric == "tabular"
                                else None))

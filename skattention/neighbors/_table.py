@@ -3,6 +3,7 @@ matrix, checked against the fitted columns (``Table``), and the input checks it 
 estimators (``reject_infinity``)."""
 
 import datetime
+import math
 from decimal import Decimal
 from numbers import Integral, Real
 
@@ -250,7 +251,7 @@ class Table:
         cells = values[present]
         numbers, strings = _cells_of(cells, _is_number_type, lambda kind: kind is str)
         if numbers.any():  # an infinite number is no level (a float column's error)
-            reject_infinity(np.asarray([float(v) for v in cells[numbers]]))
+            reject_infinity(np.asarray([_as_float(v) for v in cells[numbers]]))
         if numbers.all() and not as_text:
             out = np.full(values.shape[0], np.nan)
             out[present] = [float(v) for v in cells]
@@ -286,6 +287,14 @@ def _cells_of(cells, *tests):
     call per cell (isinstance, str) was most of the encoding of a table of text columns."""
     codes, types = pd.factorize(_TYPE_OF(cells))
     return [np.isin(codes, [i for i, kind in enumerate(types) if test(kind)]) for test in tests]
+
+
+def _as_float(value):
+    """A number cell as a float; ``inf`` for an integer beyond float64 (as the error says)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _numbers_kind(values):

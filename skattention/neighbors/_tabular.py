@@ -19,9 +19,8 @@ size (``transform`` is the one-block case for inputs that fit the memory budget)
 
 What happens with awkward input (each a documented handling or a clear ``ValueError``):
 
-* a column that is all NaN at fit time: kept, encoded as a constant (it carries no information
-  and does not move distances); missing values there get no indicator;
-* a category column with a single level: one level code (plus the missing / other codes);
+* a column that never varied at fit (all NaN, one number, one level): a constant; for a learned
+  map (``hold_constant``) the same constant whatever later rows hold;
 * unseen categories or missing values at predict time: the "other" / missing codes, and the
   scaled median for numbers (no error);
 * a sparse matrix with explicit NaN: missing values as above; implicit entries are zeros;
@@ -72,6 +71,8 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         Training levels seen fewer times share the "other" code with unseen levels.
     dtype : numpy float dtype, default=np.float32
         Dtype of the numeric block.
+    hold_constant : bool, default=False
+        Columns that never varied at fit keep their encoding (:class:`~._held_columns.HeldColumns`).
 
     Attributes
     ----------
@@ -112,7 +113,9 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
     _statistics = None  # the fitted LevelStatistics, if any (also of encoders pickled before)
 
     def __init__(self, categorical_features="from_dtype", numeric_scaling="robust",
-                 missing_indicators=True, min_frequency=1, dtype=np.float32):
+                 missing_indicators=True, min_frequency=1, dtype=np.float32,
+                 hold_constant=False):
+        self.hold_constant = hold_constant
         self.categorical_features = categorical_features
         self.numeric_scaling = numeric_scaling
         self.missing_indicators = missing_indicators
@@ -184,13 +187,12 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         self.n_numeric_out_ = int(self.numeric_columns_.size + self.indicator_columns_.size)
         self.statistic_columns_ = np.zeros(0, dtype=int)
         self._statistics = None
-        self._held = HeldColumns.of_encoder(self, constant_numbers, constant_levels)
+        self._held = (HeldColumns.of_encoder(self, constant_numbers, constant_levels)
+                      if self.hold_constant else None)
         return self
 
-    def _hold(self, block):
-        """``block`` with the columns that never varied at fit at their fitted encoding
-        (:class:`~._held_columns.HeldColumns`; an encoder pickled before has none)."""
-        held = getattr(self, "_held", None)
+    def _hold(self, block, hold=True):
+        held = getattr(self, "_held", None) if hold else None  # (none pickled before)
         if held is not None:
             held.hold(block.numeric, block.categories)
         return block
@@ -239,7 +241,8 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         if not self.categorical_columns_.size or not X.shape[0]:
             return []
         rows = np.unique(np.linspace(0, X.shape[0] - 1, min(X.shape[0], max_rows)).astype(int))
-        codes = self.transform(X.iloc[rows] if hasattr(X, "iloc") else X[rows]).categories
+        table = Table(X.iloc[rows] if hasattr(X, "iloc") else X[rows], self, reset=False)
+        codes = self._encode(table.rows(slice(0, table.n_rows)), hold=False).categories
         present = (codes != MISSING_CODE).sum(0)
         unseen = (codes == OTHER_CODE).sum(0) / np.maximum(present, 1)
         at_fit = getattr(self, "_other_share", np.zeros(unseen.size))
@@ -314,14 +317,11 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
         return self._hold(TabularBlock(numeric, np.zeros((array.shape[0], 0), dtype=np.int64)))
 
     def encode_mixed_rows(self, frame, dtypes):
-        """:meth:`transform` of a few rows of a checked DataFrame (the fitted names, no
-        infinity) whose numeric columns hold NumPy numbers read as numbers at fit time and
-        whose categorical columns are ``object`` or string columns of strings (or missing
-        values) with
-        string levels at fit time, without quantile scaling; else ``None``. The same numbers as
-        :meth:`transform` (:meth:`_encode_numeric_array`, ``_codes``) without its column-by-
-        column conversions, which dominate a single row's predict. ``dtypes``: the frame's
-        column dtypes."""
+        """:meth:`transform` of a few rows of a checked DataFrame (fitted names, no infinity):
+        NumPy numbers in its numeric columns, strings (or missing values) in its categorical
+        ones with string levels at fit, no quantile scaling; else ``None``. The same numbers
+        without :meth:`transform`'s column-by-column conversions, which dominate a single
+        row's predict. ``dtypes``: the frame's column dtypes."""
         if any(grid is not None for grid in self._quantiles):
             return None
         for j in self.numeric_columns_:
@@ -372,7 +372,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             if n == 0:
                 return
 
-    def _encode(self, table, statistics=None):
+    def _encode(self, table, statistics=None, hold=True):
         n = table.n_rows
         numeric = np.zeros((n, self.n_numeric_out_), dtype=self.dtype)
         n_num = self.numeric_columns_.size
@@ -398,7 +398,7 @@ class _TabularEncoder(TransformerMixin, BaseEstimator):
             if k in self._statistic_positions and statistics is None:
                 statistic_values.append(values)
         self._write_statistics(statistic_values, numeric, statistics)
-        return self._hold(TabularBlock(numeric, codes))
+        return self._hold(TabularBlock(numeric, codes), hold)
 
     def _write_statistics(self, values, numeric, statistics=None):
         """The scaled target statistics of rows whose statistic columns hold ``values`` (a

@@ -74,7 +74,7 @@ def neighbour_weighting(estimator):
     """The :class:`DistanceWeighting` that computes ``estimator``'s outputs from its selected
     neighbours, or ``None`` where the engine's attention does: weights other than
     ``"uniform"``, and a regressor's uniform means of the ``n_neighbors`` nearest at
-    ``temperature=np.inf`` of equally weighted training points in memory. (A radius's means
+    ``temperature=np.inf`` of unit-weight training points in memory. (A radius's means
     stay the engine's: it sums a ball within any memory budget, where a ball's neighbours at
     once need up to a row of every training point; the two differ in the last bit.)"""
     classifier = is_classifier(estimator)
@@ -83,8 +83,7 @@ def neighbour_weighting(estimator):
         if (classifier or estimator.temperature_ != np.inf or keys.sharded
                 or estimator.n_neighbors is None or estimator.radius is not None):
             return None
-        positive = keys.log_prior[np.isfinite(keys.log_prior)]
-        if positive.size and np.ptp(positive) > 0:  # sample weights: the engine's multiplicity
+        if np.any(keys.log_prior != 0):  # sample weights: the engine's multiplicity
             return None
     elif estimator._keys.sharded:
         estimator._keys.in_memory_only()
@@ -117,7 +116,10 @@ class DistanceWeighting:
             f, idx = keys.select(Z, k, False, selection_kwargs(Z, None))
             if self.weights == "uniform":  # KNeighborsRegressor's expression
                 return np.mean(keys.values[idx], axis=1), None
-            dist = metric.exact_distances(Z, keys.points, idx)
+            # fewer unmasked keys (weight 0) than k: the padding (-1) weighs nothing
+            padding = idx < 0
+            idx = np.where(padding, 0, idx)
+            dist = np.where(padding, np.inf, metric.exact_distances(Z, keys.points, idx))
             w = distance_weights(dist.copy(), self.weights)
             check_weights(w, dist.shape)
             w = w * attention_factor(f, self.temperature)

@@ -153,6 +153,10 @@ def test_counted_weights_are_the_integers_they_stand_for(dtype):
     # other weights as they are
     others = torch.tensor([0.5, 1.25, 2.0 + 1e-3, 1e-9, 0.0, 1000.5], dtype=dtype)
     torch.testing.assert_close(counted(others, dtype), others, rtol=0, atol=0)
+    # half precision's units are too coarse to tell an integer (1.1 within 16 of bfloat16's)
+    for half in (torch.bfloat16, torch.float16):
+        coarse = torch.tensor([1.1, 2.25], dtype=half)
+        torch.testing.assert_close(counted(coarse, half), coarse, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("n_neighbors", [None, 5])

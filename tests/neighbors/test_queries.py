@@ -476,3 +476,17 @@ def test_an_outlier_label_of_another_kind_than_the_classes_is_an_error(labels, o
         clf.set_params(outlier_label=outlier).fit(X, y.astype(object))
         with pytest.warns(UserWarning, match="not in training classes"):
             assert clf.predict([[100.0]])[0] == outlier
+
+
+def test_a_column_constant_at_fit_is_a_distance_for_the_fixed_metric():
+    # a learned map's untrained columns are held at their fitted value; a fixed metric's
+    # distances are the input's (the held column put every query at distance 0 of the keys)
+    rng = np.random.default_rng(0)
+    X = np.c_[rng.normal(size=(60, 2)), np.ones(60)]
+    Q = np.c_[rng.normal(size=(5, 2)), np.full(5, 4.0)]
+    y = rng.integers(0, 2, 60)
+    att = euclidean(n_neighbors=3).fit(X, y)
+    for ours, theirs in zip(att.kneighbors(Q), NearestNeighbors(n_neighbors=3).fit(X).kneighbors(Q),
+                            strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    assert all(len(i) == 0 for i in att.radius_neighbors(Q, 1.0, return_distance=False))

@@ -265,3 +265,28 @@ def test_distance_weights_and_distances_are_the_trees_to_the_bit(d):
                                        weights="distance").fit(X, 1.3 * y)
         np.testing.assert_array_equal(
             reg.predict(Xq), KNeighborsRegressor(k, weights="distance").fit(X, 1.3 * y).predict(Xq))
+
+
+def test_weighted_selections_stay_the_engines_multiplicities():
+    # the uniform regressor's np.mean path is for unit weights only: equal weights of 2 count
+    # as two copies each (as the classifier counts them), zero weights leave fewer keys (the
+    # selection's padding was averaged in), tiny weights are ratios (they underflowed unshifted)
+    rng = np.random.default_rng(0)
+    X, y, Xq = rng.normal(size=(30, 2)), rng.normal(size=30), rng.normal(size=(4, 2))
+    reg = MetricAttentionRegressor("euclidean", n_neighbors=5, temperature=np.inf)
+    np.testing.assert_allclose(reg.fit(X, y, sample_weight=np.full(30, 2.0)).predict(Xq),
+                               reg.fit(np.repeat(X, 2, 0), np.repeat(y, 2)).predict(Xq),
+                               rtol=1e-12)
+    w = np.zeros(30)
+    w[:3] = 1.0
+    np.testing.assert_allclose(reg.fit(X, y, sample_weight=w).predict(Xq), y[:3].mean(),
+                               rtol=1e-12)
+    dist = MetricAttentionRegressor("euclidean", n_neighbors=5, temperature=np.inf,
+                                    weights="distance").fit(X, y, sample_weight=w)
+    inverse = 1.0 / np.linalg.norm(Xq[:, None] - X[None, :3], axis=2)
+    np.testing.assert_allclose(dist.predict(Xq), inverse @ y[:3] / inverse.sum(1), rtol=1e-12)
+    att = MetricAttentionClassifier("euclidean", radius=1.5, temperature=np.inf,
+                                    outlier_label="most_frequent")
+    X32 = X.astype(np.float32)
+    tiny = att.fit(X32, y > 0, sample_weight=np.full(30, 1e-50)).predict_proba(Xq)
+    np.testing.assert_allclose(tiny, att.fit(X32, y > 0).predict_proba(Xq), atol=1e-6)

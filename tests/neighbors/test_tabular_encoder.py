@@ -113,7 +113,7 @@ def test_columns_that_never_varied_are_held_at_their_fitted_encoding(numeric_sca
     X = pd.DataFrame({"empty": [np.nan] * 6, "const": [2.5] * 6, "one": ["x"] * 6,
                       "none": pd.Series([None] * 6, dtype=object), "v": np.arange(6.0),
                       "c": list("abcabc")})
-    enc = _TabularEncoder(numeric_scaling=numeric_scaling,
+    enc = _TabularEncoder(numeric_scaling=numeric_scaling, hold_constant=True,
                           categorical_features=["one", "none", "c"]).fit(X)
     fitted = enc.transform(X)
     later = X.assign(empty=[3.0, np.nan, -1, 0, 1e6, 2], const=[np.nan, 1, 2, 3, 4, 5],
@@ -126,6 +126,10 @@ def test_columns_that_never_varied_are_held_at_their_fitted_encoding(numeric_sca
     # the columns that varied are encoded as before
     np.testing.assert_array_equal(enc.transform(later).categories[:, 2], fitted.categories[:, 2])
     assert enc.transform(later.assign(v=-X.v)).numeric[1, 2] != fitted.numeric[1, 2]
+    # without hold_constant (the fixed metrics: their distances are the input's), as read
+    free = _TabularEncoder(numeric_scaling=numeric_scaling,
+                           categorical_features=["one", "none", "c"]).fit(X)
+    assert free.transform(later).numeric[1, 1] != fitted.numeric[1, 1]
 
 
 def test_quantile_scaling_matches_scikit_learn_on_training_data():
