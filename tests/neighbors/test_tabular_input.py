@@ -286,7 +286,8 @@ def test_a_few_rows_of_a_mixed_frame_equal_the_general_encoding(string_dtype, es
     X[["plan", "city"]] = X[["plan", "city"]].astype(string_dtype)
     X.loc[::7, "a"] = np.nan
     X.loc[::5, "plan"] = None
-    y = X["c"].to_numpy() + (X["city"] == "p")
+    # (with pyarrow installed the comparison is a bool[pyarrow] column, which adds to no array)
+    y = X["c"].to_numpy() + (X["city"] == "p").to_numpy(dtype=float)
     if estimator is MetricAttentionClassifier:
         y = y > 0.5
     model = estimator(**FAST).fit(X, y)
