@@ -17,7 +17,14 @@ from ._cells import key_cells
 from ._device import accumulation_dtype
 from ._exact import merge_exact, row_packed, sort_exact
 from ._masks import call_prior_fn, query_index, raw_scores, scaled
-from ._multiplicity import counted, counts_prior, multiplicity, selection_count, without_own_unit
+from ._multiplicity import (
+    COUNTED_DTYPES,
+    COUNTED_MAX_LOG,
+    counted,
+    multiplicity,
+    selection_count,
+    without_own_unit,
+)
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
 from ._results import backend_result, cat_or_empty, empty_rows
@@ -334,7 +341,6 @@ def knn_attention(spec):
                                + Q.element_size() * ((prepared.dim if spec.grad else 0) + 6))
     what = f"k-NN attention with n_neighbors={k}" if spec.n_neighbors else "1-NN attention"
     outs, weights, indices = [], [], []
-    counts = T == math.inf and counts_prior(spec)
     for qs, _, q, q_index, f, idx in nearest_blocks(spec, n_select, gather_bytes, what):
         safe_idx = idx.clamp(min=0)
         # Scores recomputed with the graph when differentiating, else the exact ones.
@@ -347,7 +353,7 @@ def knn_attention(spec):
             bias = call_prior_fn(spec.prior_fn, q_index, safe_idx, s)
         out, p, selected = softmax_over_selected(
             s, idx, V[safe_idx], log_weight, bias, T, spec.n_neighbors,
-            lambda total, qs=qs: empty_rows(total, qs, spec.on_empty, spec.radius), counts,
+            lambda total, qs=qs: empty_rows(total, qs, spec.on_empty, spec.radius),
         )
         outs.append(out)
         if n_weights is not None:
@@ -360,16 +366,14 @@ def knn_attention(spec):
     return backend_result(outs, weights, indices, n_weights, V)
 
 
-def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_rows_of,
-                          counts=False):
+def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_rows_of):
     """Attention over each query's selected keys (``idx``, ``-1`` for padding; ``s`` their
     scores, ``values`` their value rows (q, n, dv)): the k-NN prior's softmax, or at ``T = 0``
     the first (nearest) key alone.
 
     ``log_weight``: the selected keys' per-key log-prior (``None``: none), a multiplicity when
     ``k_units`` (the k-NN prior's ``n_neighbors``) is given; ``bias``: a further log-bias;
-    ``empty_rows_of(total)``: the rows with no weight (or an error); ``counts``: the weights
-    are counted (``_multiplicity.counts_prior``). Returns the outputs, the
+    ``empty_rows_of(total)``: the rows with no weight (or an error). Returns the outputs, the
     normalised weights and the indices of the keys that got weight (``-1`` past the k units).
     """
     valid = idx >= 0
@@ -396,13 +400,16 @@ def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_ro
             z = torch.where(valid, prior, NEG_INF)
         else:
             z = torch.where(valid, scaled(s, T) + prior, NEG_INF)
-        if counts and T == math.inf and bias is None and k_units is not None:
-            # the selected keys' shares of the k units, unshifted (at most k each) and counted
-            # exactly: integer weights sum to exactly the repeated keys' votes
-            p = torch.where(valid, counted(batch_exp(z), z.dtype), 0.0)
-        else:
-            m = z.amax(1, keepdim=True)
-            p = batch_exp(z - torch.where(torch.isfinite(m), m, 0.0))
+        m = z.amax(1, keepdim=True)
+        p = batch_exp(z - torch.where(torch.isfinite(m), m, 0.0))
+        if (T == math.inf and log_weight is not None and bias is None and k_units is not None
+                and z.dtype in COUNTED_DTYPES and not z.requires_grad):
+            # a row whose selected shares of the k units are all in the counted range: the
+            # shares unshifted (at most k each) and counted exactly, so that integer weights
+            # sum to the repeated keys' votes (decided by the row's own keys: in any batch,
+            # and over merged shards)
+            rows = ((z >= -COUNTED_MAX_LOG) | torch.isneginf(z)).all(1, keepdim=True)
+            p = torch.where(rows, counted(batch_exp(z), z.dtype), p)  # (exp(-inf) is 0)
         # keys past the k units of a weighted selection are not selected
         selected = torch.where(torch.isneginf(prior), -1, idx)
     # Sum first, divide once: equal vote counts stay exactly equal. The values' dtype may be

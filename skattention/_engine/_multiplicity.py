@@ -18,7 +18,7 @@ _COUNT_ULPS = 16
 # The weights the uniform limit counts without a shift: from 2**-16 to 2**16 (their sums
 # neither underflow nor overflow in float32; integers up to there are recovered exactly).
 COUNTED_MAX_LOG = 16 * math.log(2)
-_COUNTED_DTYPES = (torch.float32, torch.float64)  # (half precision's units are too coarse)
+COUNTED_DTYPES = (torch.float32, torch.float64)  # (half precision's units are too coarse)
 
 
 def counted(weight, log_dtype):
@@ -27,7 +27,7 @@ def counted(weight, log_dtype):
     one: ``exp(log 3)`` is 3.0000000000000004 in float64, and at an exact tie of uniform votes
     (``temperature=inf``) that last bit decided the class that repeating the point 3 times
     leaves tied (the first class wins). Other weights are returned as they are."""
-    if log_dtype not in _COUNTED_DTYPES:
+    if log_dtype not in COUNTED_DTYPES:
         return weight
     nearest = torch.round(weight)
     close = (weight - nearest).abs() <= (_COUNT_ULPS * torch.finfo(log_dtype).eps) * weight
@@ -41,7 +41,7 @@ def counts_prior(spec):
     weights (but masked keys) are within ``exp(+-COUNTED_MAX_LOG)``, with no callable prior
     but the own key's unit left out (a factor of at most 1)."""
     prior = spec.prior_vec
-    if (prior is None or prior.requires_grad or prior.dtype not in _COUNTED_DTYPES
+    if (prior is None or prior.requires_grad or prior.dtype not in COUNTED_DTYPES
             or (spec.prior_fn is not None and spec.unit_out is None)):
         return False
     finite = prior[torch.isfinite(prior)]
