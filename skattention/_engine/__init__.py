@@ -34,7 +34,12 @@ from ._kinds import LEARNED_METRICS, METRICS, exact_f_of_pairs, metric_kind
 from ._maps import ResidualBlock, build_map
 from ._measured_threads import MeasuredThreads
 from ._metric_training import train_metric
-from ._near_far import GroupedKeys, group_keys, near_far_attention
+from ._near_far import (
+    GroupedKeys,
+    group_keys,
+    grouped_rows_single_threaded,
+    near_far_attention,
+)
 from ._parallel import cpu_threads, rows_single_threaded
 from ._progress import progress_bar, track, write
 from ._rows import RowBlocks
@@ -61,6 +66,7 @@ __all__ = [
     "GroupedKeys",
     "group_keys",
     "near_far_attention",
+    "grouped_rows_single_threaded",
     # attention over shards of the keys, merged exactly
     "Partial",
     "finish_partial",

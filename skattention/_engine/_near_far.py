@@ -21,7 +21,7 @@ from ._attention import kneighbors
 from ._budget import CPU_BLOCK_ENTRIES, KEY_CHUNK_ROWS, ROW_MULTIPLE, budget_bytes
 from ._distance_logits import distance_logits
 from ._near_batches import batched_near_partials
-from ._parallel import map_blocks
+from ._parallel import map_blocks, small_work_single_threaded
 from ._scores import PreparedKeys, padded_rows
 from ._softmax import (
     LOG2E,
@@ -243,6 +243,18 @@ def near_far_workers(queries, grouped):
             or group_work < _MIN_WORKER_GROUP_WORK):
         return 1
     return max(1, torch.get_num_threads())
+
+
+def grouped_rows_single_threaded(grouped, n_rows):
+    """``small_work_single_threaded`` for the attention of ``n_rows`` queries over ``grouped``
+    (a few rows' scores are too short for a parallel region to pay, and on a busy machine each
+    region waits for a descheduled thread): a caller that maps the rows before their attention
+    enters it once around both."""
+    n_keys, dim = grouped.points.shape
+    n_groups = max(grouped.n_groups, 1)
+    scored = grouped.n_groups + min(grouped.n_near, grouped.n_groups) * n_keys / n_groups
+    return small_work_single_threaded(n_rows * scored * (dim + grouped.values.shape[1]),
+                                      grouped.points.device)
 
 
 def _few_queries(q, near, state, grouped, scale, values_mm):

@@ -106,6 +106,7 @@ def _openmp_threads(n, torch_only=False):
     if all(count == n for count in enclosing):
         yield
         return
+    _thread_counts_set_up()
     runtimes = _openmp_runtimes()
     if runtimes is None:  # threadpoolctl without its libraries' handles: its own limit
         with _openmp_controller().limit(limits=n):
@@ -157,6 +158,7 @@ def _mkl_threads(n):
     if set_mkl_local is None or enclosing == n:
         yield
         return
+    _thread_counts_set_up()
     before = set_mkl_local(n)
     _pinned.mkl = n
     try:
@@ -164,6 +166,15 @@ def _mkl_threads(n):
     finally:
         set_mkl_local(before)
         _pinned.mkl = enclosing
+
+
+def _thread_counts_set_up():
+    """torch's thread counts of the calling thread set up before a context changes them: torch
+    sets a thread's OpenMP count at its first parallel kernel, to MKL's count of the moment, so
+    a thread whose first kernel ran inside ``_mkl_threads(1)`` (a single row's map, just after
+    unpickling a model) stayed on one thread for good, and inside ``_openmp_threads(1)`` took
+    MKL's count instead of 1."""
+    torch.get_num_threads()
 
 
 @functools.cache

@@ -16,6 +16,7 @@ from .._engine import (
     attention,
     averaging_dtype,
     budget_bytes,
+    grouped_rows_single_threaded,
     kneighbors,
     near_far_attention,
     plan_rows,
@@ -158,12 +159,15 @@ class FittedKeys:
         grouped = self._on_device("summary", device, dtype,
                                   lambda: self.summary.to(device, dtype))
         if few_rows:  # a few rows' kernels are too small to be split over threads
-            Z = metric.embed_tensor(torch.as_tensor(block, dtype=dtype, device=device), device,
-                                    dtype)
+            with grouped_rows_single_threaded(grouped, block.shape[0]):
+                Z = metric.embed_tensor(torch.as_tensor(block, dtype=dtype, device=device),
+                                        device, dtype)
+                out = near_far_attention(Z, grouped, temperature)
         else:
             Z = torch.as_tensor(metric.embed(block, "query", device, dtype), device=device,
                                 dtype=dtype)
-        return np.asarray(near_far_attention(Z, grouped, temperature).cpu(), dtype=np.float64)
+            out = near_far_attention(Z, grouped, temperature)
+        return np.asarray(out.cpu(), dtype=np.float64)
 
     def select(self, Z, n_neighbors, exclude_self, kwargs):
         """``(f, indices)`` of the ``n_neighbors`` nearest keys of the mapped queries ``Z``

@@ -332,3 +332,46 @@ def test_a_training_loop_keeps_its_chunk_workers(pools):
     assert workers() == before  # closed on leaving
     names(3)
     assert pools == [2] * 4  # outside: a pool per call
+
+
+def test_a_threads_first_kernel_inside_a_context_leaves_its_count_as_found():
+    # torch sets a thread's OpenMP count at its first parallel kernel, from MKL's count of the
+    # moment: a fresh thread (a process that unpickles a model and predicts one row) whose
+    # first kernel ran inside the map's one-MKL-thread context stayed on one thread for good
+    if _parallel._mkl_set_num_threads_local() is None:
+        pytest.skip("torch without MKL")
+    counts = {}
+
+    def first_kernel_inside(context, name):
+        with context:
+            torch.ones(100_000).exp()  # (a parallel kernel)
+        counts[name] = torch.get_num_threads()
+
+    def untouched():
+        counts["fresh"] = torch.get_num_threads()
+
+    for target, args in ((first_kernel_inside, (_parallel._mkl_threads(1), "mkl")),
+                         (first_kernel_inside, (_parallel.one_thread(), "one")),
+                         (untouched, ())):
+        worker = threading.Thread(target=target, args=args)
+        worker.start()
+        worker.join()
+    if counts["fresh"] < 2:
+        pytest.skip("one thread by default here")
+    assert counts["mkl"] == counts["one"] == counts["fresh"]
+
+
+def test_a_single_row_over_grouped_keys_runs_on_one_thread(monkeypatch):
+    # a few rows' near and far scores are too short for a parallel region (on a busy machine
+    # each one waits for a descheduled thread): the estimator maps and attends them on one
+    from skattention._engine import _near_far, group_keys
+
+    rng = np.random.default_rng(0)
+    points = torch.as_tensor(rng.normal(size=(4000, 8)), dtype=torch.float32)
+    values = torch.as_tensor(rng.normal(size=(4000, 2)), dtype=torch.float32)
+    grouped = group_keys(points, values, torch.zeros(4000), points[:64], "sqeuclidean", 4)
+    with _near_far.grouped_rows_single_threaded(grouped, 1):
+        one = torch.get_num_threads()
+    with _near_far.grouped_rows_single_threaded(grouped, 10_000):
+        many = torch.get_num_threads()
+    assert one == 1 and many == torch.get_num_threads()
