@@ -34,6 +34,7 @@ from ._kinds import LEARNED_METRICS, METRICS, exact_f_of_pairs, metric_kind
 from ._maps import ResidualBlock, build_map
 from ._measured_threads import MeasuredThreads
 from ._metric_training import train_metric
+from ._multiplicity import counts_every_key
 from ._near_far import (
     GroupedKeys,
     group_keys,
@@ -111,6 +112,7 @@ __all__ = [
     "metric_kind",
     "exact_f_of_pairs",
     "averaging_dtype",
+    "counts_every_key",
     "ComputeOverflowError",
     "overflow_message",
     "available_memory",

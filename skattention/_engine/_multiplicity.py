@@ -48,6 +48,22 @@ def counts_prior(spec):
     return bool(finite.numel() and finite.abs().amax() <= COUNTED_MAX_LOG)
 
 
+def counts_every_key(log_prior, dtype):
+    """Whether the uniform limit (``temperature=inf``) counts every key's weight
+    ``exp(log_prior)`` (a NumPy array of the keys' log-priors) as an integer in ``dtype``
+    (the attention's): each one within ``exp(+-COUNTED_MAX_LOG)`` and :func:`counted` to an
+    integer. Its weighted votes are then exact integer sums, each class's count over their
+    total in one division (as scikit-learn's over the repeated points)."""
+    if dtype not in COUNTED_DTYPES:
+        return False
+    finite = torch.as_tensor(log_prior, dtype=torch.float64)
+    finite = finite[torch.isfinite(finite)]
+    if not finite.numel() or finite.abs().amax() > COUNTED_MAX_LOG:
+        return False
+    weight = counted(torch.exp(finite.to(dtype)), dtype)
+    return bool((weight == torch.round(weight)).all())
+
+
 def lightest_weights(log_prior, k):
     """The lightest positive key weights ``exp(log_prior)``, ascending, as many as it takes
     to add up to ``k`` (all when they never do): all :func:`keys_to_select` needs, also from
@@ -90,7 +106,9 @@ def multiplicity(log_weight, valid, k):
     if not weight.requires_grad:  # (a learned prior keeps its gradient)
         weight = counted(weight, log_weight.dtype)
     weight = torch.where(valid, weight, 0.0)
-    before = torch.cumsum(weight, 1) - weight
+    # the weight before each key, summed without the key's own (a sum less a heavy key's
+    # weight loses the light keys' units beside it)
+    before = torch.nn.functional.pad(torch.cumsum(weight, 1)[:, :-1], (1, 0))
     share = torch.minimum(weight, (k - before).clamp(min=0))
     rounding = 4 * k * torch.finfo(share.dtype).eps
     kept = valid & (share > 0) & ((share >= weight) | (share > rounding))

@@ -6,6 +6,7 @@ from numbers import Real
 import numpy as np
 from sklearn.base import ClassifierMixin
 
+from .._engine import counts_every_key
 from ..utils._dask import is_dask_collection
 from ..utils._param_validation import StrOptions
 from ..utils._sklearn_compat import _check_sample_weight, _fit_context
@@ -208,14 +209,18 @@ class MetricAttentionClassifier(
 
     def _counts_over_total(self):
         """Whether the probabilities are each class's count of votes over their total (the
-        uniform vote of temperature 0 or inf, every key of one weight, zero weights aside):
-        scikit-learn's one division, which a second by their rounded sum would change."""
+        uniform vote of temperature 0 or inf, every key of one weight, zero weights aside; at
+        inf also integer weights, which the engine counts exactly): scikit-learn's one
+        division, which a second by their rounded sum would change."""
         log_prior = self._keys.log_prior
         if (self.weights != "uniform" or self.temperature_ not in (0.0, math.inf)
                 or not isinstance(log_prior, np.ndarray)):  # (keys sharded on a cluster)
             return False
         weights = log_prior[np.isfinite(log_prior)]
-        return weights.size == 0 or bool(np.all(weights == weights[0]))
+        if weights.size == 0 or bool(np.all(weights == weights[0])):
+            return True
+        return self.temperature_ == math.inf and counts_every_key(weights,
+                                                                  self._compute_dtype())
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

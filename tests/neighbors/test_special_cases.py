@@ -229,6 +229,37 @@ def test_integer_weights_vote_as_repeated_points_at_exact_ties(dtype):
                                                     1.1 * np.repeat(y, w)).predict(Xq))
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_integer_weights_give_the_repeated_points_probabilities_to_the_bit(dtype):
+    # counted votes are each class's count over their total in one division: a second by
+    # their rounded sum made 0.6 0.6000000000000001
+    X = np.arange(11.0).reshape(-1, 1).astype(dtype)
+    y = np.array([0, 1, 0, 0, 2, 2, 2, 2, 2, 2, 2])
+    w = np.array([2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1])
+    Xq = np.array([[0.0], [3.5], [7.25]], dtype=dtype)
+    for kwargs, reference in [(dict(n_neighbors=10), KNeighborsClassifier(10)),
+                              (dict(radius=4.0), RadiusNeighborsClassifier(radius=4.0))]:
+        att = MetricAttentionClassifier("euclidean", temperature=np.inf, **kwargs)
+        np.testing.assert_array_equal(
+            att.fit(X, y, sample_weight=w).predict_proba(Xq),
+            reference.fit(np.repeat(X, w, 0), np.repeat(y, w)).predict_proba(Xq))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("heavy", [1e3, 3e7, 1e16, 1e300])
+def test_a_heavy_weight_leaves_the_lighter_keys_their_units(dtype, heavy):
+    # the last key of the k units contributes the remainder: the weight before a key summed
+    # less the key's own lost the light keys' units beside a heavy one
+    X = np.arange(6.0)[:, None].astype(dtype)
+    w = np.array([1.0, heavy, 1.0, 1.0, 1.0, 1.0])
+    Xq = np.array([[2.0]], dtype=dtype)  # key 2 (one unit), then key 1 (the other three)
+    reg = MetricAttentionRegressor("euclidean", n_neighbors=4, temperature=np.inf)
+    assert reg.fit(X, np.arange(6.0), sample_weight=w).predict(Xq)[0] == (2 + 3 * 1) / 4
+    clf = MetricAttentionClassifier("euclidean", n_neighbors=4, temperature=np.inf)
+    proba = clf.fit(X, [0, 1, 0, 0, 0, 0], sample_weight=w).predict_proba(Xq)
+    np.testing.assert_allclose(proba, [[0.25, 0.75]], rtol=1e-15)
+
+
 @pytest.mark.parametrize("k", [3, 8, 10, 40])
 def test_uniform_regressor_means_are_scikit_learns_to_the_bit(k):
     # scikit-learn averages with np.mean, a pairwise sum from 8 neighbours: the engine's
