@@ -72,6 +72,7 @@ class LearnedMetric(MetricStrategy):
         self.prototype_error = None
         self.prototype_near = None  # the prototypes' near groups (None: _summary's default)
         self.history = None
+        self.architecture = None  # the parameters that built the map (_architecture)
         self.optimizer_state = None
         self._ready = {}
 
@@ -95,13 +96,15 @@ class LearnedMetric(MetricStrategy):
         """
         warm = self.map is not None
         before = estimator.n_iter_ if warm else 0
-        # chosen again by every fit
-        self.prototypes = self.prototype_error = self.prototype_near = None
         if warm and self.map.n_features != X.shape[1]:
             raise ValueError(
                 f"warm_start: X has {X.shape[1]} features but the map was trained on "
                 f"{self.map.n_features}."
             )
+        if warm:  # (before any change: a failed fit leaves the model as it was)
+            self._check_same_architecture(estimator)
+        # chosen again by every fit
+        self.prototypes = self.prototype_error = self.prototype_near = None
         if not warm and self.metric == "linear" and (estimator.n_components or 0) > X.shape[1]:
             raise ValueError(f"n_components={estimator.n_components} cannot be greater than "
                              f"the {X.shape[1]} features of X (after encoding) with "
@@ -114,6 +117,7 @@ class LearnedMetric(MetricStrategy):
             generator = torch.Generator().manual_seed(seed)
             if not warm:
                 self.map = self._build_map(estimator, X, rng)
+                self.architecture = self._architecture(estimator)
             metric_map = self.map.to(device=device, dtype=dtype)
             release_rng(metric_map)  # training draws only from `generator` (unless dropout)
             if loss == "log_loss" and values.shape[1] == 1:
@@ -229,6 +233,34 @@ class LearnedMetric(MetricStrategy):
         other.map = copy.deepcopy(metric_map).to(device="cpu", dtype=torch.float32).eval()
         other._ready = {}
         return other
+
+    def check_fit_params(self, estimator):
+        if self.metric == "dot" and (estimator.radius is not None
+                                     or getattr(estimator, "weights", "uniform") != "uniform"):
+            what = ("radius" if estimator.radius is not None
+                    else "weights other than 'uniform'")
+            raise ValueError(f"{what} needs a distance; metric='dot' has none (its scores are "
+                             "products of the images): use metric='mlp' or 'linear'.")
+
+    def _architecture(self, estimator):
+        """The parameters the map is built from: what a warm start cannot change."""
+        names = {"tabular": ("n_components", "numeric_embedding"),
+                 "mlp": ("n_components", "hidden_size", "n_blocks", "activation", "dropout")
+                 }.get(self.metric, ("n_components",))
+        return {name: getattr(estimator, name) for name in names}
+
+    def _check_same_architecture(self, estimator):
+        built = getattr(self, "architecture", None)  # (None: pickled before it was recorded)
+        if built is None:
+            return
+        changed = {name: (value, getattr(estimator, name)) for name, value in built.items()
+                   if getattr(estimator, name) != value}
+        if changed:
+            listed = ", ".join(f"{name} ({a!r} -> {b!r})" for name, (a, b) in changed.items())
+            raise ValueError(
+                f"warm_start=True continues the fitted map, which these parameters built and "
+                f"which they cannot change: {listed}. Set them back, or fit with "
+                "warm_start=False for a new map.")
 
     def _build_map(self, estimator, X, rng):
         """The untrained map for the encoded training inputs ``X``."""

@@ -218,6 +218,37 @@ def test_warm_start_with_other_features_is_a_clear_error(noisy_classification):
     np.testing.assert_array_equal(clf.predict_proba(Xtr), expected)
 
 
+@pytest.mark.parametrize("metric, changed", [
+    ("mlp", dict(n_components=2, hidden_size=8, n_blocks=2, activation="tanh")),
+    ("tabular", dict(numeric_embedding="none")),
+    ("linear", dict(n_components=2)),
+])
+def test_warm_start_with_another_architecture_is_a_clear_error(noisy_classification, metric,
+                                                              changed):
+    # the map a warm start continues was built by these parameters: changed, they were ignored
+    Xtr, _, ytr, _ = noisy_classification
+    clf = MetricAttentionClassifier(metric, max_iter=1, warm_start=True, random_state=0)
+    expected = clf.fit(Xtr, ytr).predict_proba(Xtr)
+    clf.set_params(**changed)
+    with pytest.raises(ValueError, match="warm_start=True continues the fitted map") as error:
+        clf.fit(Xtr, ytr)
+    assert all(name in str(error.value) for name in changed)
+    np.testing.assert_array_equal(clf.predict_proba(Xtr), expected)  # left as it was
+    clf.set_params(warm_start=False).fit(Xtr, ytr)  # a new map
+    # parameters of the training alone may change
+    clf.set_params(warm_start=True, learning_rate=1e-3, max_iter=2).fit(Xtr, ytr)
+
+
+@pytest.mark.parametrize("kwargs", [dict(radius=1.0), dict(n_neighbors=5, weights="distance")])
+def test_a_dot_metric_without_a_distance_is_refused_before_training(noisy_classification,
+                                                                    kwargs):
+    Xtr, _, ytr, _ = noisy_classification
+    clf = MetricAttentionClassifier("dot", max_iter=1, **kwargs)
+    with pytest.raises(ValueError, match="needs a distance; metric='dot' has none"):
+        clf.fit(Xtr, ytr)
+    assert not hasattr(clf, "n_iter_")
+
+
 def test_warm_start_with_other_classes_names_them(noisy_classification):
     Xtr, _, ytr, _ = noisy_classification
     clf = MetricAttentionClassifier(max_iter=1, warm_start=True, random_state=0).fit(Xtr, ytr)
