@@ -79,7 +79,8 @@ NEIGHBORS = """n_neighbors : int, default=None
         their number of prototypes (256 to 4,096) if the outputs on held-out points differ
         from exact attention over every key by at most 0.01 on average (the probability mass
         moved, or standardised targets; measured again at the calibrated temperature), else
-        every key. An int: that many prototypes (when fewer than the training points).
+        every key. An int: that many prototypes, when fewer than the training points the
+        fit trains on (those left by ``validation_fraction``; else every key, with a warning).
         ``None``: every key, always. Selections (``kneighbors``, ``n_neighbors``, ``radius``)
         always use every key. The measured difference is ``prototype_error_``."""
 

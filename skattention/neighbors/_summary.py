@@ -17,6 +17,7 @@ import math
 import torch
 
 from .._engine import attention, calibrate_temperature, group_keys, near_far_attention
+from ..utils._warnings import warn_user
 
 # prototypes="auto": PROTOTYPES_PER_ROOT * sqrt(n_keys) prototypes (a query's scores, the
 # prototypes' and the near groups' keys, grow as sqrt(n_keys); a block's pass visits every
@@ -71,6 +72,10 @@ def prototype_count(setting, n_keys):
                     max(round(PROTOTYPES_PER_ROOT * math.sqrt(n_keys)), MIN_KEYS // 64))
     else:
         count = int(setting)
+        if count >= n_keys:
+            warn_user(f"prototypes={count} is not fewer than the {n_keys} training points "
+                      "the fit trained on (those left by the validation split): every key is "
+                      "attended to (n_prototypes_ is None).")
     return count if count < n_keys else None
 
 

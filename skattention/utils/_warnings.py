@@ -1,4 +1,4 @@
-"""Warnings reported at the user's line (standard library only)."""
+"""Warnings reported at the user's line."""
 
 import os
 import sys
@@ -12,16 +12,16 @@ def _package_dir(module_file, levels):
     return path + os.sep
 
 
-# The frames skipped: this package's, and scikit-learn's (its _fit_context and set_output
+# The frames skipped: this package's, scikit-learn's (its _fit_context and set_output
 # wrappers sit between the user and every fit and transform, and a Pipeline or a search calls
-# the estimator on the user's behalf).
+# the estimator on the user's behalf) and torch's (its no_grad decorators wrap the engine's
+# functions; a module's __call__ sits between a training loop and the nn layer).
 _SKIPPED = (_package_dir(__file__, 2),)
-try:
-    import sklearn
-
-    _SKIPPED += (_package_dir(sklearn.__file__, 1),)
-except ImportError:  # pragma: no cover - scikit-learn is a dependency
-    pass
+for _name in ("sklearn", "torch"):
+    try:
+        _SKIPPED += (_package_dir(__import__(_name).__file__, 1),)
+    except ImportError:  # pragma: no cover - both are dependencies
+        pass
 
 
 def warn_user(message, category=UserWarning):

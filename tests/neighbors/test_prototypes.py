@@ -143,6 +143,16 @@ def test_prototypes_parameter_is_validated():
         MetricAttentionClassifier(prototypes="all").fit(X, y)
 
 
+def test_as_many_prototypes_as_training_points_warns_and_attends_to_every_key():
+    # the count is compared with the rows the fit trains on (its validation split left out)
+    X, y = _data(200)
+    with pytest.warns(UserWarning, match="prototypes=190 is not fewer than the 170") as seen:
+        clf = MetricAttentionClassifier(prototypes=190, **FAST).fit(X, y)
+    assert clf.n_prototypes_ is None
+    assert all(w.filename == __file__ for w in seen)  # at the user's line
+    assert MetricAttentionClassifier(prototypes=150, **FAST).fit(X, y).n_prototypes_ == 150
+
+
 def test_epochs_of_bounded_rows_visit_every_point_in_turn():
     g = torch.Generator().manual_seed(0)
     batches = EpochBatches(10, 4, 3, g)

@@ -184,6 +184,9 @@ def test_kneighbors_errors(continuous):
     att = euclidean(n_neighbors=3).fit(X, y)
     with pytest.raises(ValueError, match="n_neighbors > 0"):
         att.kneighbors(Xq, n_neighbors=0)
+    for k in (2.0, 2.5, True):  # scikit-learn's TypeError
+        with pytest.raises(TypeError, match="n_neighbors does not take"):
+            att.kneighbors(Xq, n_neighbors=k)
     with pytest.raises(ValueError, match="n_neighbors <= 299"):
         att.kneighbors(None, n_neighbors=300)
     assert att.kneighbors(Xq, n_neighbors=300)[1].shape == (100, 300)
@@ -201,6 +204,21 @@ def test_kneighbors_errors(continuous):
     w[:10] = 0
     _, ind = euclidean(n_neighbors=3).fit(X, y, sample_weight=w).kneighbors(X[:10])
     assert np.all(ind >= 10)
+
+
+def test_more_attention_weights_than_a_selection_holds_are_zero_padded(continuous):
+    X, y, Xq = continuous
+    att = euclidean(n_neighbors=3).fit(X, y)
+    weights, indices = att.attention_weights(Xq[:4], n_weights=5)
+    three, first = att.attention_weights(Xq[:4])
+    np.testing.assert_array_equal(weights[:, :3], three)
+    np.testing.assert_array_equal(indices[:, :3], first)
+    assert np.all(weights[:, 3:] == 0) and np.all(indices[:, 3:] == -1)
+    # weights of a half count as half a key: the selection holds six keys
+    half = euclidean(n_neighbors=3).fit(X, y, sample_weight=np.full(len(X), 0.5))
+    weights, indices = half.attention_weights(Xq[:4], n_weights=8)
+    assert np.all(indices[:, :6] >= 0) and np.all(indices[:, 6:] == -1)
+    np.testing.assert_allclose(weights.sum(1), 1.0)
 
 
 # ---------------------------------------------------------------------- metric="precomputed"
