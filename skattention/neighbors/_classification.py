@@ -90,7 +90,7 @@ class MetricAttentionClassifier(
     >>> att = MetricAttentionClassifier("euclidean", n_neighbors=5, temperature=np.inf).fit(X, y)
     >>> bool(np.all(att.predict(X) == knn.predict(X)))
     True
-    >>> clf = MetricAttentionClassifier(random_state=0).fit(X, y)  # learned residual-MLP metric
+    >>> clf = MetricAttentionClassifier(random_state=0).fit(X, y)  # learned metric="tabular"
     >>> clf.score(X, y) > 0.95
     True
     """

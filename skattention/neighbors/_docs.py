@@ -42,7 +42,8 @@ TEMPERATURE = """temperature : float >= 0 or "auto", default="auto"
         jointly (starting from the median squared distance between a training point and its
         nearest neighbour in the initial map); after training, with ``early_stopping``, ``T`` is
         re-fitted alone to minimise the loss of the validation points attending to the training
-        points (a grid over ``log T`` and a golden-section search). With a fixed metric: the
+        points (a grid of ``log T`` over +-2.5 around the trained value in steps of 0.5, then
+        grids of step 0.1 and 0.02 around the best point). With a fixed metric: the
         value among 8 from 1/8 to 16 times the median ``f`` between a training point and its
         nearest distinct one (the squared distance for ``"euclidean"``) with the lowest
         leave-one-out loss (on at most 2000 training points). The value used is
@@ -185,7 +186,8 @@ DEVICE = """device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
         sums (learned maps are bit-identical at a given thread count). Not used on a GPU."""
 
 LEARNED_ATTRIBUTES = """map_ : torch.nn.Module or None
-        The learned map (on the CPU; ``map_.query`` / ``map_.key`` map the encoded inputs).
+        The learned map (on the CPU, in its training precision: float32, float64 with
+        ``dtype="float64"``; ``map_.query`` / ``map_.key`` map the encoded inputs).
         ``None`` for ``metric="euclidean"``.
     loss_curve_ : list of float
         Mean training loss per epoch (learned metrics).

@@ -54,9 +54,9 @@ from ._training_settings import (
 
 
 class LearnedMetric(MetricStrategy):
-    """A learned metric: the fitted ``map`` (on the CPU in float32, as ``map_``), the training
-    state a warm start continues (``history``, ``optimizer_state``), and copies of the map
-    ready for inference per compute device and dtype (not pickled)."""
+    """A learned metric: the fitted ``map`` (on the CPU in its training dtype, as ``map_``), the
+    training state a warm start continues (``history``, ``optimizer_state``), and copies of the
+    map ready for inference per compute device and dtype (not pickled)."""
 
     learned = True
 
@@ -146,9 +146,10 @@ class LearnedMetric(MetricStrategy):
             if calibrating:
                 prototypes.calibrate(log_t, calibration_rows(validation, generator))
             if prototypes.centres is not None:
-                self.prototypes = prototypes.centres.to("cpu", torch.float32)
+                self.prototypes = prototypes.centres.to("cpu", dtype)
                 self.prototype_error, self.prototype_near = prototypes.error, prototypes.n_near
-        self.map = metric_map.to(device="cpu", dtype=torch.float32)
+        # in its training precision: float64 predictions of a float64 fit keep its weights
+        self.map = metric_map.to(device="cpu", dtype=dtype)
         self._ready = {}
         fit = self._outcome(estimator, history, log_t, validation is not None)
         fit.map = self.map
@@ -230,16 +231,16 @@ class LearnedMetric(MetricStrategy):
     def _copy_with(self, metric_map):
         """A copy of this strategy with a copy of ``metric_map`` (the model of an epoch)."""
         other = copy.copy(self)
-        other.map = copy.deepcopy(metric_map).to(device="cpu", dtype=torch.float32).eval()
+        other.map = copy.deepcopy(metric_map).to(device="cpu").eval()
         other._ready = {}
         return other
 
     def check_fit_params(self, estimator):
         if self.metric == "dot" and (estimator.radius is not None
                                      or getattr(estimator, "weights", "uniform") != "uniform"):
-            what = ("radius" if estimator.radius is not None
-                    else "weights other than 'uniform'")
-            raise ValueError(f"{what} needs a distance; metric='dot' has none (its scores are "
+            what = ("radius needs" if estimator.radius is not None
+                    else "weights other than 'uniform' need")
+            raise ValueError(f"{what} a distance; metric='dot' has none (its scores are "
                              "products of the images): use metric='mlp' or 'linear'.")
 
     def _architecture(self, estimator):

@@ -63,7 +63,8 @@ class MetricAttentionTransformer(
         AdamW weight decay of the map.
     sample_rate : float in (0, 1] or "auto", default="auto"
         Fraction of training points sampled as candidates per minibatch; ``"auto"``: the batch
-        and half of the other points, at most 1,024 of them.
+        and half of the other points, at most 256 of them with ``metric="tabular"`` (a
+        sixteenth of them up to 8,192 from 16,384 training points), else 1,024.
     early_stopping : bool, default=True
         Stop on the loss of a held-out validation set (see :class:`MetricAttentionClassifier`).
     validation_fraction : float in (0, 1), default=0.15

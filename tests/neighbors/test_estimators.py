@@ -322,9 +322,9 @@ def test_distance_weights_need_a_selection_and_equal_weights(iris):
         MetricAttentionClassifier("euclidean", n_neighbors=3, weights="distance",
                                   class_weight="balanced").fit(X[:120], y[:120])
     dot = MetricAttentionClassifier("dot", n_neighbors=3, weights="distance", max_iter=2,
-                                    random_state=0).fit(X, y)
+                                    random_state=0)
     with pytest.raises(ValueError, match="metric='dot' has none"):
-        dot.predict(X[:3])
+        dot.fit(X, y)  # (before training)
     bad = MetricAttentionClassifier("euclidean", n_neighbors=3, weights=lambda d: 0 * d)
     with pytest.raises(ValueError, match="zero weights"):
         bad.fit(X, y).predict(X[:3])

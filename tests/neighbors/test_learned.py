@@ -244,7 +244,7 @@ def test_a_dot_metric_without_a_distance_is_refused_before_training(noisy_classi
                                                                     kwargs):
     Xtr, _, ytr, _ = noisy_classification
     clf = MetricAttentionClassifier("dot", max_iter=1, **kwargs)
-    with pytest.raises(ValueError, match="needs a distance; metric='dot' has none"):
+    with pytest.raises(ValueError, match="a distance; metric='dot' has none"):
         clf.fit(Xtr, ytr)
     assert not hasattr(clf, "n_iter_")
 
@@ -412,3 +412,14 @@ def test_fit_trains_under_the_callers_no_grad(mode, metric):
     with mode():
         got = MetricAttentionClassifier(metric, max_iter=2, random_state=0).fit(X, y)
     np.testing.assert_array_equal(got.predict_proba(X), expected.predict_proba(X))
+
+
+def test_a_float64_fit_keeps_its_map_in_float64(noisy_classification):
+    # its predictions map the queries with the weights it trained, not float32 roundings
+    Xtr, Xte, ytr, _ = noisy_classification
+    clf = MetricAttentionClassifier("mlp", dtype="float64", max_iter=2, random_state=0)
+    clf.fit(Xtr, ytr)
+    assert {p.dtype for p in clf.map_.parameters()} == {torch.float64}
+    default = MetricAttentionClassifier("mlp", max_iter=2, random_state=0).fit(Xtr, ytr)
+    assert {p.dtype for p in default.map_.parameters()} == {torch.float32}
+    np.testing.assert_allclose(clf.predict_proba(Xte).sum(1), 1.0)
