@@ -58,7 +58,7 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         "temperature": [Interval(Real, 0, None, closed="both"), StrOptions({"auto"})],
         "n_neighbors": [Count(Integral, 1, None, closed="left"), None],
         "prototypes": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left"), None],
-        "radius": [Interval(Real, 0, None, closed="neither"), None],
+        "radius": [Interval(Real, 0, None, closed="both"), None],  # (0 and inf as sklearn's)
         "weights": [StrOptions({"uniform", "distance"}), callable],
         "n_components": [Count(Integral, 1, None, closed="left"), None],
         "hidden_size": [Count(Integral, 1, None, closed="left")],

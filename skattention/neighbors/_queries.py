@@ -157,8 +157,9 @@ class NeighborsQueryMixin:
             raise ValueError(
                 "radius_neighbors needs a radius: pass radius= or fit the estimator with one."
             )
-        if not isinstance(radius, Real) or isinstance(radius, bool) or not radius > 0:
-            raise ValueError(f"radius must be a positive number, got {radius!r}.")
+        # 0 (exact matches) and inf (every point) as scikit-learn's
+        if not isinstance(radius, Real) or isinstance(radius, bool) or not radius >= 0:
+            raise ValueError(f"radius must be a number >= 0, got {radius!r}.")
         if sort_results and not return_distance:
             raise ValueError("return_distance must be True if sort_results is True.")
         if self.metric == "dot":

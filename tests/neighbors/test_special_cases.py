@@ -1,6 +1,8 @@
 """Classical estimators are exact special cases of metric attention (docs/theory.md, "Attention
 solves a convex problem")."""
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_iris, make_classification, make_regression
@@ -321,3 +323,24 @@ def test_weighted_selections_stay_the_engines_multiplicities():
     X32 = X.astype(np.float32)
     tiny = att.fit(X32, y > 0, sample_weight=np.full(30, 1e-50)).predict_proba(Xq)
     np.testing.assert_allclose(tiny, att.fit(X32, y > 0).predict_proba(Xq), atol=1e-6)
+
+
+@pytest.mark.parametrize("radius", [0.0, np.inf])
+def test_a_radius_of_zero_or_infinity_is_scikit_learns(radius):
+    # 0: the training points equal to the query; inf: every training point
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 3, size=(40, 2)).astype(float)
+    y, target = rng.integers(0, 3, 40), rng.normal(size=40)
+    Xq = rng.integers(0, 4, size=(15, 2)).astype(float)
+    att = MetricAttentionClassifier("euclidean", radius=radius, temperature=np.inf,
+                                    outlier_label="most_frequent").fit(X, y)
+    reference = RadiusNeighborsClassifier(radius=radius, outlier_label="most_frequent")
+    np.testing.assert_array_equal(att.predict_proba(Xq), reference.fit(X, y).predict_proba(Xq))
+    graph = NearestNeighbors().fit(X).radius_neighbors_graph(Xq, radius, mode="distance")
+    assert abs(att.radius_neighbors_graph(Xq, radius, mode="distance") - graph).max() == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (no neighbour at radius 0: NaN, with a warning)
+        ours = MetricAttentionRegressor("euclidean", radius=radius,
+                                        temperature=np.inf).fit(X, target).predict(Xq)
+        theirs = RadiusNeighborsRegressor(radius=radius).fit(X, target).predict(Xq)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
