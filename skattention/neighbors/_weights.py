@@ -29,16 +29,23 @@ def distance_weights(dist, weights):
     return inverse
 
 
-def check_weights(weights, rows):
-    """A clear error where a callable's weights cannot weigh a row."""
+def check_weights(weights, rows, padding=None):
+    """The weights, with a clear error where a callable's cannot weigh a row; ``padding``: the
+    entries of no neighbour (their weights, of an infinite distance, are 0 in the result)."""
     if weights.shape != rows:
         raise ValueError(f"weights returned an array of shape {weights.shape}; expected {rows} "
                          "(one weight per neighbour).")
+    if padding is not None:
+        weights = np.where(padding, 0.0, weights)
+    if not np.all(np.isfinite(weights) & (weights >= 0)):
+        raise ValueError("weights returned negative, infinite or NaN values; a neighbour's "
+                         "weight must be a finite number >= 0.")
     if np.any(~(weights > 0).any(axis=1)):
         raise ValueError(
             "All neighbors of some sample is getting zero weights. Please modify 'weights' to "
             "avoid this case if you are using a user-defined function."
         )
+    return weights
 
 
 def attention_factor(f, temperature):
@@ -121,7 +128,7 @@ class DistanceWeighting:
             idx = np.where(padding, 0, idx)
             dist = np.where(padding, np.inf, metric.exact_distances(Z, keys.points, idx))
             w = distance_weights(dist.copy(), self.weights)
-            check_weights(w, dist.shape)
+            w = check_weights(w, dist.shape, padding)
             w = w * attention_factor(f, self.temperature)
             if self.classifier:
                 return votes(keys.values, idx, w), None

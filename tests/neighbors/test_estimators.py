@@ -326,6 +326,10 @@ def test_distance_weights_need_a_selection_and_equal_weights(iris):
     with pytest.raises(ValueError, match="metric='dot' has none"):
         dot.fit(X, y)  # (before training)
     bad = MetricAttentionClassifier("euclidean", n_neighbors=3, weights=lambda d: 0 * d)
+    for weights in (lambda d: -d, lambda d: d * np.nan):
+        with pytest.raises(ValueError, match="negative, infinite or NaN"):
+            MetricAttentionClassifier("euclidean", n_neighbors=3,
+                                      weights=weights).fit(X, y).predict(X[:3])
     with pytest.raises(ValueError, match="zero weights"):
         bad.fit(X, y).predict(X[:3])
 
