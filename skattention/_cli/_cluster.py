@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 
-from ._common import CLIError, describe, progress
+from ._common import CLIError, check_device, describe, progress
 from ._data import labels, load_data, scaled
 from ._output import emit, save_figure
 
@@ -22,6 +22,7 @@ def cluster(args, fig):
             + ("" if args.n_clusters is not None else
                " (its default: the target's classes, or 8 without a target)")
         )
+    check_device(args)
     from sklearn.cluster import KMeans
 
     from ..cluster import AttentionKMeans

@@ -1,7 +1,7 @@
 """What every subcommand shares: the one-line error and the progress lines on standard error.
 
-Standard library only: the modules of the command line check the user's arguments and data
-before anything imports torch or scikit-learn, so that a mistake is answered at once.
+Standard library only at import: the modules of the command line check the user's arguments
+and data before anything imports torch or scikit-learn, so that a mistake is answered at once.
 """
 
 import sys
@@ -9,6 +9,19 @@ import sys
 
 class CLIError(Exception):
     """A problem with the user's input: reported in one line, without a traceback."""
+
+
+def check_device(args):
+    """The user's ``--device`` checked on this machine once the data is read (torch imported
+    here): an unavailable one is the one-line error before any table or work."""
+    if args.device in ("auto", "cpu"):
+        return
+    from .._engine import resolve_device
+
+    try:
+        resolve_device(args.device)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
 
 
 def progress(args, message):

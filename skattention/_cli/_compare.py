@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 
-from ._common import CLIError, describe, prefixed
+from ._common import CLIError, check_device, describe, prefixed
 from ._data import load_data, task_of
 from ._output import emit, save_figure
 
@@ -27,6 +27,7 @@ def compare(args, fig):
     if task == "regression":
         y = y.astype(np.float64)
     check_folds(X, y, task, args.cv)
+    check_device(args)
     metric = "accuracy" if task == "classification" else "r2"
     if not args.json:
         print("\n".join(table_head(dataset, task, args.cv, metric)), flush=True)

@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 
-from ._common import CLIError, describe, progress
+from ._common import CLIError, check_device, describe, progress
 from ._data import labels, load_data, scaled
 from ._output import emit, save_figure
 
@@ -21,6 +21,7 @@ def embed(args, fig):
         raise CLIError(
             f"--n-neighbors must be between 1 and the {X.shape[0]} samples, got {args.n_neighbors}"
         )
+    check_device(args)
     from ..manifold import AttentionDiffusionEmbedding
 
     model = AttentionDiffusionEmbedding(

@@ -56,6 +56,17 @@ def test_argument_errors_are_answered_before_torch_and_scikit_learn(tmp_path):
         assert heavy == [], f"{argv} imported {heavy} before its error"
 
 
+@pytest.mark.parametrize("command", ["compare", "embed", "cluster"])
+def test_an_unavailable_device_is_the_one_line_error_before_any_table(command, capsys,
+                                                                      monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main([command, "--max-samples", "60", "--device", "cuda"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "skattention: error: device='cuda' was requested" in err
+
+
 # --------------------------------------------------------------------------- rows as they come
 
 
