@@ -111,8 +111,9 @@ def attention(
         keys' weights instead: with a per-key ``log_prior`` at ``temperature=inf`` these are
         not necessarily the largest).
     n_weights : int, default=None
-        How many weights to return: by default (and at most) the keys a k-NN prior selects
-        (``n_neighbors``, more where a per-key prior gives keys weights below 1), else all keys.
+        How many weights to return: by default the keys a k-NN prior selects (``n_neighbors``,
+        more where a per-key prior gives keys weights below 1), else all keys; at most all keys
+        (a k-NN row is padded past its selection).
         Rows are sorted by decreasing weight (by increasing distance with a k-NN prior or at
         ``temperature=inf``, ties by key index); keys of exactly equal weight come in an order
         that does not depend on the batch but is not that of their indices; padding entries

@@ -256,16 +256,18 @@ def check_prepared(prepared, metric, device, dtype):
 
 
 def check_weights_count(spec, return_weights, n_weights, selected=None):
-    """How many weights :func:`attention` returns per query (``None``: no weights): at most
-    (and by default) the keys that can get weight, ``selected`` with a k-NN prior (more than
-    ``n_neighbors`` where key weights below 1 count as fractions of a key), else every key."""
+    """How many weights :func:`attention` returns per query (``None``: no weights): by default
+    the keys that can get weight, ``selected`` with a k-NN prior (more than ``n_neighbors``
+    where key weights below 1 count as fractions of a key), else every key; at most every key
+    (a k-NN row's entries past its selection are padding)."""
     if not return_weights:
         if n_weights is not None:
             raise ValueError("n_weights sets how many weights return_weights=True returns; "
                              "pass return_weights=True with it.")
         return None
-    limit = selected if spec.n_neighbors is not None else spec.n_keys
-    return limit if n_weights is None else check_count(n_weights, "n_weights", limit)
+    if n_weights is None:
+        return selected if spec.n_neighbors is not None else spec.n_keys
+    return check_count(n_weights, "n_weights", spec.n_keys, f"the {spec.n_keys} keys")
 
 
 def as_tensor(x, name, device, dtype, ndims):

@@ -171,9 +171,8 @@ def _mkl_threads(n):
 def _thread_counts_set_up():
     """torch's thread counts of the calling thread set up before a context changes them: torch
     sets a thread's OpenMP count at its first parallel kernel, to MKL's count of the moment, so
-    a thread whose first kernel ran inside ``_mkl_threads(1)`` (a single row's map, just after
-    unpickling a model) stayed on one thread for good, and inside ``_openmp_threads(1)`` took
-    MKL's count instead of 1."""
+    a thread whose first kernel ran inside ``_mkl_threads(1)`` (a single row's map) stayed on
+    one thread for good."""
     torch.get_num_threads()
 
 

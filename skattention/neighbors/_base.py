@@ -141,6 +141,8 @@ class _BaseMetricAttention(EstimatorMixin, DevicePortableMixin, BaseEstimator):
         if not (self.warm_start and isinstance(previous, LearnedMetric)
                 and previous.metric == self.metric and previous.map is not None):
             previous = None
+        if previous is not None:  # (before any state changes: a refusal leaves the model)
+            previous.check_same_architecture(self)
         strategy = previous or STRATEGIES[self.metric](self.metric)
         strategy.p = float(self.p)
         # X first: its errors name X; a warm start checks X against the kept encoding (as

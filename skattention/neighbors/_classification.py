@@ -219,8 +219,10 @@ class MetricAttentionClassifier(
         weights = log_prior[np.isfinite(log_prior)]
         if weights.size == 0 or bool(np.all(weights == weights[0])):
             return True
-        return self.temperature_ == math.inf and counts_every_key(weights,
-                                                                  self._compute_dtype())
+        # (a precomputed radius reaches the engine as a callable prior: no counting)
+        return (self.temperature_ == math.inf
+                and not (self.metric == "precomputed" and self.radius is not None)
+                and counts_every_key(weights, self._compute_dtype()))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -56,8 +56,8 @@ NEIGHBORS = """n_neighbors : int, default=None
     radius : float, default=None
         Radius prior at prediction: each query attends only to training points within
         distance ``radius`` (``f(x, x_j) <= radius**2`` for the Euclidean metrics; a point
-        exactly at distance ``radius`` included; 0: the points equal to the query, ``inf``:
-        every point, as scikit-learn's). A query with none gets the classifier's
+        exactly at distance ``radius`` included; 0: the points at distance 0 from the query,
+        ``inf``: every point). A query with none gets the classifier's
         ``outlier_label``, or NaN with a warning from the regressor, as in scikit-learn's
         radius-neighbour estimators.
     weights : {"uniform", "distance"} or callable, default="uniform"

@@ -219,16 +219,9 @@ class FittedKeys:
         """``(weights, indices)``: the ``n_weights`` largest attention weights of each mapped
         query in ``Z`` and the keys they fall on."""
         keys = self.prepared(kwargs["device"], kwargs["dtype"])
-        # a k-NN selection holds n_neighbors keys (more where weights below 1 count as
-        # fractions of a key): more weights than it holds are its own, zero-padded
-        selected = kwargs.get("n_neighbors") is not None and n_weights > kwargs["n_neighbors"]
         _, weights, indices = attention(
             Z, keys, self.values, exclude_self=exclude_self, return_weights=True,
-            n_weights=None if selected else n_weights, on_empty="zero", progress=progress,
-            **kwargs)
-        if selected:
-            weights, indices = (_widen(np.asarray(a)[:, :n_weights], n_weights, fill)
-                                for a, fill in ((weights, 0.0), (indices, -1)))
+            n_weights=n_weights, on_empty="zero", progress=progress, **kwargs)
         return weights, indices
 
 

@@ -101,8 +101,6 @@ class LearnedMetric(MetricStrategy):
                 f"warm_start: X has {X.shape[1]} features but the map was trained on "
                 f"{self.map.n_features}."
             )
-        if warm:  # (before any change: a failed fit leaves the model as it was)
-            self._check_same_architecture(estimator)
         # chosen again by every fit
         self.prototypes = self.prototype_error = self.prototype_near = None
         if not warm and self.metric == "linear" and (estimator.n_components or 0) > X.shape[1]:
@@ -122,7 +120,7 @@ class LearnedMetric(MetricStrategy):
             release_rng(metric_map)  # training draws only from `generator` (unless dropout)
             if loss == "log_loss" and values.shape[1] == 1:
                 # a single class: every map predicts it, there is nothing to learn
-                self.map = self.map.to(device="cpu", dtype=torch.float32)
+                self.map = self.map.to(device="cpu", dtype=dtype)
                 self._ready = {}
                 temperature = estimator.temperature
                 return MetricFit(temperature=1.0 if isinstance(temperature, str)
@@ -244,24 +242,41 @@ class LearnedMetric(MetricStrategy):
                              "products of the images): use metric='mlp' or 'linear'.")
 
     def _architecture(self, estimator):
-        """The parameters the map is built from: what a warm start cannot change."""
-        names = {"tabular": ("n_components", "numeric_embedding"),
-                 "mlp": ("n_components", "hidden_size", "n_blocks", "activation", "dropout")
-                 }.get(self.metric, ("n_components",))
-        return {name: getattr(estimator, name) for name in names}
+        """The parameters the map was built from, as built (``n_components`` and
+        ``numeric_embedding`` resolved): what a warm start cannot change."""
+        names = {"tabular": ("numeric_embedding",),
+                 "mlp": ("hidden_size", "n_blocks", "activation", "dropout")
+                 }.get(self.metric, ())
+        built = {name: getattr(estimator, name) for name in names}
+        if self.metric == "tabular":
+            built["numeric_embedding"] = self.map.numeric_embedding
+        return {"n_components": self.map.n_components, **built}
 
-    def _check_same_architecture(self, estimator):
+    def check_same_architecture(self, estimator):
+        """A clear error where a warm start's parameters would build another map than the
+        fitted one (``None`` and ``"auto"`` take the fitted map's choice)."""
         built = getattr(self, "architecture", None)  # (None: pickled before it was recorded)
         if built is None:
             return
-        changed = {name: (value, getattr(estimator, name)) for name, value in built.items()
-                   if getattr(estimator, name) != value}
+        changed = {}
+        for name, value in built.items():
+            asked = getattr(estimator, name)
+            if asked != value and not (name == "numeric_embedding" and asked == "auto") and not (
+                    name == "n_components" and asked is None
+                    and value == self._default_components()):
+                changed[name] = (value, asked)
         if changed:
             listed = ", ".join(f"{name} ({a!r} -> {b!r})" for name, (a, b) in changed.items())
             raise ValueError(
                 f"warm_start=True continues the fitted map, which these parameters built and "
                 f"which they cannot change: {listed}. Set them back, or fit with "
                 "warm_start=False for a new map.")
+
+    def _default_components(self):
+        """The map's dimension for ``n_components=None`` (its input's width fixed at fit)."""
+        if self.metric == "tabular":
+            return _TABULAR_COMPONENTS
+        return min(self.map.n_features, _DEFAULT_MAX_COMPONENTS)
 
     def _build_map(self, estimator, X, rng):
         """The untrained map for the encoded training inputs ``X``."""

@@ -75,12 +75,13 @@ class NeighborsQueryMixin:
         check_is_fitted(self)
         if n_neighbors is None:
             n_neighbors = self.n_neighbors or _DEFAULT_N_NEIGHBORS
+        # scikit-learn's errors, in its order
+        if isinstance(n_neighbors, Real) and not isinstance(n_neighbors, bool) and (
+                n_neighbors <= 0):
+            raise ValueError(f"Expected n_neighbors > 0. Got {n_neighbors!r}.")
         if not isinstance(n_neighbors, Integral) or isinstance(n_neighbors, bool):
-            # (scikit-learn's TypeError)
             raise TypeError(f"n_neighbors does not take {type(n_neighbors)} value, enter "
                             f"integer value (got {n_neighbors!r}).")
-        if n_neighbors <= 0:
-            raise ValueError(f"Expected n_neighbors > 0. Got {n_neighbors!r}.")
         n_neighbors = int(n_neighbors)
         available = self._n_keys_available(X is None)
         if n_neighbors > available:

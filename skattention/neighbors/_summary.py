@@ -74,8 +74,8 @@ def prototype_count(setting, n_keys):
         count = int(setting)
         if count >= n_keys:
             warn_user(f"prototypes={count} is not fewer than the {n_keys} training points "
-                      "the fit trained on (those left by the validation split): every key is "
-                      "attended to (n_prototypes_ is None).")
+                      "the fit trained on (those left by a validation split, if any): every "
+                      "key is attended to (n_prototypes_ is None).")
     return count if count < n_keys else None
 
 

@@ -29,18 +29,24 @@ def distance_weights(dist, weights):
     return inverse
 
 
-def check_weights(weights, rows, padding=None):
+def check_weights(weights, rows, classifier, padding=None):
     """The weights, with a clear error where a callable's cannot weigh a row; ``padding``: the
-    entries of no neighbour (their weights, of an infinite distance, are 0 in the result)."""
+    entries of no neighbour (their weights, of an infinite distance, are 0 in the result).
+    A regressor's weighted mean takes negative weights, as ``KNeighborsRegressor``'s does; a
+    classifier's votes do not (scikit-learn's probabilities were then NaN or negative)."""
     if weights.shape != rows:
         raise ValueError(f"weights returned an array of shape {weights.shape}; expected {rows} "
                          "(one weight per neighbour).")
     if padding is not None:
         weights = np.where(padding, 0.0, weights)
-    if not np.all(np.isfinite(weights) & (weights >= 0)):
-        raise ValueError("weights returned negative, infinite or NaN values; a neighbour's "
-                         "weight must be a finite number >= 0.")
-    if np.any(~(weights > 0).any(axis=1)):
+    if not np.all(np.isfinite(weights)):
+        raise ValueError("weights returned infinite or NaN values; a neighbour's weight must "
+                         "be a finite number.")
+    if classifier and np.any(weights < 0):
+        raise ValueError("weights returned negative values; a classifier's votes need "
+                         "weights >= 0.")
+    # (a regressor's mean divides by the sum of the weights)
+    if np.any(~(weights > 0).any(axis=1) if classifier else weights.sum(axis=1) == 0):
         raise ValueError(
             "All neighbors of some sample is getting zero weights. Please modify 'weights' to "
             "avoid this case if you are using a user-defined function."
@@ -128,7 +134,7 @@ class DistanceWeighting:
             idx = np.where(padding, 0, idx)
             dist = np.where(padding, np.inf, metric.exact_distances(Z, keys.points, idx))
             w = distance_weights(dist.copy(), self.weights)
-            w = check_weights(w, dist.shape, padding)
+            w = check_weights(w, dist.shape, self.classifier, padding)
             w = w * attention_factor(f, self.temperature)
             if self.classifier:
                 return votes(keys.values, idx, w), None
@@ -146,7 +152,7 @@ class DistanceWeighting:
                 row_f = f[j][found][order][None]
                 dist = metric.exact_distances(Z[i:i + 1], keys.points, ind[None])
                 w = distance_weights(dist.copy(), self.weights)
-                check_weights(w, dist.shape)
+                check_weights(w, dist.shape, self.classifier)
                 w = (w * attention_factor(row_f, self.temperature))[0]
                 if self.classifier:  # scikit-learn's bincount: sums in index order
                     out[i] = votes(keys.values, ind[None], w[None])[0]

@@ -326,10 +326,15 @@ def test_distance_weights_need_a_selection_and_equal_weights(iris):
     with pytest.raises(ValueError, match="metric='dot' has none"):
         dot.fit(X, y)  # (before training)
     bad = MetricAttentionClassifier("euclidean", n_neighbors=3, weights=lambda d: 0 * d)
-    for weights in (lambda d: -d, lambda d: d * np.nan):
-        with pytest.raises(ValueError, match="negative, infinite or NaN"):
+    for weights, message in ((lambda d: -d, "negative"), (lambda d: d * np.nan, "NaN")):
+        with pytest.raises(ValueError, match=message):
             MetricAttentionClassifier("euclidean", n_neighbors=3,
                                       weights=weights).fit(X, y).predict(X[:3])
+    # a regressor's weighted mean takes negative weights, as KNeighborsRegressor's
+    reg = MetricAttentionRegressor("euclidean", n_neighbors=3, weights=lambda d: d - 0.4,
+                                   temperature=np.inf).fit(X, X[:, 0])
+    np.testing.assert_allclose(reg.predict(X[:9]), KNeighborsRegressor(
+        3, weights=lambda d: d - 0.4).fit(X, X[:, 0]).predict(X[:9]), rtol=1e-12)
     with pytest.raises(ValueError, match="zero weights"):
         bad.fit(X, y).predict(X[:3])
 

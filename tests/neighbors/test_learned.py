@@ -218,23 +218,30 @@ def test_warm_start_with_other_features_is_a_clear_error(noisy_classification):
     np.testing.assert_array_equal(clf.predict_proba(Xtr), expected)
 
 
-@pytest.mark.parametrize("metric, changed", [
-    ("mlp", dict(n_components=2, hidden_size=8, n_blocks=2, activation="tanh")),
-    ("tabular", dict(numeric_embedding="none")),
-    ("linear", dict(n_components=2)),
+@pytest.mark.parametrize("metric, changed, same", [
+    ("mlp", dict(n_components=2, hidden_size=8, n_blocks=2, activation="tanh"), {}),
+    ("tabular", dict(n_components=8, numeric_embedding="plr"),
+     dict(n_components=64, numeric_embedding="none")),  # what None and "auto" built here
+    ("linear", dict(n_components=2), dict(n_components=None)),
 ])
 def test_warm_start_with_another_architecture_is_a_clear_error(noisy_classification, metric,
-                                                              changed):
+                                                              changed, same):
     # the map a warm start continues was built by these parameters: changed, they were ignored
     Xtr, _, ytr, _ = noisy_classification
     clf = MetricAttentionClassifier(metric, max_iter=1, warm_start=True, random_state=0)
     expected = clf.fit(Xtr, ytr).predict_proba(Xtr)
+    n_samples = clf.n_samples_fit_
     clf.set_params(**changed)
     with pytest.raises(ValueError, match="warm_start=True continues the fitted map") as error:
-        clf.fit(Xtr, ytr)
+        clf.fit(Xtr[:100], ytr[:100])
     assert all(name in str(error.value) for name in changed)
-    np.testing.assert_array_equal(clf.predict_proba(Xtr), expected)  # left as it was
-    clf.set_params(warm_start=False).fit(Xtr, ytr)  # a new map
+    # left as it was, though the refused fit had other rows
+    assert clf.n_samples_fit_ == n_samples
+    np.testing.assert_array_equal(clf.predict_proba(Xtr), expected)
+    # the parameters that built the map, or None / "auto" (its choice)
+    clf.set_params(**{name: MetricAttentionClassifier().get_params()[name] for name in changed})
+    clf.set_params(**same).fit(Xtr, ytr)
+    clf.set_params(warm_start=False, **changed).fit(Xtr, ytr)  # a new map
     # parameters of the training alone may change
     clf.set_params(warm_start=True, learning_rate=1e-3, max_iter=2).fit(Xtr, ytr)
 

@@ -182,8 +182,9 @@ def test_transformer_queries_equal_nearest_neighbors_on_its_output(continuous, m
 def test_kneighbors_errors(continuous):
     X, y, Xq = continuous
     att = euclidean(n_neighbors=3).fit(X, y)
-    with pytest.raises(ValueError, match="n_neighbors > 0"):
-        att.kneighbors(Xq, n_neighbors=0)
+    for k in (0, 0.0, -1.5):
+        with pytest.raises(ValueError, match="n_neighbors > 0"):
+            att.kneighbors(Xq, n_neighbors=k)
     for k in (2.0, 2.5, True):  # scikit-learn's TypeError
         with pytest.raises(TypeError, match="n_neighbors does not take"):
             att.kneighbors(Xq, n_neighbors=k)
