@@ -11,7 +11,15 @@ from ._attention import attention, kneighbors
 from ._available_memory import available_memory
 from ._budget import batch_rows, budget_bytes, plan_rows
 from ._calibration import calibrate_temperature
-from ._cluster import iterate_centers, kmeans_step, lloyd, soft_kmeans, sqdist_to_centers
+from ._cluster import (
+    heaviest_fill,
+    iterate_centers,
+    kmeans_inertia,
+    kmeans_step,
+    lloyd,
+    soft_kmeans,
+    sqdist_to_centers,
+)
 from ._device import (
     device_available,
     dtype_name,
@@ -89,6 +97,8 @@ __all__ = [
     "anneal",
     "iterate_centers",
     "kmeans_step",
+    "kmeans_inertia",
+    "heaviest_fill",
     "lloyd",
     "soft_kmeans",
     "sqdist_to_centers",

@@ -246,7 +246,7 @@ def _run(points, w, centers, T, max_iter, tol, verbose, on_iteration):
         # Labels and inertia of the final centres (after strict convergence the labels
         # cannot change).
         step = kmeans_step(points, centers, w, update=False)
-    inertia = float((step["min_sqdist"].double() * w.double()).sum())
+    inertia = kmeans_inertia(points, w, centers, step["labels"])
     if verbose >= 2 and T == 0:
         # (the inertia in the user's weight units is the estimator's line: these may be scaled)
         write(f"  Lloyd: {n_iter} iterations")
@@ -271,11 +271,33 @@ def _centers_from_sums(points, w, centers_old, step, labels):
                 sums[j] = far_rows[i] * w[idx]
                 mass[j] = w[idx]
                 mass[old] -= w[idx]
-    # A cluster still empty (more clusters than distinct points) goes where the heaviest one
-    # is, as in scikit-learn's _average_centers. (scikit-learn copies that cluster's weighted sum
-    # instead of its centre when it comes later in the order; the centre is what it intends.)
     centers = weighted_means(sums, mass, centers_old)
-    return torch.where((mass > 0)[:, None], centers, centers[int(torch.argmax(mass))])
+    return torch.where((mass > 0)[:, None], centers, heaviest_fill(sums, mass, centers))
+
+
+def heaviest_fill(sums, mass, centers):
+    """Where a cluster still empty after the relocation (more clusters than distinct points,
+    or relocated points of zero weight) goes, as scikit-learn's ``_average_centers`` puts it:
+    at the heaviest cluster, which it divides in place in cluster order, so that an empty
+    cluster before the heaviest copies its weighted sum and one after it its centre (tensors
+    or NumPy arrays alike)."""
+    heaviest = int(mass.argmax())
+    before = (torch.arange if isinstance(mass, torch.Tensor) else np.arange)(
+        mass.shape[0]) < heaviest
+    return (torch if isinstance(mass, torch.Tensor) else np).where(
+        before[:, None], sums[heaviest], centers[heaviest])
+
+
+def kmeans_inertia(X, w, centers, labels, shift=None):
+    """``sum_i w_i ||x_i - c_(labels_i)||^2`` (float), from the explicit differences, as
+    scikit-learn's inertia (the expanded ``||x||^2 - 2 x.c + ||c||^2`` of the assignment loses
+    float32 inertias' fourth digit to cancellation), summed in float64; ``w`` ``None``: unit
+    weights; ``X`` and ``shift`` as in :func:`kmeans_step`."""
+    points = as_row_blocks(X, shift)
+    if not points.shape[0]:  # (an empty Dask partition)
+        return 0.0
+    d2 = _sqdist_to_own_centers(points, centers, labels).double()
+    return float(d2.sum() if w is None else (d2 * w.double()).sum())
 
 
 def _sqdist_to_own_centers(points, centers, labels):

@@ -16,7 +16,7 @@ import torch
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, validate_data
 
-from .._engine import iterate_centers, kmeans_step
+from .._engine import heaviest_fill, iterate_centers, kmeans_inertia, kmeans_step
 from ..utils._dask import aligned_blocks, row_blocks
 from ._init import checked_init, initial_centers, resolve_n_init
 from ._inputs import (
@@ -277,7 +277,7 @@ def _weighted_means(sums, mass, centers_old, heaviest):
     keep = mass > 0
     centers = np.where(keep[:, None], sums / np.where(keep, mass, 1)[:, None], centers_old)
     if heaviest:
-        centers = np.where(keep[:, None], centers, centers[int(np.argmax(mass))])
+        centers = np.where(keep[:, None], centers, heaviest_fill(sums, mass, centers))
     return centers.astype(centers_old.dtype, copy=False)
 
 
@@ -286,5 +286,5 @@ def _assign(part, mean, centers):
     Xt, wt, ct = _tensors(part, mean, centers)
     step = kmeans_step(Xt, ct, None, update=False)
     labels = step["labels"].numpy().astype(np.int32)  # KMeans' label dtype, as in memory
-    inertia = float((step["min_sqdist"].double() * wt.double()).sum())
+    inertia = kmeans_inertia(Xt, wt, ct, step["labels"])
     return labels, (inertia, np.bincount(labels, minlength=centers.shape[0]), labels.size)

@@ -18,6 +18,7 @@ from .._engine import (
     anneal,
     attention,
     check_temperature,
+    kmeans_inertia,
     kmeans_step,
     lloyd,
     resolve_device,
@@ -233,7 +234,8 @@ class AttentionKMeans(
             Not used, present for API consistency.
         sample_weight : array-like of shape (n_samples,), default=None
             Weight of each point (a prior on the points in the M-step attention; integer weights
-            equal repeated points in every step). ``None``: all ones.
+            equal repeated points in every step, but that the relocation of an empty cluster
+            can pick a point of weight 0, as in ``KMeans``). ``None``: all ones.
 
         Returns
         -------
@@ -352,9 +354,9 @@ class AttentionKMeans(
         labels = step["labels"].cpu().numpy().astype(np.int32)  # KMeans' label dtype
         if not inertia:
             return labels, None
-        d2 = step["min_sqdist"].cpu().numpy().astype(np.float64)
-        w = np.ones(X.shape[0]) if sample_weight is None else sample_weight
-        return labels, float(d2 @ w)
+        w = None if sample_weight is None else torch.as_tensor(sample_weight,
+                                                                device=Ct.device)
+        return labels, kmeans_inertia(Xt, w, Ct, step["labels"], shift=shift)
 
     def predict(self, X):
         """Index of the nearest centroid (the arg-max of the attention weights) of each point.

@@ -296,7 +296,10 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
         else:  # the collapsed positions, in the steps' coordinates
             labels, sq_dist = _nearest_centres(point_positions,
                                                np.ascontiguousarray(centers, dtype=X.dtype))
-        self.labels_ = labels if self.cluster_all else np.where(sq_dist > h * h, -1, labels)
+        # (the distance against the bandwidth, as MeanShift compares them: fl(sqrt(3))**2 is
+        # below 3, and the squares left out a point at exactly the bandwidth)
+        self.labels_ = labels if self.cluster_all else np.where(
+            np.sqrt(np.asarray(sq_dist, dtype=np.float64)) > h, -1, labels)
         return self
 
     def _shift_seeds(self, X, kernel, h, stop, device, threads, offset, bin_size):

@@ -5,6 +5,7 @@ clusters than asked hold points."""
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from .._engine import progress_bar
@@ -65,7 +66,8 @@ def best_run(estimator, n_init, run_once, fitted_centers, kind, weight_exponent=
                 f"AttentionKMeans run {run}: inertia {shown(result.inertia)}, {result.n_anneal} "
                 f"annealing and {result.n_iter} {kind} iterations"
             )
-        if best is None or result.inertia < best.inertia:
+        if best is None or (result.inertia < best.inertia
+                            and not _same_clustering(result.labels, best.labels)):
             best = result
         runs.set_postfix(inertia=shown(result.inertia), best=shown(best.inertia),
                          refresh=False)
@@ -75,6 +77,20 @@ def best_run(estimator, n_init, run_once, fitted_centers, kind, weight_exponent=
             break
     runs.close()
     return best, stopped
+
+
+def _same_clustering(labels, best_labels):
+    """Whether two runs' labels are one partition up to the clusters' numbering (scikit-learn's
+    ``_is_same_clustering``: each cluster of the first maps to a single one of the second),
+    where a lower inertia is rounding, and KMeans keeps its first run; ``False`` where the
+    labels are not at hand (Dask)."""
+    in_memory = (np.ndarray, torch.Tensor)
+    if not (isinstance(labels, in_memory) and isinstance(best_labels, in_memory)):
+        return False
+    a, b = (np.asarray(x.cpu() if isinstance(x, torch.Tensor) else x).astype(np.int64)
+            for x in (labels, best_labels))
+    pairs = np.unique(a * (int(b.max(initial=0)) + 1) + b)
+    return pairs.size == np.unique(a).size
 
 
 def warn_if_fewer_clusters(distinct, n_clusters):

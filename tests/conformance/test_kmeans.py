@@ -158,3 +158,44 @@ def test_sparse_input_matches_lloyd_on_sparse_input(dtype, init):
     assert_same_fit(ours, ref, atol=1e-10 if dtype == np.float64 else 1e-5)
     np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
     np.testing.assert_allclose(ours.transform(X), ref.transform(X), rtol=1e-5)
+
+
+def test_runs_of_one_partition_keep_the_first_as_kmeans():
+    # KMeans replaces its best run only by a lower-inertia run of another partition: two runs
+    # stopped (tol) on one partition, numbered otherwise, kept the later one here
+    rng = np.random.default_rng(127)
+    n, d, k = int(rng.integers(20, 200)), int(rng.integers(1, 4)), int(rng.integers(2, 6))
+    centres = rng.normal(size=(k, d)) * 3
+    X = (centres[rng.integers(0, k, n)] + rng.normal(size=(n, d))).astype(
+        rng.choice([np.float32, np.float64]))
+    kwargs = dict(init="k-means++", n_init=5, random_state=127, tol=1e-2)
+    assert_same_fit(lloyd(k, **kwargs).fit(X), KMeans(k, algorithm="lloyd", **kwargs).fit(X))
+
+
+@pytest.mark.parametrize("case", ["more clusters than points", "zero weights"])
+def test_a_cluster_still_empty_goes_where_kmeans_puts_it(case):
+    # after the relocation, at the heaviest cluster as KMeans' in-place division leaves it:
+    # its weighted sum for an empty cluster before it, its centre after it
+    if case == "more clusters than points":
+        X, w = np.array([[0.0], [0.0], [0.0], [3.0], [3.0], [6.0]]), None
+        kwargs = dict(init=np.array([[10.0], [0.0], [3.0], [6.0], [11.0]]), max_iter=1)
+    else:
+        X = np.array([[-6.55e-4], [2.32e-3], [8.87e-4], [-1.35e-3], [5.8e-4]])
+        w = np.array([1.0, 0.0, 0.0, 1.0, 1.0])
+        kwargs = dict(init=np.array([[-0.0163], [-0.0124], [-0.0133]]))
+    n_clusters = kwargs["init"].shape[0]
+    ours = lloyd(n_clusters, n_init=1, **kwargs).fit(X, sample_weight=w)
+    ref = KMeans(n_clusters, algorithm="lloyd", n_init=1, **kwargs).fit(X, sample_weight=w)
+    np.testing.assert_array_equal(ours.labels_, ref.labels_)
+    np.testing.assert_array_equal(ours.cluster_centers_, ref.cluster_centers_)
+
+
+def test_float32_inertia_from_the_differences():
+    # the expanded ||x||^2 - 2 x.c + ||c||^2 lost float32 inertias' fourth digit
+    rng = np.random.default_rng(3)
+    X = (rng.normal(size=(300, 3)) + 100).astype(np.float32)
+    ours = lloyd(4, random_state=0, n_init=1).fit(X)
+    ref = KMeans(4, algorithm="lloyd", random_state=0, n_init=1).fit(X)
+    np.testing.assert_array_equal(ours.labels_, ref.labels_)
+    assert ours.inertia_ == pytest.approx(ref.inertia_, rel=1e-6)
+    assert -ours.score(X) == pytest.approx(ref.inertia_, rel=1e-6)

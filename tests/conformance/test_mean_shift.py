@@ -133,6 +133,15 @@ def test_issue_point_exactly_on_the_bandwidth():
     assert_same(ours, MeanShift(bandwidth=3).fit(X), X)
 
 
+def test_without_cluster_all_a_point_at_exactly_the_bandwidth_keeps_its_label():
+    # MeanShift compares the distance with the bandwidth: fl(sqrt(3))**2 is below 3
+    X = np.array([[0.0, 0, 0], [0, 0, 0], [0, 0, 0], [1, 1, 1], [-1, -1, -1]])
+    kwargs = dict(bandwidth=float(np.sqrt(3.0)), cluster_all=False, seeds=[[0.0, 0, 0]])
+    ours, ref = flat(**kwargs).fit(X), MeanShift(**kwargs).fit(X)
+    np.testing.assert_array_equal(ours.labels_, ref.labels_)
+    assert (ours.labels_ == 0).all()
+
+
 def test_predict_is_the_nearest_centre_even_without_cluster_all(blobs):
     X = blobs[::3]
     ours = flat(bandwidth=0.8, cluster_all=False).fit(X)
