@@ -283,11 +283,8 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
                 intensity = kernel.intensity(modes, counts)
         self.n_iter_ = n_iter
         self.stopped_by_callback_ = stopped
-        centers = _merge_modes(
-            modes.cpu().numpy(),
-            intensity.cpu().numpy(),
-            h if self.cluster_merge is None else float(self.cluster_merge),
-        )
+        centers = _merge_modes(modes.cpu().numpy(), intensity.cpu().numpy(),
+                               h if self.cluster_merge is None else float(self.cluster_merge))
         self.cluster_centers_ = np.ascontiguousarray(
             centers if offset is None else centers + offset, dtype=X.dtype)
         if point_positions is None:  # as predict labels them
@@ -296,8 +293,7 @@ class AttentionMeanShift(ClusterMixin, EstimatorMixin, DevicePortableMixin, Base
         else:  # the collapsed positions, in the steps' coordinates
             labels, sq_dist = _nearest_centres(point_positions,
                                                np.ascontiguousarray(centers, dtype=X.dtype))
-        # (the distance against the bandwidth, as MeanShift compares them: fl(sqrt(3))**2 is
-        # below 3, and the squares left out a point at exactly the bandwidth)
+        # distances against the bandwidth, as MeanShift (fl(sqrt(3))**2 < 3)
         self.labels_ = labels if self.cluster_all else np.where(
             np.sqrt(np.asarray(sq_dist, dtype=np.float64)) > h, -1, labels)
         return self
