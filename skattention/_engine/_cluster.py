@@ -246,7 +246,7 @@ def _run(points, w, centers, T, max_iter, tol, verbose, on_iteration):
         # Labels and inertia of the final centres (after strict convergence the labels
         # cannot change).
         step = kmeans_step(points, centers, w, update=False)
-    inertia = kmeans_inertia(points, w, centers, step["labels"])
+        inertia = kmeans_inertia(points, w, centers, step["labels"])
     if verbose >= 2 and T == 0:
         # (the inertia in the user's weight units is the estimator's line: these may be scaled)
         write(f"  Lloyd: {n_iter} iterations")
@@ -282,10 +282,9 @@ def heaviest_fill(sums, mass, centers):
     cluster before the heaviest copies its weighted sum and one after it its centre (tensors
     or NumPy arrays alike)."""
     heaviest = int(mass.argmax())
-    before = (torch.arange if isinstance(mass, torch.Tensor) else np.arange)(
-        mass.shape[0]) < heaviest
-    return (torch if isinstance(mass, torch.Tensor) else np).where(
-        before[:, None], sums[heaviest], centers[heaviest])
+    fill = centers[[heaviest] * mass.shape[0]]  # (a copy)
+    fill[:heaviest] = sums[heaviest]
+    return fill
 
 
 def kmeans_inertia(X, w, centers, labels, shift=None):

@@ -44,8 +44,7 @@ def counts_prior(spec):
     if (prior is None or prior.requires_grad or prior.dtype not in COUNTED_DTYPES
             or (spec.prior_fn is not None and spec.unit_out is None)):
         return False
-    finite = prior[torch.isfinite(prior)]
-    return bool(finite.numel() and finite.abs().amax() <= COUNTED_MAX_LOG)
+    return _in_counted_range(prior[torch.isfinite(prior)])
 
 
 def counts_every_key(log_prior, dtype):
@@ -54,14 +53,18 @@ def counts_every_key(log_prior, dtype):
     (the attention's): each one within ``exp(+-COUNTED_MAX_LOG)`` and :func:`counted` to an
     integer. Its weighted votes are then exact integer sums, each class's count over their
     total in one division (as scikit-learn's over the repeated points)."""
-    if dtype not in COUNTED_DTYPES:
-        return False
     finite = torch.as_tensor(log_prior, dtype=torch.float64)
     finite = finite[torch.isfinite(finite)]
-    if not finite.numel() or finite.abs().amax() > COUNTED_MAX_LOG:
+    if dtype not in COUNTED_DTYPES or not _in_counted_range(finite):
         return False
     weight = counted(torch.exp(finite.to(dtype)), dtype)
     return bool((weight == torch.round(weight)).all())
+
+
+def _in_counted_range(finite):
+    """Whether the finite log-priors ``finite`` (one at least) are all within
+    ``+-COUNTED_MAX_LOG``: weights the uniform limit sums unshifted."""
+    return bool(finite.numel() and finite.abs().amax() <= COUNTED_MAX_LOG)
 
 
 def lightest_weights(log_prior, k):

@@ -244,13 +244,13 @@ class LearnedMetric(MetricStrategy):
     def _architecture(self, estimator):
         """The parameters the map was built from, as built (``n_components`` and
         ``numeric_embedding`` resolved): what a warm start cannot change."""
-        names = {"tabular": ("numeric_embedding",),
-                 "mlp": ("hidden_size", "n_blocks", "activation", "dropout")
-                 }.get(self.metric, ())
-        built = {name: getattr(estimator, name) for name in names}
+        built = {"n_components": self.map.n_components}
         if self.metric == "tabular":
             built["numeric_embedding"] = self.map.numeric_embedding
-        return {"n_components": self.map.n_components, **built}
+        elif self.metric == "mlp":
+            built.update((name, getattr(estimator, name))
+                         for name in ("hidden_size", "n_blocks", "activation", "dropout"))
+        return built
 
     def check_same_architecture(self, estimator):
         """A clear error where a warm start's parameters would build another map than the
@@ -261,10 +261,10 @@ class LearnedMetric(MetricStrategy):
         changed = {}
         for name, value in built.items():
             asked = getattr(estimator, name)
-            if asked != value and not (name == "numeric_embedding" and asked == "auto") and not (
-                    name == "n_components" and asked is None
-                    and value == self._default_components()):
-                changed[name] = (value, asked)
+            if name == "n_components" and asked is None:
+                asked = self._default_components()
+            if asked != value and not (name == "numeric_embedding" and asked == "auto"):
+                changed[name] = (value, getattr(estimator, name))
         if changed:
             listed = ", ".join(f"{name} ({a!r} -> {b!r})" for name, (a, b) in changed.items())
             raise ValueError(
