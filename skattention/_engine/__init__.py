@@ -9,7 +9,7 @@ enforces it). See docs/engine.md for which module owns what.
 from ._anneal import anneal
 from ._attention import attention, kneighbors
 from ._available_memory import available_memory
-from ._budget import batch_rows, budget_bytes, plan_rows
+from ._budget import batch_rows, budget_bytes, cpu_block_rows, plan_rows
 from ._calibration import calibrate_temperature
 from ._cluster import (
     heaviest_fill,
@@ -49,11 +49,17 @@ from ._near_far import (
     grouped_rows_single_threaded,
     near_far_attention,
 )
-from ._parallel import cpu_threads, rows_single_threaded
+from ._parallel import cpu_threads, rows_single_threaded, small_work_single_threaded
 from ._progress import progress_bar, track, write
 from ._rows import RowBlocks
-from ._scores import ComputeOverflowError, overflow_message
-from ._sdpa import augmented_coordinates, scaled_dot_product
+from ._scores import ComputeOverflowError, overflow_message, tensor_version
+from ._sdpa import (
+    augmented_coordinates,
+    centred_keys,
+    centred_queries,
+    key_centre,
+    scaled_dot_product,
+)
 from ._shards import (
     Partial,
     finish_partial,
@@ -115,6 +121,9 @@ __all__ = [
     "train_network",
     # the nn layer's SDPA on augmented coordinates
     "augmented_coordinates",
+    "centred_keys",
+    "centred_queries",
+    "key_centre",
     "scaled_dot_product",
     # names, checks, devices, threads, memory and progress
     "LEARNED_METRICS",
@@ -127,6 +136,7 @@ __all__ = [
     "overflow_message",
     "available_memory",
     "budget_bytes",
+    "cpu_block_rows",
     "check_temperature",
     "clamp_log_temperature",
     "cpu_threads",
@@ -140,7 +150,9 @@ __all__ = [
     "resolve_dtype",
     "dtype_name",
     "rows_single_threaded",
+    "small_work_single_threaded",
     "seeded_torch_rng",
+    "tensor_version",
     "track",
     "write",
 ]

@@ -125,11 +125,26 @@ def augmented_coordinates(q, k, inv_temperature):
     ``q_aug @ k_aug.T == (2 q.k - ||k||^2) / T`` (centred), so a softmax over the last axis equals
     ``softmax(-||q - k||^2 / T)``.
     """
-    # Any common shift leaves the distances unchanged; the mean key is a good one numerically.
-    centre = k.detach().mean(dim=-2, keepdim=True)
-    q = q - centre
-    k = k - centre
-    return augmented_queries(q) * inv_temperature, augmented_keys(k, 2.0, _minus_squared_norm)
+    centre = key_centre(k)
+    return centred_queries(q, centre, inv_temperature), centred_keys(k, centre)
+
+
+def key_centre(k):
+    """The common shift of :func:`augmented_coordinates`: the mean key (any shift leaves the
+    distances unchanged; the mean key is a good one numerically)."""
+    return k.detach().mean(dim=-2, keepdim=True)
+
+
+def centred_queries(q, centre, inv_temperature):
+    """The queries' half of :func:`augmented_coordinates` about ``centre``:
+    ``[q - c, 1] / T``."""
+    return augmented_queries(q - centre) * inv_temperature
+
+
+def centred_keys(k, centre):
+    """The keys' half of :func:`augmented_coordinates` about ``centre``:
+    ``[2 (k - c), -||k - c||^2]``."""
+    return augmented_keys(k - centre, 2.0, _minus_squared_norm)
 
 
 def _minus_squared_norm(k):

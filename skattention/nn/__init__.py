@@ -8,13 +8,14 @@
   :class:`RelativePositionBias` (T5, learned; :func:`relative_position_bucket`), :class:`ALiBi`
   (:func:`alibi_slopes`), :class:`CausalMask`, :class:`KeyPaddingMask`, their base
   :class:`AttentionPrior` and their sum :class:`PriorSum`;
-* :class:`IPN`: linear -> attention blocks across the samples of a batch -> linear;
+* :class:`IPN`: linear -> attention blocks across the samples of a batch -> linear (a
+  context propagated once for many calls: :class:`PreparedContext`);
 * :class:`AttentionNetworkClassifier`: a scikit-learn classifier training an :class:`IPN`.
 """
 
 from ._attention import MetricAttention
 from ._estimator import AttentionNetworkClassifier
-from ._ipn import IPN
+from ._ipn import IPN, PreparedContext
 from ._priors import (
     ALiBi,
     AttentionPrior,
@@ -29,6 +30,7 @@ from ._priors import (
 __all__ = [
     "MetricAttention",
     "IPN",
+    "PreparedContext",
     "AttentionNetworkClassifier",
     "AttentionPrior",
     "RelativePositionBias",

@@ -23,12 +23,21 @@ Torch only: no scikit-learn imports here.
 
 import math
 from numbers import Integral
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._engine import LEARNED_METRICS, ResidualBlock, augmented_coordinates, scaled_dot_product
+from .._engine import (
+    LEARNED_METRICS,
+    ResidualBlock,
+    augmented_coordinates,
+    centred_keys,
+    centred_queries,
+    key_centre,
+    scaled_dot_product,
+)
 from ._masks import merged_mask
 from ._priors import AttentionPrior
 
@@ -310,17 +319,18 @@ class MetricAttention(nn.Module):
     def _extra_keys(self):
         return (self.bias_k is not None) + self.add_zero_attn
 
-    def _features(self, query, key, value):
-        """Projected queries, keys (after ``phi`` for ``"mlp"``) and values, (N, ., E), with the
-        appended keys and values."""
-        zq, zk = self._project(query, 0), self._project(key, 1)
+    def _query_features(self, query):
+        """Projected queries (after ``phi`` for ``"mlp"``), (N, L, E)."""
+        zq = self._project(query, 0)
+        return zq if self.phi is None else self.phi(zq)
+
+    def _key_features(self, key, value):
+        """Projected keys (after ``phi`` for ``"mlp"``) and values, (N, S, E), without the
+        appended keys and values: what a cache of keys keeps (``IPN.prepare_context``)."""
+        zk = self._project(key, 1)
         if self.phi is not None:
-            zq, zk = self.phi(zq), self.phi(zk)
-        v = self._project(value, 2)
-        if self._extra_keys():
-            zk = _appended(zk, self.bias_k, self.add_zero_attn)
-            v = _appended(v, self.bias_v, self.add_zero_attn)
-        return zq, zk, v
+            zk = self.phi(zk)
+        return zk, self._project(value, 2)
 
     def _score_inputs(self, zq, zk):
         """Per-head (q, k, scale) such that the scores are ``scale * q @ k.T`` (+ row constants)."""
@@ -383,7 +393,28 @@ class MetricAttention(nn.Module):
         if key.shape[0] != n or value.shape[0] != n or value.shape[1] != src_len:
             raise ValueError("key and value must have the same batch size and length, and the "
                              "batch size of query.")
-        zq, zk, v = self._features(query, key, value)
+        zk, v = self._key_features(key, value)
+        out, weights = self._attend_features(
+            self._query_features(query), zk, v, key_padding_mask, need_weights, attn_mask,
+            average_attn_weights, is_causal,
+        )
+        if not batched:
+            out = out[0]
+            weights = None if weights is None else weights[0]
+        elif not self.batch_first:
+            out = out.transpose(0, 1)
+        return out, weights
+
+    def _attend_features(self, zq, zk, v, key_padding_mask=None, need_weights=True,
+                         attn_mask=None, average_attn_weights=True, is_causal=False):
+        """``forward`` from the projected queries ``zq`` (N, L, E), keys ``zk`` and values ``v``
+        (N, S, E; without the appended keys and values), batch first: ``(out (N, L, E),
+        weights)``."""
+        n, length, _ = zq.shape
+        src_len = zk.shape[1]
+        if self._extra_keys():
+            zk = _appended(zk, self.bias_k, self.add_zero_attn)
+            v = _appended(v, self.bias_v, self.add_zero_attn)
         q, k, scale = self._score_inputs(zq, zk)
         v = self._heads(v)
         # A causal mask alone goes to SDPA as is_causal: as an array it would be L x S (bytes
@@ -400,12 +431,60 @@ class MetricAttention(nn.Module):
         out = self.out_proj(out.transpose(1, 2).reshape(n, length, self.embed_dim))
         if weights is not None and average_attn_weights:
             weights = weights.mean(dim=1)
-        if not batched:
-            out = out[0]
-            weights = None if weights is None else weights[0]
-        elif not self.batch_first:
-            out = out.transpose(0, 1)
         return out, weights
+
+    # ------------------------------------------------------------- shared keys
+
+    def _shared_keys(self, key, value):
+        """Keys and values (batch first, (N, S, .)) prepared once for many calls of
+        :meth:`_attend_shared_and_own`: per head, in the form the scores take (the squared
+        metrics' augmented coordinates about their mean key). A layer with a prior or appended
+        keys keeps them projected only (its calls then attend through a mask)."""
+        zk, v = self._key_features(key, value)
+        if self.prior is not None or self._extra_keys():
+            return _SharedKeys(zk, v, None, masked=True)
+        k = self._heads(zk)
+        centre = None if self.metric == "dot" else key_centre(k)
+        return _SharedKeys(k if centre is None else centred_keys(k, centre), self._heads(v),
+                           centre, masked=False)
+
+    def _attend_shared_and_own(self, query, shared, own_key, own_value):
+        """Outputs (N, L, E) of queries ``query`` (N, L, E) that each attend to the keys
+        ``shared`` (:meth:`_shared_keys`) and to their own key (row ``i`` of ``own_key`` and
+        ``own_value``) only, never to the other queries' (the inductive rule of an IPN's
+        context): the scores over the shared keys and the own key's are one softmax, without an
+        L x (S + L) mask."""
+        n, length, _ = query.shape
+        zq = self._query_features(query)
+        zk, v = self._key_features(own_key, own_value)
+        if shared.masked:
+            mask = torch.ones(length, shared.k.shape[1] + length, dtype=torch.bool,
+                              device=query.device)
+            mask[:, :shared.k.shape[1]] = False
+            mask[:, shared.k.shape[1]:].fill_diagonal_(False)
+            return self._attend_features(zq, torch.cat([shared.k, zk], 1),
+                                         torch.cat([shared.v, v], 1), attn_mask=mask,
+                                         need_weights=False)[0]
+        q, k = self._heads(zq), self._heads(zk)
+        if shared.centre is None:
+            q = q / math.sqrt(self.head_dim)
+        else:
+            inv_t = torch.exp(-self.log_temperature).to(zq.dtype)[:, None, None]
+            q, k = centred_queries(q, shared.centre, inv_t), centred_keys(k, shared.centre)
+        scores = torch.matmul(q, shared.k.transpose(-2, -1))
+        own = (q * k).sum(-1, keepdim=True)
+        top = torch.maximum(scores.amax(-1, keepdim=True), own)
+        # (outside autograd the scores become their weights in place)
+        weights = torch.exp(scores - top) if scores.requires_grad else scores.sub_(top).exp_()
+        own = torch.exp(own - top)
+        total = weights.sum(-1, keepdim=True) + own
+        v = self._heads(v)
+        if self.training and self.dropout > 0:
+            weights = F.dropout(weights / total, p=self.dropout)
+            out = torch.matmul(weights, shared.v) + F.dropout(own / total, p=self.dropout) * v
+        else:  # the weighted sums divided once, not every weight
+            out = (torch.matmul(weights, shared.v) + own * v) / total
+        return self.out_proj(out.transpose(1, 2).reshape(n, length, self.embed_dim))
 
     def _attend(self, q, k, v, scale, mask, need_weights, is_causal=False):
         """Per-head outputs (N, H, L, head_dim) and weights (N, H, L, S') or None;
@@ -437,6 +516,17 @@ class MetricAttention(nn.Module):
             is_causal=is_causal,
         )
         return out[..., :self.head_dim], None
+
+
+class _SharedKeys(NamedTuple):
+    """Keys and values shared by many queries (``MetricAttention._shared_keys``): per head
+    ``k`` (N, H, S, .) in the scores' form about ``centre`` (None: ``"dot"``) and ``v``
+    (N, H, S, head_dim); or, ``masked``, the projected ``k`` and ``v`` (N, S, E)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    centre: torch.Tensor | None
+    masked: bool
 
 
 def _appended(z, bias, zero):

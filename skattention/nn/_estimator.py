@@ -15,6 +15,8 @@ from .._engine import (
     progress_bar,
     resolve_device,
     seeded_torch_rng,
+    small_work_single_threaded,
+    tensor_version,
     train_network,
 )
 from ..utils._callbacks import EpochTasks
@@ -243,10 +245,13 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
         """Each query attends to the training set plus itself (float64, on the CPU)."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
-        net = copy.deepcopy(self.network_).double().eval()
-        with torch.no_grad():
-            logits = net(torch.tensor(self._standardise(X), dtype=torch.float64),
-                         context=torch.from_numpy(self._fit_X))
+        net, context = self._inference()
+        # a few rows (a single row served) on one thread: each block's kernels over the m
+        # training samples are too short for a parallel region to pay, and on a busy machine
+        # every region waits for a descheduled thread (work: the scores' and values' products)
+        work = 2 * X.shape[0] * context.n_samples * (self.width + self.num_heads) * self.n_blocks
+        with torch.no_grad(), small_work_single_threaded(work, torch.device("cpu")):
+            logits = net(torch.tensor(self._standardise(X), dtype=torch.float64), context=context)
             proba = torch.softmax(logits, dim=1).numpy()
         if not np.all(np.isfinite(proba)):  # NaN probabilities, silently, before
             if not _finite_weights(net):
@@ -259,6 +264,21 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
                 "float64 computations overflow (NaN probabilities); rescale the data."
             )
         return proba
+
+    def _inference(self):
+        """The network in float64 and its training set propagated through the blocks
+        (``IPN.prepare_context``), made once per fitted network (again where its parameters
+        were changed in place: torch's version counters): a call then costs its queries'
+        attention over the training set, not the training set's over itself."""
+        def build(network, device, dtype):
+            net = copy.deepcopy(network).to(device, dtype).eval()
+            with torch.no_grad():
+                return net, net.prepare_context(torch.from_numpy(self._fit_X).to(device))
+
+        network = self.network_
+        version = tuple(map(tensor_version, (*network.parameters(), *network.buffers())))
+        return self._on_device("inference", network, torch.device("cpu"), torch.float64, build,
+                               version)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -6,10 +6,12 @@ of the set (the batch), so the network is a learned kernel smoother over samples
 (the documentation's theory page). Torch only.
 """
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
-from .._engine import budget_bytes, plan_rows
+from .._engine import budget_bytes, cpu_block_rows, plan_rows
 from ._attention import MetricAttention
 
 
@@ -80,9 +82,10 @@ class IPN(nn.Module):
         Parameters
         ----------
         x : Tensor of shape (n, in_features)
-        context : Tensor of shape (m, in_features), default=None
+        context : Tensor of shape (m, in_features), PreparedContext or None, default=None
             ``None``: the samples of ``x`` attend to each other. Otherwise each sample of ``x``
-            attends to the context and to itself only.
+            attends to the context and to itself only. A context used for many calls is
+            propagated once by :meth:`prepare_context` (its result passed here).
         chunk_size : int, default=None
             With a context, queries per attention call (bounds memory; the same result up to
             rounding: a call's keys are the context and the chunk's queries, so the last bits of
@@ -94,48 +97,98 @@ class IPN(nn.Module):
         -------
         logits : Tensor of shape (n, n_outputs)
         """
-        for name, t in (("x", x), ("context", context)):
-            if t is not None and t.ndim != 2:
-                raise ValueError(f"{name} must be 2-D (n, in_features) (IPN attends across the "
-                                 f"samples of one set); got {t.ndim}-D.")
+        _check_2d("x", x)
         h = self.input(x)
         if context is None:
             for block in self.blocks:
                 h = self._step(block, h, h)
             return self.output(h)
-        hc = self.input(context)
-        contexts = []
-        for block in self.blocks:
-            contexts.append(hc)
-            hc = self._step(block, hc, hc)
-        outs = []
-        m = context.shape[0]
+        if not isinstance(context, PreparedContext):
+            context = self.prepare_context(context)
+        m = context.n_samples
         if chunk_size is None:
             chunk_size = _chunk_rows(
                 m,
-                hc.shape[1],
+                h.shape[1],
                 self.blocks[0].num_heads if len(self.blocks) else 1,
-                hc.element_size(),
+                h.element_size(),
+                h.device,
             )
+        outs = []
         for start in range(0, x.shape[0], chunk_size):
-            hx = h[start:start + chunk_size]
-            c = hx.shape[0]
-            # query i may see the m context samples and key m + i (itself) only
-            mask = torch.ones(c, m + c, dtype=torch.bool, device=x.device)
-            mask[:, :m] = False
-            mask[:, m:].fill_diagonal_(False)
-            for block, hc_l in zip(self.blocks, contexts):
-                hx = self._step(block, hx, torch.cat([hc_l, hx]), attn_mask=mask)
-            outs.append(self.output(hx))
+            hx = h[start:start + chunk_size][None]
+            for block, shared in zip(self.blocks, context.keys, strict=True):
+                out = block._attend_shared_and_own(hx, shared, hx, hx)
+                hx = hx + out if self.residual else out
+            outs.append(self.output(hx[0]))
         return torch.cat(outs) if outs else self.output(h)
 
+    def prepare_context(self, context):
+        """The context samples propagated through the blocks once, for many ``forward`` calls.
 
-def _chunk_rows(m, width, num_heads, itemsize):
-    """Queries per chunk within ``working_memory``: each query row of a chunk holds a boolean and
-    an additive mask over the m + 1 keys it may see (and its per-head copies); each chunk also
-    copies and projects the context (about 4 m x width values)."""
+        ``forward(x, context=c)`` propagates the m context samples among themselves through
+        every block (m x m attention per block) before the queries attend to them; a
+        :class:`PreparedContext` keeps what the queries need of that (each block's projected
+        keys and values of the context, per head in the form the scores take), so that calls
+        with it cost the queries' attention over m keys only. It holds about ``2 * n_blocks *
+        m * width`` numbers, and is valid while the network's parameters do not change.
+
+        Parameters
+        ----------
+        context : Tensor of shape (m, in_features)
+
+        Returns
+        -------
+        PreparedContext
+            To pass as ``context`` to :meth:`forward`.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from skattention.nn import IPN
+        >>> _ = torch.manual_seed(0)
+        >>> net = IPN(2, 3, width=8).double()
+        >>> train, test = torch.randn(50, 2).double(), torch.randn(4, 2).double()
+        >>> prepared = net.prepare_context(train)
+        >>> prepared.n_samples
+        50
+        >>> bool(torch.allclose(net(test, context=prepared), net(test, context=train)))
+        True
+        """
+        _check_2d("context", context)
+        hc = self.input(context)
+        keys = []
+        for block in self.blocks:
+            keys.append(block._shared_keys(hc[None], hc[None]))
+            hc = self._step(block, hc, hc)
+        return PreparedContext(context.shape[0], tuple(keys))
+
+
+class PreparedContext(NamedTuple):
+    """An :class:`IPN`'s context propagated once (:meth:`IPN.prepare_context`): its number of
+    samples and, per block, the context's projected keys and values, each (1, m, width)."""
+
+    n_samples: int
+    keys: tuple
+
+
+def _check_2d(name, t):
+    if t.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n, in_features) (IPN attends across the samples "
+                         f"of one set); got {t.ndim}-D.")
+
+
+def _chunk_rows(m, width, num_heads, itemsize, device):
+    """Queries per chunk within ``working_memory``, at most 1024 (on the CPU, as many as keep
+    a chunk's scores cache-sized): each query row of a chunk holds its scores and weights over
+    the m + 1 keys it sees, per head (or, for a layer with a prior or appended keys, a boolean
+    and an additive mask and its per-head copies); each chunk of those layers also copies and
+    projects the context (about 4 m x width values)."""
+    max_rows = 1024
+    if device.type == "cpu":
+        max_rows = min(max_rows, cpu_block_rows((m + 1) * num_heads))
     return plan_rows(
-        None, row_bytes=(m + 1) * (1 + (1 + num_heads) * itemsize) + 8 * width * itemsize,
-        fixed_bytes=4 * m * width * itemsize, budget=budget_bytes(), max_rows=1024,
+        None, row_bytes=(m + 1) * (1 + (1 + 2 * num_heads) * itemsize) + 8 * width * itemsize,
+        fixed_bytes=4 * m * width * itemsize, budget=budget_bytes(), max_rows=max_rows,
         what=f"IPN with a context of {m} samples", hint="use a smaller context", per="per query",
     )

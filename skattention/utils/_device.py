@@ -32,19 +32,20 @@ class DevicePortableMixin:
     ``predict`` works instead of failing on the missing device.
     """
 
-    def _on_device(self, name, source, device, dtype, build):
-        """``build(source, device, dtype)``, cached per fitted ``source`` object and compute
-        device/dtype, so that predict does not convert or validate the fitted model again on
-        every call. The cache lives outside the estimator (predict leaves ``__dict__`` as it
-        was, and pickles and clones do not carry it); an entry is rebuilt once ``source`` is
-        replaced by a new fit, and goes with the estimator."""
+    def _on_device(self, name, source, device, dtype, build, version=None):
+        """``build(source, device, dtype)``, cached per fitted ``source`` object (and its
+        ``version``, where it can change in place) and compute device/dtype, so that predict
+        does not convert or prepare the fitted model again on every call. The cache lives
+        outside the estimator (predict leaves ``__dict__`` as it was, and pickles and clones do
+        not carry it); an entry is rebuilt once ``source`` is replaced by a new fit or its
+        ``version`` changes, and goes with the estimator."""
         with _CACHE_LOCK:
             cache = _DEVICE_CACHE.setdefault(self, {})
         key = (name, device.type, device.index, dtype)
         entry = cache.get(key)
-        if entry is None or entry[0] is not source:
-            entry = cache[key] = (source, build(source, device, dtype))
-        return entry[1]
+        if entry is None or entry[0] is not source or entry[1] != version:
+            entry = cache[key] = (source, version, build(source, device, dtype))
+        return entry[2]
 
     def __getstate__(self):
         # fitted on a Dask cluster: the pickle holds the computed arrays (a self-contained

@@ -27,6 +27,63 @@ def test_ipn_context_rule_ignores_the_other_queries(metric):
     assert not torch.allclose(transductive, full)
 
 
+def _each_query_alone(net, x, context):
+    """The inference rule written out: each query alone, its keys at block l the context's
+    states there plus itself (MetricAttention's own forward, no mask)."""
+    states, hc = [], net.input(context)
+    for block in net.blocks:
+        states.append(hc)
+        hc = net._step(block, hc, hc)
+    rows = []
+    for hx in net.input(x):
+        hx = hx[None]
+        for block, hc_l in zip(net.blocks, states):
+            hx = net._step(block, hx, torch.cat([hc_l, hx]))
+        rows.append(net.output(hx))
+    return torch.cat(rows)
+
+
+@pytest.mark.parametrize("metric", ["mlp", "linear", "dot"])
+@pytest.mark.parametrize("extra", [{}, {"add_zero_attn": True}, {"add_bias_kv": True}])
+def test_queries_over_a_context_follow_the_inference_rule(metric, extra):
+    # the queries' scores over the shared context keys and their own key are one softmax (no
+    # L x (m + L) mask); with appended keys the mask path; a prepared context gives the same
+    torch.manual_seed(0)
+    net = IPN(3, 4, width=6, n_blocks=2, metric=metric, num_heads=2, **extra).double().eval()
+    ctx, x = torch.randn(30, 3, dtype=torch.float64), torch.randn(9, 3, dtype=torch.float64)
+    expected = _each_query_alone(net, x, ctx)
+    torch.testing.assert_close(net(x, context=ctx), expected, rtol=1e-12, atol=1e-12)
+    prepared = net.prepare_context(ctx)
+    assert prepared.n_samples == 30 and len(prepared.keys) == 2
+    torch.testing.assert_close(net(x, context=prepared, chunk_size=4), expected, rtol=1e-12,
+                               atol=1e-12)
+
+
+def test_queries_over_a_context_differentiate():
+    torch.manual_seed(0)
+    net = IPN(3, 2, width=4, metric="mlp").double()
+    ctx, x = torch.randn(12, 3, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64)
+    x.requires_grad_(True)
+    net(x, context=ctx).sum().backward()
+    reference = x.grad.clone()
+    x.grad = None
+    _each_query_alone(net, x, ctx).sum().backward()
+    torch.testing.assert_close(x.grad, reference, rtol=1e-10, atol=1e-12)
+    assert all(p.grad is not None for p in net.parameters())
+
+
+def test_dropout_over_a_context_drops_weights_in_training_only():
+    torch.manual_seed(0)
+    net = IPN(3, 2, width=4, metric="linear", dropout=0.5).double()
+    ctx, x = torch.randn(40, 3, dtype=torch.float64), torch.randn(6, 3, dtype=torch.float64)
+    net.eval()
+    expected = _each_query_alone(net, x, ctx)
+    torch.testing.assert_close(net(x, context=ctx), expected, rtol=1e-12, atol=1e-12)
+    net.train()
+    dropped = net(x, context=net.prepare_context(ctx))
+    assert torch.isfinite(dropped).all() and not torch.allclose(dropped, expected)
+
+
 def test_ipn_is_set_equivariant():
     torch.manual_seed(0)
     net = IPN(2, 2, width=4, residual=False).double()
@@ -190,6 +247,22 @@ def test_a_network_with_non_finite_weights_is_named_as_the_cause():
         next(clf.network_.parameters()).fill_(float("nan"))
     with pytest.raises(ValueError, match="weights are not finite"):
         clf.predict_proba(X)
+
+
+def test_predictions_follow_the_network_changed_in_place():
+    # predict prepares the training set once per network: a network changed in place (its
+    # parameters' versions) is prepared again, not served from the first preparation
+    X, y = make_moons(80, noise=0.2, random_state=0)
+    clf = AttentionNetworkClassifier(width=6, max_iter=3, random_state=0).fit(X, y)
+    before = clf.predict_proba(X)
+    net = clf.network_.double()
+    with torch.no_grad():
+        clf.network_.output.bias.add_(torch.tensor([2.0, -2.0], dtype=torch.float64))
+        expected = torch.softmax(net(torch.from_numpy(clf._standardise(X)),
+                                     context=torch.from_numpy(clf._fit_X)), 1).numpy()
+    after = clf.predict_proba(X)
+    assert not np.allclose(after, before)
+    np.testing.assert_allclose(after, expected, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
