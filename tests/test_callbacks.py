@@ -3,12 +3,14 @@ iteration, mean-shift step and diffusion-embedding step a subtask."""
 
 import numpy as np
 import pytest
+import torch
 from sklearn.base import clone
 from sklearn.datasets import make_blobs, make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
 
 from skattention import (
     AttentionDiffusionEmbedding,
@@ -320,3 +322,33 @@ def test_scoring_monitor_scores_each_epoch_of_the_network(data):
     epochs, fit = _epoch_and_fit_accuracies(monitor)
     assert len(epochs) == est.n_iter_ == 3
     assert epochs[-1] == pytest.approx(fit[0]) == pytest.approx(est.score(X, y))
+
+
+class ThreadsSeen(Recorder):
+    """Records torch's thread count each task's hooks see."""
+
+    def setup(self, estimator, context):
+        pass
+
+    def teardown(self, estimator, context):
+        pass
+
+    def on_fit_task_begin(self, estimator, context):
+        self.events.append((context.task_name, torch.get_num_threads()))
+
+    def on_fit_task_end(self, estimator, context):
+        self.events.append((context.task_name, torch.get_num_threads()))
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("name", sorted(CHEAP))
+def test_hooks_run_on_the_callers_threads(data, name):
+    # a fit of small steps (or small k-means runs) runs its loop on one thread; the hooks (a
+    # ScoringMonitor's scoring) ran there too, unlike a large fit's
+    X, y = data
+    seen = ThreadsSeen()
+    with threadpool_limits(2, user_api="openmp"):
+        threads = torch.get_num_threads()
+        cheap(name).set_callbacks(seen).fit(X, y)
+    assert threads == 2 and seen.events
+    assert {count for _, count in seen.events} == {threads}

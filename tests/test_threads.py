@@ -156,8 +156,15 @@ def test_concurrent_seeded_fits_are_reproducible(dropout):
     assert torch.equal(torch.get_rng_state(), state)
 
 
-@pytest.mark.parametrize("n_jobs", [1, -1])
-def test_n_jobs_sets_the_engine_threads_for_the_call(monkeypatch, n_jobs):
+@pytest.mark.parametrize("n_jobs, limit, expected", [
+    (1, 2, 1), (-1, 2, 2), (-2, 2, 1),
+    # a negative n_jobs counts from the threads the caller allows, as scikit-learn's OpenMP
+    # loops do (it took every core: a grid search's workers each on every core)
+    (-1, 1, 1),
+    # more threads than CPUs are the CPUs (64 threads on 2 cores waited for each other)
+    (64, 1, None),
+])
+def test_n_jobs_sets_the_engine_threads_for_the_call(monkeypatch, n_jobs, limit, expected):
     import skattention.neighbors._keys as keys
     import skattention.neighbors._temperature as temperature
 
@@ -174,8 +181,8 @@ def test_n_jobs_sets_the_engine_threads_for_the_call(monkeypatch, n_jobs):
     monkeypatch.setattr(keys, "kneighbors", recording(keys.kneighbors))
     X = np.random.default_rng(0).normal(size=(60, 3))
     y = (X[:, 0] > 0).astype(int)
-    expected = joblib.cpu_count() if n_jobs == -1 else n_jobs
-    with threadpool_limits(limits=1 if n_jobs == -1 else 2, user_api="openmp"):
+    expected = joblib.cpu_count() if expected is None else expected
+    with threadpool_limits(limits=limit, user_api="openmp"):
         before = torch.get_num_threads()
         clf = MetricAttentionClassifier("euclidean", n_neighbors=3, n_jobs=n_jobs).fit(X, y)
         clf.predict(X)

@@ -182,9 +182,10 @@ DEVICE = """device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
         products) during ``fit``, prediction and the neighbour queries, set for the calling
         thread (OpenMP's through ``threadpoolctl``) and restored after the call. ``None``:
         the current setting (every core, unless limited by ``OMP_NUM_THREADS``,
-        ``threadpoolctl`` or a joblib worker's share); ``-1``: every core; ``-2``: all but
-        one, and so on, as joblib counts. Results do not depend on it beyond float rounding in
-        sums (learned maps are bit-identical at a given thread count). Not used on a GPU."""
+        ``threadpoolctl`` or a joblib worker's share); ``-1``: every thread that setting
+        allows; ``-2``: all but one, and so on, as scikit-learn's OpenMP loops count; more
+        than the CPUs: the CPUs. Results do not depend on it beyond float rounding in sums
+        (learned maps are bit-identical at a given thread count). Not used on a GPU."""
 
 LEARNED_ATTRIBUTES = """map_ : torch.nn.Module or None
         The learned map (on the CPU, in its training precision: float32, float64 with

@@ -8,8 +8,21 @@ eigen-solve, the Lanczos solves (:func:`begin_subtask`, :func:`end_subtask`,
 :func:`report_subtask`), so that ``ProgressBar`` shows them, within ``Pipeline`` and
 ``GridSearchCV`` too. Every hook is given the fit's ``X``, ``y`` and metadata; a subtask that
 can give the model as it stands after it (``reconstruction_attributes``) lets ``ScoringMonitor``
-score it. Before scikit-learn 1.9 nothing is reported.
+score it. The hooks run on the caller's torch thread count. Before scikit-learn 1.9 nothing is
+reported.
 """
+
+from contextlib import nullcontext
+
+from .._engine import cpu_threads
+
+
+def _callers_threads(estimator):
+    """The caller's torch thread count for the hooks (a subtask may run inside a loop of small
+    steps on one thread, where a callback's own work, such as ``ScoringMonitor``'s scoring,
+    would run on one core too); nothing changed outside a fit with callbacks."""
+    threads = getattr(estimator, "_callback_threads", None)
+    return nullcontext() if threads is None else cpu_threads(threads)
 
 
 def _fit_data(estimator):
@@ -29,7 +42,8 @@ def begin_subtask(estimator, task_name, *, max_subtasks=0, parent=None):
         if parent is None:
             return None
     task = parent.subcontext(task_name=task_name, max_subtasks=max_subtasks)
-    task.call_on_fit_task_begin(estimator=estimator, **_fit_data(estimator))
+    with _callers_threads(estimator):
+        task.call_on_fit_task_begin(estimator=estimator, **_fit_data(estimator))
     return task
 
 
@@ -43,10 +57,11 @@ def end_subtask(estimator, task, reconstruction_attributes=None):
     """
     if task is None:
         return False
-    return bool(task.call_on_fit_task_end(
-        estimator=estimator, reconstruction_attributes=reconstruction_attributes,
-        **_fit_data(estimator),
-    ))
+    with _callers_threads(estimator):
+        return bool(task.call_on_fit_task_end(
+            estimator=estimator, reconstruction_attributes=reconstruction_attributes,
+            **_fit_data(estimator),
+        ))
 
 
 def report_subtask(estimator, task_name, *, parent=None, reconstruction_attributes=None):

@@ -10,12 +10,14 @@ scikit-learn's callback API (``sklearn.callback``, new in 1.9) is used where it 
 ``set_callbacks``), and ``_fit_context`` makes each ``fit`` the root task of the estimator's
 callbacks (see ``utils/_callbacks.py``).
 
-Private torch names: none are needed. The engine (torch only, which must not import this module
-since it imports scikit-learn) tells dropout modules apart by their public classes.
+Private torch names: one, torch's version counter of a tensor (``Tensor._version``), read by
+the engine's ``tensor_version`` alone (the engine, torch only, must not import this module since
+it imports scikit-learn); the engine tells dropout modules apart by their public classes.
 """
 
 import functools
 
+import torch
 from sklearn.base import _fit_context as _sklearn_fit_context
 from sklearn.utils._param_validation import (
     HasMethods,
@@ -55,7 +57,8 @@ def _fit_context(*, prefer_skip_nested_validation):
     An estimator's ``_fit_subtasks()`` gives the number of subtasks (epochs, iterations) it
     reports under the root task (0 when it has none). The fit's ``X``, ``y`` and metadata are
     held in ``_callback_fit_data`` during the fit, for the subtasks' hooks
-    (``utils/_callbacks.py``: ``ScoringMonitor`` scores a subtask's model on them)."""
+    (``utils/_callbacks.py``: ``ScoringMonitor`` scores a subtask's model on them), and the
+    caller's torch thread count in ``_callback_threads``, on which those hooks run."""
 
     def decorator(fit_method):
         @functools.wraps(fit_method)
@@ -73,14 +76,20 @@ def _fit_context(*, prefer_skip_nested_validation):
             context.call_on_fit_task_begin(estimator=estimator, X=X, y=y, metadata=metadata)
             # a fit may run inside another (the Dask fits fit a sample in memory)
             outer = estimator.__dict__.get("_callback_fit_data")
+            outer_threads = estimator.__dict__.get("_callback_threads")
             estimator._callback_fit_data = {"X": X, "y": y, "metadata": metadata}
+            # the subtasks' hooks run on the caller's thread count, not on the one thread of
+            # a loop of small steps (utils/_callbacks.py)
+            estimator._callback_threads = torch.get_num_threads()
             try:
                 fitted = fit_method(estimator, X, y, *args, **kwargs)
             finally:
                 if outer is None:
                     del estimator._callback_fit_data  # no reference to the data after the fit
+                    del estimator._callback_threads
                 else:
                     estimator._callback_fit_data = outer
+                    estimator._callback_threads = outer_threads
             context.call_on_fit_task_end(
                 estimator=estimator, X=X, y=y, metadata=metadata, reconstruction_attributes={}
             )

@@ -4,16 +4,29 @@ import functools
 from contextlib import nullcontext
 
 import joblib
+import torch
 
 from .._engine import cpu_threads
 
 
 def n_jobs_threads(n_jobs):
-    """Context in which the engine's CPU kernels use ``n_jobs`` threads (joblib's counting);
+    """Context in which the engine's CPU kernels use ``n_jobs`` threads (:func:`threads_of`);
     ``None`` changes nothing."""
     if n_jobs is None:
         return nullcontext()
-    return cpu_threads(joblib.effective_n_jobs(n_jobs))
+    return cpu_threads(threads_of(n_jobs))
+
+
+def threads_of(n_jobs):
+    """The threads of ``n_jobs`` as scikit-learn's OpenMP loops count them: a negative
+    ``n_jobs`` counts back from the threads the caller allows (torch's count in this thread:
+    ``OMP_NUM_THREADS``, ``threadpoolctl``'s limits, a joblib worker's share), ``-1`` all of
+    them, as ``_openmp_effective_n_threads`` does; a positive one at most the CPUs this
+    process may run on (more threads than cores only wait for each other, and the OpenMP team
+    outlives the call). ``0`` is joblib's error."""
+    if n_jobs < 0:
+        return max(1, torch.get_num_threads() + 1 + n_jobs)
+    return min(joblib.effective_n_jobs(n_jobs), joblib.cpu_count())
 
 
 def uses_n_jobs(method):
