@@ -4,7 +4,7 @@ import math
 import os
 import threading
 from contextlib import contextmanager
-from numbers import Real
+from numbers import Integral, Real
 
 
 def _default_working_memory():
@@ -96,7 +96,9 @@ def check_working_memory(working_memory):
             f"working_memory must be a positive number of MiB (finite, not a bool), got "
             f"{working_memory!r}."
         )
-    return working_memory
+    # a Python number: a NumPy scalar's own arithmetic overflows (np.int32(2048) MiB in bytes
+    # was a negative budget) or raises (np.float16)
+    return int(working_memory) if isinstance(working_memory, Integral) else float(working_memory)
 
 
 @contextmanager

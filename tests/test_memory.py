@@ -127,6 +127,47 @@ def test_attention_weights_hold_their_result_once_under_an_address_space_limit()
     assert out.returncode == 0, out.stderr[-2000:]
 
 
+_ATTENTION_OUTPUT_UNDER_A_CAP = """
+import resource, sys
+import numpy as np
+from skattention import attention, config_context
+rng = np.random.default_rng(0)
+d, n_keys, n_queries = map(int, sys.argv[1:4])
+kwargs = eval(sys.argv[4])
+K = rng.standard_normal((n_keys, d)).astype(np.float32)
+V = rng.standard_normal((n_keys, 1000)).astype(np.float32)
+Q = rng.standard_normal((n_queries, d)).astype(np.float32)
+with config_context(working_memory=1):
+    ref = attention(Q[:300], K, V, **kwargs)  # warm (threads, caches), and the first rows
+    vm = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    cap = vm + int(1.6 * n_queries * 1000 * 4) + 15 * 2**20  # the output and a margin
+    resource.setrlimit(resource.RLIMIT_AS,
+                       (cap if hard == resource.RLIM_INFINITY else min(cap, hard), hard))
+    out = attention(Q, K, V, **kwargs)
+np.testing.assert_array_equal(out[:300], ref)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+@pytest.mark.parametrize("d, n_keys, n_queries, kwargs", [
+    (16, 2000, 20000, "dict(temperature=1.0)"),
+    (16, 2000, 20000, "dict(n_neighbors=5, temperature=float('inf'))"),
+    (4, 10000, 8000, "dict(n_neighbors=5, temperature=float('inf'))"),  # over the key tree
+])
+def test_attention_holds_its_output_once_under_an_address_space_limit(d, n_keys, n_queries,
+                                                                      kwargs):
+    # Three copies were alive at once: torch.isfinite's temporaries of the whole output (and of
+    # the values), the query blocks' outputs kept in a list and their concatenation; over the
+    # key tree the gathered values of a chunk of queries were not counted in the budget.
+    out = subprocess.run(
+        [sys.executable, "-c", _ATTENTION_OUTPUT_UNDER_A_CAP, str(d), str(n_keys), str(n_queries),
+         kwargs],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
 # ------------------------------------------------------------------------------ training
 
 
@@ -428,3 +469,14 @@ def test_a_containers_memory_limit_counts_as_unavailable(tmp_path, monkeypatch, 
     unlimited = "max" if version == 2 else 9223372036854771712
     _cgroup(tmp_path, monkeypatch, version, unlimited, 1)
     assert memory.available_memory() > 500 * 2**20
+
+
+@pytest.mark.parametrize("value", [np.int32(2048), np.int16(4), np.uint8(4), np.float16(4)])
+def test_a_numpy_scalar_budget_is_that_many_mib(value):
+    # np.int32(2048) MiB in bytes overflowed to a negative budget (every call then failed),
+    # np.float16 and the small integers raised OverflowError, in later unrelated calls
+    with skattention.config_context(working_memory=value):
+        assert skattention.get_config()["working_memory"] == float(value)
+        X = np.random.default_rng(0).normal(size=(50, 3))
+        out = skattention.attention(X, X, X, temperature=1.0)
+    np.testing.assert_allclose(out, skattention.attention(X, X, X, temperature=1.0))

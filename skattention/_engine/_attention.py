@@ -18,6 +18,7 @@ import math
 
 import torch
 
+from ._budget import all_finite
 from ._device import accumulation_dtype, dtype_name
 from ._inputs import check_weights_count, differentiated, make_spec
 from ._knn import knn_attention, nearest_keys
@@ -248,7 +249,7 @@ def _returned(spec, result):
     """What :func:`attention` returns from a backend's result: checked finite, as the caller's
     values were shaped, NumPy for NumPy queries."""
     out = result[0]
-    if not bool(torch.isfinite(out).all()):
+    if not all_finite(out):
         raise _non_finite_error(spec, out.dtype)
     if spec.squeeze:
         out = out[:, 0]

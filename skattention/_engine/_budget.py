@@ -16,6 +16,8 @@ A loop that cannot fit even one row raises the one :class:`MemoryError` text of
 :func:`memory_error`, naming ``working_memory`` and what else to change.
 """
 
+import torch
+
 from .._config import check_working_memory, get_config
 
 # The BLAS kernels give a row of a product the same rounding whatever the rows around it only
@@ -141,6 +143,19 @@ def plan_rows(n_rows, *, row_bytes, budget, what=None, hint=None, fixed_bytes=0,
 def cpu_block_rows(row_entries):
     """Rows of a CPU block holding ``row_entries`` score entries per row (cache-sized)."""
     return max(1, CPU_BLOCK_ENTRIES // max(1, row_entries))
+
+
+def all_finite(t):
+    """Whether every entry of tensor ``t`` is finite, checked in cache-sized row chunks:
+    ``torch.isfinite`` of a whole float tensor holds temporaries several times its size (its
+    absolute value and comparisons), a peak beyond the budget for a large input or output."""
+    if not (t.is_floating_point() or t.is_complex()):
+        return True
+    if t.numel() <= _CPU_ROW_PASS_ENTRIES:  # (a single row's check: one call)
+        return bool(torch.isfinite(t).all())
+    rows = t.reshape(t.shape[0], -1) if t.ndim else t.reshape(1, 1)
+    return all(bool(torch.isfinite(rows[part]).all())
+               for part in cache_row_slices(rows.shape[0], rows.shape[1], t.device))
 
 
 def cache_row_slices(n_rows, n_cols, device):

@@ -14,7 +14,7 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
-from ._budget import budget_bytes
+from ._budget import all_finite, budget_bytes
 from ._device import dtype_name, is_auto_device, resolve_device, resolve_dtype
 from ._kinds import f_of_distance, metric_kind
 from ._masks import Radius
@@ -290,8 +290,8 @@ def as_tensor(x, name, device, dtype, ndims):
         expected = " or ".join(f"{d}-D" for d in ndims)
         raise ValueError(f"{name} must be {expected}, got an array of shape {tuple(t.shape)}.")
     source, t = t, t.to(device=device, dtype=dtype)
-    if t.numel() and not bool(torch.isfinite(t).all()):
-        if source.dtype != t.dtype and bool(torch.isfinite(source).all()):
+    if not all_finite(t):
+        if source.dtype != t.dtype and all_finite(source):
             peak = float(source.abs().max())
             # the cast overflowed: finite inputs reported as NaN or infinity misled
             raise ValueError(f"{name}: values of magnitude {peak:.3g} are beyond "

@@ -27,7 +27,7 @@ from ._multiplicity import (
 )
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
-from ._results import backend_result, cat_or_empty, empty_rows
+from ._results import BlockRows, cat_or_empty, empty_rows
 from ._scores import NEG_INF
 from ._softmax import batch_exp
 from ._topk import TopK
@@ -82,7 +82,7 @@ def nearest_blocks(spec, k, query_bytes, what):
     )
     tree = tree_for(spec, k)
     if tree is not None:
-        yield from tree_blocks(spec, tree, k, what)
+        yield from tree_blocks(spec, tree, k, query_bytes, what)
         return
     cells = _cells_for(spec, k)
     if cells is not None:
@@ -340,7 +340,7 @@ def knn_attention(spec):
     gather_bytes = n_select * (V.element_size() * dv
                                + Q.element_size() * ((prepared.dim if spec.grad else 0) + 6))
     what = f"k-NN attention with n_neighbors={k}" if spec.n_neighbors else "1-NN attention"
-    outs, weights, indices = [], [], []
+    rows = BlockRows(Q.shape[0], V, n_weights, spec.grad)
     for qs, _, q, q_index, f, idx in nearest_blocks(spec, n_select, gather_bytes, what):
         safe_idx = idx.clamp(min=0)
         # Scores recomputed with the graph when differentiating, else the exact ones.
@@ -355,15 +355,14 @@ def knn_attention(spec):
             s, idx, V[safe_idx], log_weight, bias, T, spec.n_neighbors,
             lambda total, qs=qs: empty_rows(total, qs, spec.on_empty, spec.radius),
         )
-        outs.append(out)
         if n_weights is not None:
             pad = n_weights - p.shape[1]
             if pad > 0:
                 p = torch.nn.functional.pad(p, (0, pad))
                 selected = torch.nn.functional.pad(selected, (0, pad), value=-1)
-            weights.append(p[:, :n_weights])
-            indices.append(selected[:, :n_weights])
-    return backend_result(outs, weights, indices, n_weights, V)
+            p, selected = p[:, :n_weights], selected[:, :n_weights]
+        rows.add(out, p, selected)
+    return rows.result()
 
 
 def softmax_over_selected(s, idx, values, log_weight, bias, T, k_units, empty_rows_of):

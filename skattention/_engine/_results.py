@@ -24,15 +24,47 @@ def cat_or_empty(parts, shape, like, dtype=None):
     return torch.zeros(shape, dtype=dtype or like.dtype, device=like.device)
 
 
-def backend_result(outs, weights, indices, n_weights, values):
-    """A backend's ``(out,)``, or ``(out, weights, indices)`` with ``n_weights``, from the parts
-    of its query blocks."""
-    # (half-precision values' blocks come in float32, their accumulation dtype)
-    out = cat_or_empty(outs, (0, values.shape[1]), values).to(values.dtype)
-    if n_weights is None:
-        return (out,)
-    return (
-        out,
-        cat_or_empty(weights, (0, n_weights), out),
-        cat_or_empty(indices, (0, n_weights), out, torch.long),
-    )
+class BlockRows:
+    """A backend's ``(out,)``, or ``(out, weights, indices)`` with ``n_weights``, from its query
+    blocks, in order (:meth:`add`, then :meth:`result`): each block is written into the rows
+    of the whole result as it comes, so the result is held once (blocks kept in a list and
+    joined at the end held it twice). Under autograd the blocks are joined (a write into a
+    buffer would make the graph copy it)."""
+
+    def __init__(self, n_rows, values, n_weights, grad):
+        self.n_rows, self.values, self.n_weights, self.grad = n_rows, values, n_weights, grad
+        self.start = 0
+        self.parts = None  # (out, weights, indices): whole tensors, or lists under autograd
+
+    def add(self, out, weights=None, indices=None):
+        """The next query block's outputs (and tracked weights and their indices)."""
+        blocks = (out, weights, indices)[:1 if self.n_weights is None else 3]
+        if self.grad:
+            self.parts = self.parts or tuple([] for _ in blocks)
+            for part, block in zip(self.parts, blocks, strict=True):
+                part.append(block)
+            return
+        if self.parts is None:
+            # (half-precision values' blocks come in float32, their accumulation dtype)
+            dtypes = (self.values.dtype, *(b.dtype for b in blocks[1:]))
+            self.parts = tuple(
+                torch.empty((self.n_rows, b.shape[1]), dtype=dtype, device=b.device)
+                for b, dtype in zip(blocks, dtypes, strict=True)
+            )
+        stop = self.start + out.shape[0]
+        for whole, block in zip(self.parts, blocks, strict=True):
+            whole[self.start:stop] = block
+        self.start = stop
+
+    def result(self):
+        if self.parts is None:
+            shapes = [(0, self.values.shape[1]), (0, self.n_weights), (0, self.n_weights)]
+            dtypes = [self.values.dtype, self.values.dtype, torch.long]
+            return tuple(
+                torch.zeros(shape, dtype=dtype, device=self.values.device)
+                for shape, dtype in zip(shapes, dtypes, strict=False)
+            )[:1 if self.n_weights is None else 3]
+        if not self.grad:
+            return self.parts
+        out, *tracked = (torch.cat(part) for part in self.parts)
+        return (out.to(self.values.dtype), *tracked)

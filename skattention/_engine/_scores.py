@@ -25,6 +25,7 @@ from ._budget import (
     CPU_BLOCK_ENTRIES,
     KEY_CHUNK_ROWS,
     ROW_MULTIPLE,
+    all_finite,
     plan_rows,
     span_columns,
     span_stop,
@@ -139,8 +140,8 @@ class PreparedKeys:
         # (``check_finite=False``: a training step, whose keys are the map's images of checked
         # inputs and whose loss is checked instead: the two passes and their reductions are a
         # noticeable part of a step)
-        if check_finite and (not bool(torch.isfinite(self.keys).all()) or (
-            self.key_offset is not None and not bool(torch.isfinite(self.key_offset).all())
+        if check_finite and (not all_finite(self.keys) or (
+            self.key_offset is not None and not all_finite(self.key_offset)
         ) or (self.pairwise and not math.isfinite(self._as_dtype(self.max_key_sq)))):
             raise overflow_error(
                 f"Key coordinates overflow the compute dtype ({dtype_name(self.raw.dtype)}) "

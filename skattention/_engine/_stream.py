@@ -17,7 +17,7 @@ from ._multiplicity import counted, counts_prior
 from ._one_block import one_block_attention, self_mask, single_block_attention
 from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
-from ._results import backend_result, empty_rows
+from ._results import BlockRows, empty_rows
 from ._scores import NEG_INF, ROW_MULTIPLE
 from ._softmax import LOG2E, OnlineSoftmax, batch_exp
 from ._topk import TopK
@@ -34,21 +34,20 @@ def stream_attention(spec, state_only=False):
         if out is not None:
             return (out.to(spec.values.dtype),)
     starts = range(0, stream.n_q, stream.bq)
-    outs, weights, indices = [], [], []
-    for out, w, i in track(
+    blocks = track(
         map_blocks(stream.query_block, starts, stream.workers, spec.grad), spec.progress,
         total=len(starts), desc="attention", unit="block",
-    ):
-        outs.append(out)
-        if w is not None:
-            weights.append(w)
-            indices.append(i)
+    )
     if state_only:
+        outs = [out for out, _, _ in blocks]
         return tuple(torch.cat(parts) for parts in zip(*outs, strict=True)) if outs else (
             spec.values.new_zeros(0), spec.values.new_zeros(0),
             spec.values.new_zeros((0, stream.dv)),
         )
-    return backend_result(outs, weights, indices, spec.n_weights, spec.values)
+    rows = BlockRows(stream.n_q, spec.values, spec.n_weights, spec.grad)
+    for out, w, i in blocks:
+        rows.add(out, w, i)
+    return rows.result()
 
 
 class _Stream:

@@ -63,15 +63,17 @@ def _excluded(spec, rows, f, idx, k):
     return f, idx
 
 
-def tree_blocks(spec, tree, k, what):
+def tree_blocks(spec, tree, k, query_bytes, what):
     """``_knn.nearest_blocks`` over the key tree: the queries taken in chunks of the call, each
     cut into a few blocks per worker, and yielded in their own order; a query's selection does
-    not depend on its chunk or block."""
+    not depend on its chunk or block. ``query_bytes``: what the caller holds per query of a
+    chunk it is given (the selected keys' values gathered)."""
     prepared, Q = spec.keys, spec.queries
     n_q, workers = Q.shape[0], n_workers(spec)
     wanted, cap = k + _own(spec), _cap(spec)
     scratch = min(spec.budget // workers, _WORKER_SCRATCH)
-    chunk = plan_rows(n_q, row_bytes=_QUERY_KEY_BYTES * (wanted + 1), budget=spec.budget)
+    chunk = plan_rows(n_q, row_bytes=_QUERY_KEY_BYTES * (wanted + 1) + query_bytes,
+                      budget=spec.budget)
     for cs in track(range(0, n_q, chunk), spec.progress, total=-(-n_q // chunk), desc=what,
                     unit="block"):
         ce = min(n_q, cs + chunk)

@@ -224,8 +224,12 @@ class NeighborsQueryMixin:
                              f'but got "{mode}" instead')
         if n_neighbors is None:
             n_neighbors = self.n_neighbors or _DEFAULT_N_NEIGHBORS
-        dist, ind = self.kneighbors(X, n_neighbors)
-        data = np.ones(ind.size) if mode == "connectivity" else np.ravel(dist)
+        if mode == "connectivity":  # (no distances computed or held)
+            ind = self.kneighbors(X, n_neighbors, return_distance=False)
+            data = np.ones(ind.size)
+        else:
+            dist, ind = self.kneighbors(X, n_neighbors)
+            data = np.ravel(dist)
         indptr = np.arange(0, ind.size + 1, ind.shape[1])
         return sparse.csr_matrix((data, ind.ravel(), indptr),
                                  shape=(ind.shape[0], self.n_samples_fit_))
@@ -263,8 +267,10 @@ class NeighborsQueryMixin:
         if mode not in ("connectivity", "distance"):
             raise ValueError('Unsupported mode, must be one of "connectivity", or "distance" '
                              f'but got "{mode}" instead')
-        dist, ind = self.radius_neighbors(X, radius, sort_results=sort_results and
-                                          mode == "distance")
+        if mode == "connectivity":  # (no distances computed or held)
+            ind = self.radius_neighbors(X, radius, return_distance=False)
+        else:
+            dist, ind = self.radius_neighbors(X, radius, sort_results=sort_results)
         counts = np.array([len(i) for i in ind], dtype=np.int64)
         columns = np.concatenate(list(ind)) if len(ind) else np.zeros(0, np.int64)
         data = (np.ones(columns.size) if mode == "connectivity"
