@@ -52,7 +52,7 @@ from ._near_far import (
 from ._parallel import cpu_threads, rows_single_threaded, small_work_single_threaded
 from ._progress import progress_bar, track, write
 from ._rows import RowBlocks
-from ._scores import ComputeOverflowError, overflow_message, tensor_version
+from ._scores import ComputeOverflowError, overflow_message
 from ._sdpa import (
     augmented_coordinates,
     centred_keys,
@@ -152,7 +152,6 @@ __all__ = [
     "rows_single_threaded",
     "small_work_single_threaded",
     "seeded_torch_rng",
-    "tensor_version",
     "track",
     "write",
 ]

@@ -151,11 +151,12 @@ def all_finite(t):
     absolute value and comparisons), a peak beyond the budget for a large input or output."""
     if not (t.is_floating_point() or t.is_complex()):
         return True
-    if t.numel() <= _CPU_ROW_PASS_ENTRIES:  # (a single row's check: one call)
+    if t.numel() <= _CPU_ROW_PASS_ENTRIES or t.device.type != "cpu":  # (a small call: one)
         return bool(torch.isfinite(t).all())
-    rows = t.reshape(t.shape[0], -1) if t.ndim else t.reshape(1, 1)
-    return all(bool(torch.isfinite(rows[part]).all())
-               for part in cache_row_slices(rows.shape[0], rows.shape[1], t.device))
+    rows = t.reshape(t.shape[0], -1)
+    return all(bool(torch.isfinite(part).all())
+               for block in rows.split(max(1, _CPU_ROW_PASS_ENTRIES // rows.shape[1]))
+               for part in block.split(_CPU_ROW_PASS_ENTRIES, dim=1))
 
 
 def cache_row_slices(n_rows, n_cols, device):

@@ -29,6 +29,7 @@ from ._parallel import block_spec, map_blocks, parallel_plan
 from ._progress import track
 from ._results import BlockRows, cat_or_empty, empty_rows
 from ._scores import NEG_INF
+from ._scratch import reused_buffers
 from ._softmax import batch_exp
 from ._topk import TopK
 from ._tree_calls import tree_blocks, tree_for
@@ -218,15 +219,16 @@ def _select_in_cells(spec, cells, q_raw, k, m, bk, budget):
     lower = cells.lower_bounds(q_raw)
     nearest = lower.amin(0)
     computed = 0
-    for j in torch.argsort(nearest).tolist():
-        bound = offset64 - top.r[:, -1].double() + slack
-        if float(nearest[j]) > float(bound.max()):
-            break  # every later block is at least as far from every row
-        if not bool((lower[:, j] <= bound).any()):
-            continue
-        ks, ke = cells.bounds[j], cells.bounds[j + 1]
-        top.update(ps.block(q, ks, ke, augmented=augmented), ks)
-        computed += ke - ks
+    with reused_buffers():  # (every key block's scores in one buffer)
+        for j in torch.argsort(nearest).tolist():
+            bound = offset64 - top.r[:, -1].double() + slack
+            if float(nearest[j]) > float(bound.max()):
+                break  # every later block is at least as far from every row
+            if not bool((lower[:, j] <= bound).any()):
+                continue
+            ks, ke = cells.bounds[j], cells.bounds[j + 1]
+            top.update(ps.block(q, ks, ke, augmented=augmented, scratch_key="selection"), ks)
+            computed += ke - ks
     index = torch.where(top.r > NEG_INF, cells.perm[top.i.clamp(min=0)], -1)
     f, idx = _settled(spec, top, index, q_raw, offset, margin, 0, k, bk, budget)
     return f, idx, computed / ps.n_keys
@@ -241,10 +243,12 @@ def _select(spec, q, q_raw, rows, q_index, k, m, bk, budget):
         spec.radius.start_block(prepared, q, q_raw, rows, spec.budget, lenient=True)
     top = TopK(q.shape[0], m, q)
     augmented = prepared.augmented(q)
-    for ks in range(0, prepared.n_keys, bk):
-        ke = min(prepared.n_keys, ks + bk)
-        s, _ = raw_scores(spec, q, rows, ks, ke, q_index, inplace=True, augmented=augmented)
-        top.update(s, ks)
+    with reused_buffers():  # (every key block's scores in one buffer: TopK copies what it keeps)
+        for ks in range(0, prepared.n_keys, bk):
+            ke = min(prepared.n_keys, ks + bk)
+            s, _ = raw_scores(spec, q, rows, ks, ke, q_index, inplace=True, augmented=augmented,
+                              scratch_key="selection")
+            top.update(s, ks)
     if m == prepared.n_keys:  # every key a candidate: nothing left out
         return _settled(spec, top, top.i, q_raw, None, None, rows.start, k, bk, budget)
     return _settled(spec, top, top.i, q_raw, prepared.query_offset(q), prepared.margin(q),

@@ -117,10 +117,11 @@ def _masked(s, mask, inplace):
     return s.masked_fill_(mask, NEG_INF) if inplace else s.masked_fill(mask, NEG_INF)
 
 
-def raw_scores(spec, q, rows, ks, ke, q_index, inplace, augmented=None):
+def raw_scores(spec, q, rows, ks, ke, q_index, inplace, augmented=None, scratch_key=None):
     """Partial scores of a block (query rows ``rows``, a slice or an index tensor) with every
-    mask applied (-inf), and the callable prior's bias (``augmented``: ``PreparedKeys.block``'s)."""
-    s = spec.keys.block(q, ks, ke, augmented=augmented)
+    mask applied (-inf), and the callable prior's bias (``augmented`` and ``scratch_key``:
+    ``PreparedKeys.block``'s)."""
+    s = spec.keys.block(q, ks, ke, augmented=augmented, scratch_key=scratch_key)
     if spec.radius is not None:
         s = _masked(s, spec.radius.outside(s, ks, ke), inplace)
     if spec.self_index is not None:

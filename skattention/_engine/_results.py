@@ -57,13 +57,12 @@ class BlockRows:
         self.start = stop
 
     def result(self):
-        if self.parts is None:
-            shapes = [(0, self.values.shape[1]), (0, self.n_weights), (0, self.n_weights)]
-            dtypes = [self.values.dtype, self.values.dtype, torch.long]
-            return tuple(
-                torch.zeros(shape, dtype=dtype, device=self.values.device)
-                for shape, dtype in zip(shapes, dtypes, strict=False)
-            )[:1 if self.n_weights is None else 3]
+        if self.parts is None:  # no query
+            out = self.values.new_zeros((0, self.values.shape[1]))
+            if self.n_weights is None:
+                return (out,)
+            return (out, out.new_zeros((0, self.n_weights)),
+                    out.new_zeros((0, self.n_weights), dtype=torch.long))
         if not self.grad:
             return self.parts
         out, *tracked = (torch.cat(part) for part in self.parts)

@@ -40,6 +40,7 @@ from ._kinds import (
     power_sums,
     unit_rows,
 )
+from ._scratch import scratch
 
 # The score of a masked (query, key) pair: it gets no weight.
 NEG_INF = float("-inf")
@@ -293,13 +294,17 @@ class PreparedKeys:
             return None
         return padded_rows(torch.cat([q * self.coef, q.new_ones((q.shape[0], 1))], 1))
 
-    def block(self, q, start, stop, scale=1.0, log_prior=None, augmented=None):
+    def block(self, q, start, stop, scale=1.0, log_prior=None, augmented=None,
+              scratch_key=None):
         """``scale * partial_score(q, keys[start:stop]) + log_prior[start:stop]``.
 
         One ``addmm`` for a float ``scale``; a tensor ``scale`` (a learned temperature) keeps
         its autograd graph. ``augmented``: ``self.augmented(q)``, if already computed. Outside
         autograd the product spans a multiple of ``KEY_SPAN_MULTIPLE`` keys (``span_stop``) and
         the block is its slice: a row's scores do not depend on the rows around it.
+        ``scratch_key``: the offsets' row's partial scores (the selections') into the buffer
+        ``_scratch.scratch`` keeps under it in ``reused_buffers`` (a fresh block's first touch
+        costs page faults as its product does), valid until the next block.
         """
         rows, width = q.shape[0], stop - start
         if self.pairwise:
@@ -316,7 +321,10 @@ class PreparedKeys:
             # partial scores [coef q, 1] . [k, -||k||^2] (coef = 2: exact scaling); the fast
             # scores' margin (``margin``) covers the one more term of the sum
             q_aug = self.augmented(q) if augmented is None else augmented
-            return torch.mm(q_aug, kt)[:rows, :width]
+            if scratch_key is None:
+                return torch.mm(q_aug, kt)[:rows, :width]
+            out = scratch(scratch_key, (q_aug.shape[0], kt.shape[1]), q_aug)
+            return torch.mm(q_aug, kt, out=out)[:rows, :width]
         q = padded_rows(q)
         kt = kt[:-1] if self.offsets_row else kt
         prior = None if log_prior is None else _padded(log_prior[start:stop], kt.shape[1])

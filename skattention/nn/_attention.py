@@ -23,7 +23,6 @@ Torch only: no scikit-learn imports here.
 
 import math
 from numbers import Integral
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -33,9 +32,6 @@ from .._engine import (
     LEARNED_METRICS,
     ResidualBlock,
     augmented_coordinates,
-    centred_keys,
-    centred_queries,
-    key_centre,
     scaled_dot_product,
 )
 from ._masks import merged_mask
@@ -433,59 +429,6 @@ class MetricAttention(nn.Module):
             weights = weights.mean(dim=1)
         return out, weights
 
-    # ------------------------------------------------------------- shared keys
-
-    def _shared_keys(self, key, value):
-        """Keys and values (batch first, (N, S, .)) prepared once for many calls of
-        :meth:`_attend_shared_and_own`: per head, in the form the scores take (the squared
-        metrics' augmented coordinates about their mean key). A layer with a prior or appended
-        keys keeps them projected only (its calls then attend through a mask)."""
-        zk, v = self._key_features(key, value)
-        if self.prior is not None or self._extra_keys():
-            return _SharedKeys(zk, v, None, masked=True)
-        k = self._heads(zk)
-        centre = None if self.metric == "dot" else key_centre(k)
-        return _SharedKeys(k if centre is None else centred_keys(k, centre), self._heads(v),
-                           centre, masked=False)
-
-    def _attend_shared_and_own(self, query, shared, own_key, own_value):
-        """Outputs (N, L, E) of queries ``query`` (N, L, E) that each attend to the keys
-        ``shared`` (:meth:`_shared_keys`) and to their own key (row ``i`` of ``own_key`` and
-        ``own_value``) only, never to the other queries' (the inductive rule of an IPN's
-        context): the scores over the shared keys and the own key's are one softmax, without an
-        L x (S + L) mask."""
-        n, length, _ = query.shape
-        zq = self._query_features(query)
-        zk, v = self._key_features(own_key, own_value)
-        if shared.masked:
-            mask = torch.ones(length, shared.k.shape[1] + length, dtype=torch.bool,
-                              device=query.device)
-            mask[:, :shared.k.shape[1]] = False
-            mask[:, shared.k.shape[1]:].fill_diagonal_(False)
-            return self._attend_features(zq, torch.cat([shared.k, zk], 1),
-                                         torch.cat([shared.v, v], 1), attn_mask=mask,
-                                         need_weights=False)[0]
-        q, k = self._heads(zq), self._heads(zk)
-        if shared.centre is None:
-            q = q / math.sqrt(self.head_dim)
-        else:
-            inv_t = torch.exp(-self.log_temperature).to(zq.dtype)[:, None, None]
-            q, k = centred_queries(q, shared.centre, inv_t), centred_keys(k, shared.centre)
-        scores = torch.matmul(q, shared.k.transpose(-2, -1))
-        own = (q * k).sum(-1, keepdim=True)
-        top = torch.maximum(scores.amax(-1, keepdim=True), own)
-        # (outside autograd the scores become their weights in place)
-        weights = torch.exp(scores - top) if scores.requires_grad else scores.sub_(top).exp_()
-        own = torch.exp(own - top)
-        total = weights.sum(-1, keepdim=True) + own
-        v = self._heads(v)
-        if self.training and self.dropout > 0:
-            weights = F.dropout(weights / total, p=self.dropout)
-            out = torch.matmul(weights, shared.v) + F.dropout(own / total, p=self.dropout) * v
-        else:  # the weighted sums divided once, not every weight
-            out = (torch.matmul(weights, shared.v) + own * v) / total
-        return self.out_proj(out.transpose(1, 2).reshape(n, length, self.embed_dim))
-
     def _attend(self, q, k, v, scale, mask, need_weights, is_causal=False):
         """Per-head outputs (N, H, L, head_dim) and weights (N, H, L, S') or None;
         ``is_causal``: SDPA's causal mask (``need_weights=False`` only)."""
@@ -516,17 +459,6 @@ class MetricAttention(nn.Module):
             is_causal=is_causal,
         )
         return out[..., :self.head_dim], None
-
-
-class _SharedKeys(NamedTuple):
-    """Keys and values shared by many queries (``MetricAttention._shared_keys``): per head
-    ``k`` (N, H, S, .) in the scores' form about ``centre`` (None: ``"dot"``) and ``v``
-    (N, H, S, head_dim); or, ``masked``, the projected ``k`` and ``v`` (N, S, E)."""
-
-    k: torch.Tensor
-    v: torch.Tensor
-    centre: torch.Tensor | None
-    masked: bool
 
 
 def _appended(z, bias, zero):

@@ -13,6 +13,7 @@ from torch import nn
 
 from .._engine import budget_bytes, cpu_block_rows, plan_rows
 from ._attention import MetricAttention
+from ._shared_keys import attend_shared_and_own, shared_keys
 
 
 class IPN(nn.Module):
@@ -88,10 +89,10 @@ class IPN(nn.Module):
             propagated once by :meth:`prepare_context` (its result passed here).
         chunk_size : int, default=None
             With a context, queries per attention call (bounds memory; the same result up to
-            rounding: a call's keys are the context and the chunk's queries, so the last bits of
-            a query's logits can depend on the chunk, about 1e-15 in float64).
-            ``None``: as many as fit ``working_memory`` (``skattention.config_context``), at
-            most 1024.
+            rounding: the products' blocking over a chunk's rows can round a query's logits
+            otherwise in the last bits, about 1e-16 in float64). ``None``: as many as fit
+            ``working_memory`` (``skattention.config_context``), from 64 to 1024 (on the CPU,
+            as few as keep a chunk's scores cache-sized).
 
         Returns
         -------
@@ -118,7 +119,7 @@ class IPN(nn.Module):
         for start in range(0, x.shape[0], chunk_size):
             hx = h[start:start + chunk_size][None]
             for block, shared in zip(self.blocks, context.keys, strict=True):
-                out = block._attend_shared_and_own(hx, shared, hx, hx)
+                out = attend_shared_and_own(block, hx, shared, hx, hx)
                 hx = hx + out if self.residual else out
             outs.append(self.output(hx[0]))
         return torch.cat(outs) if outs else self.output(h)
@@ -159,14 +160,23 @@ class IPN(nn.Module):
         hc = self.input(context)
         keys = []
         for block in self.blocks:
-            keys.append(block._shared_keys(hc[None], hc[None]))
+            keys.append(shared_keys(block, hc[None], hc[None]))
             hc = self._step(block, hc, hc)
         return PreparedContext(context.shape[0], tuple(keys))
 
 
 class PreparedContext(NamedTuple):
-    """An :class:`IPN`'s context propagated once (:meth:`IPN.prepare_context`): its number of
-    samples and, per block, the context's projected keys and values, each (1, m, width)."""
+    """An :class:`IPN`'s context propagated once (:meth:`IPN.prepare_context`).
+
+    Attributes
+    ----------
+    n_samples : int
+        The number m of context samples.
+    keys : tuple
+        Per block, the context's keys and values as that block's queries score them (per
+        head; for the squared-distance metrics their augmented coordinates about the context's
+        mean key, which the queries are centred on too).
+    """
 
     n_samples: int
     keys: tuple
@@ -178,17 +188,23 @@ def _check_2d(name, t):
                          f"of one set); got {t.ndim}-D.")
 
 
+# Queries per chunk of a call over a context at least (within the budget), on the CPU
+_MIN_CHUNK = 64
+
+
 def _chunk_rows(m, width, num_heads, itemsize, device):
     """Queries per chunk within ``working_memory``, at most 1024 (on the CPU, as many as keep
-    a chunk's scores cache-sized): each query row of a chunk holds its scores and weights over
-    the m + 1 keys it sees, per head (or, for a layer with a prior or appended keys, a boolean
-    and an additive mask and its per-head copies); each chunk of those layers also copies and
-    projects the context (about 4 m x width values)."""
+    a chunk's scores cache-sized, and at least :data:`_MIN_CHUNK`): each query row of a chunk
+    holds its scores and weights over the m + 1 keys it sees, per head (or, for a layer with
+    a prior or appended keys, a boolean and an additive mask and its per-head copies); each
+    chunk of those layers also copies and projects the context (about 4 m x width values)."""
     max_rows = 1024
-    if device.type == "cpu":
-        max_rows = min(max_rows, cpu_block_rows((m + 1) * num_heads))
+    if device.type == "cpu":  # (at least _MIN_CHUNK rows: a chunk's fixed work stays small)
+        max_rows = min(max_rows, max(_MIN_CHUNK, cpu_block_rows((m + 1) * num_heads)))
     return plan_rows(
         None, row_bytes=(m + 1) * (1 + (1 + 2 * num_heads) * itemsize) + 8 * width * itemsize,
         fixed_bytes=4 * m * width * itemsize, budget=budget_bytes(), max_rows=max_rows,
-        what=f"IPN with a context of {m} samples", hint="use a smaller context", per="per query",
+        what=f"IPN with a context of {m} samples",
+        hint="use a smaller context (AttentionNetworkClassifier: fewer training samples)",
+        per="per query",
     )

@@ -14,6 +14,14 @@ _DEVICE_CACHE = weakref.WeakKeyDictionary()
 _CACHE_LOCK = threading.Lock()
 
 
+def _same_version(kept, version):
+    """Whether ``version`` equals the ``kept`` one (:meth:`DevicePortableMixin._on_device`)."""
+    return len(kept) == len(version) and all(
+        torch.equal(k, v) if isinstance(v, torch.Tensor) else k is v
+        for k, v in zip(kept, version, strict=True)
+    )
+
+
 def _available(device):
     """Whether a ``device`` parameter value names a device this machine has."""
     try:
@@ -32,19 +40,22 @@ class DevicePortableMixin:
     ``predict`` works instead of failing on the missing device.
     """
 
-    def _on_device(self, name, source, device, dtype, build, version=None):
-        """``build(source, device, dtype)``, cached per fitted ``source`` object (and its
-        ``version``, where it can change in place) and compute device/dtype, so that predict
-        does not convert or prepare the fitted model again on every call. The cache lives
-        outside the estimator (predict leaves ``__dict__`` as it was, and pickles and clones do
-        not carry it); an entry is rebuilt once ``source`` is replaced by a new fit or its
-        ``version`` changes, and goes with the estimator."""
+    def _on_device(self, name, source, device, dtype, build, version=()):
+        """``build(source, device, dtype)``, cached per fitted ``source`` object and compute
+        device/dtype, so that predict does not convert or prepare the fitted model again on
+        every call. ``version``: what else the result depends on (tensors compared by value
+        with copies taken at the build, other objects by identity). The cache lives outside
+        the estimator (predict leaves ``__dict__`` as it was, and pickles and clones do not
+        carry it); an entry is rebuilt once ``source`` is replaced by a new fit or ``version``
+        changes, and goes with the estimator."""
         with _CACHE_LOCK:
             cache = _DEVICE_CACHE.setdefault(self, {})
         key = (name, device.type, device.index, dtype)
         entry = cache.get(key)
-        if entry is None or entry[0] is not source or entry[1] != version:
-            entry = cache[key] = (source, version, build(source, device, dtype))
+        if entry is None or entry[0] is not source or not _same_version(entry[1], version):
+            kept = tuple(v.detach().clone() if isinstance(v, torch.Tensor) else v
+                         for v in version)
+            entry = cache[key] = (source, kept, build(source, device, dtype))
         return entry[2]
 
     def __getstate__(self):

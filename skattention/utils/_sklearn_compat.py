@@ -10,9 +10,10 @@ scikit-learn's callback API (``sklearn.callback``, new in 1.9) is used where it 
 ``set_callbacks``), and ``_fit_context`` makes each ``fit`` the root task of the estimator's
 callbacks (see ``utils/_callbacks.py``).
 
-Private torch names: one, torch's version counter of a tensor (``Tensor._version``), read by
-the engine's ``tensor_version`` alone (the engine, torch only, must not import this module since
-it imports scikit-learn); the engine tells dropout modules apart by their public classes.
+Private torch names: one, a tensor's version counter (``Tensor._version``, in every torch 2.x),
+read by the engine's ``_scores.tensor_version`` alone (the engine, torch only, must not import
+this module since it imports scikit-learn); the engine tells dropout modules apart by their
+public classes.
 """
 
 import functools

@@ -371,3 +371,17 @@ def test_inputs_beyond_the_compute_dtype_are_named_as_such():
         attention(X, X, [1.0, 2.0], dtype="float32")
     with pytest.raises(ValueError, match="queries contains NaN or infinity"):
         attention(np.where(X > 1, np.inf, X), X, [1.0, 2.0], dtype="float32")
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(n_neighbors=2, temperature=float("inf")), dict(radius=1.0, temperature=float("inf")),
+    dict(temperature=1.0), dict(temperature=0.0),
+])
+def test_no_queries_give_empty_outputs(kwargs):
+    keys, values = np.ones((5, 3)), np.ones((5, 2))
+    out = attention(np.zeros((0, 3)), keys, values, **kwargs)
+    assert out.shape == (0, 2)
+    out, weights, indices = attention(np.zeros((0, 3)), keys, values, return_weights=True,
+                                      n_weights=2, **kwargs)
+    assert out.shape == (0, 2) and weights.shape == (0, 2) and indices.shape == (0, 2)
+    assert indices.dtype == np.int64

@@ -287,3 +287,22 @@ def test_fit_under_a_float64_default_dtype_trains_a_float32_network():
         torch.set_default_dtype(default)
     assert all(p.dtype == torch.float32 for p in clf.network_.parameters())
     assert clf.score(X, y) > 0.7
+
+
+def test_an_empty_context_leaves_each_query_its_own_key():
+    torch.manual_seed(0)
+    net = IPN(3, 2, width=4, metric="mlp").double().eval()
+    x = torch.randn(5, 3, dtype=torch.float64)
+    empty = torch.empty(0, 3, dtype=torch.float64)
+    torch.testing.assert_close(net(x, context=empty), _each_query_alone(net, x, empty),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_predictions_follow_parameters_set_through_data():
+    # a change through .data keeps torch's version counter: the prepared training set is
+    # compared by value with the network it was made from
+    X, y = make_moons(80, noise=0.2, random_state=0)
+    clf = AttentionNetworkClassifier(width=6, max_iter=3, random_state=0).fit(X, y)
+    before = clf.predict_proba(X)
+    clf.network_.output.bias.data = clf.network_.output.bias.data + torch.tensor([2.0, -2.0])
+    assert not np.allclose(clf.predict_proba(X), before)
