@@ -42,7 +42,7 @@ def make_models(names, max_iter):
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from skattention import MetricAttentionClassifier
+    from skattention import AttentionNetworkClassifier, MetricAttentionClassifier
 
     factories = {
         # the default learned classifier (max_iter only shortens the fit; predict is unchanged)
@@ -51,6 +51,8 @@ def make_models(names, max_iter):
         "knn_config": lambda: MetricAttentionClassifier(
             "euclidean", n_neighbors=5, temperature=np.inf
         ),
+        # the IPN network (a row attends to the training set prepared once per fitted network)
+        "network": lambda: AttentionNetworkClassifier(max_iter=max_iter, random_state=0),
         "KNeighborsClassifier": lambda: make_pipeline(StandardScaler(), KNeighborsClassifier(5)),
         "HistGradientBoosting": lambda: HistGradientBoostingClassifier(random_state=0),
         "LogisticRegression": lambda: make_pipeline(StandardScaler(), LogisticRegression()),
