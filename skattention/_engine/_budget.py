@@ -155,8 +155,8 @@ def all_finite(t):
         return bool(torch.isfinite(t).all())
     rows = t.reshape(t.shape[0], -1)
     return all(bool(torch.isfinite(part).all())
-               for block in rows.split(max(1, _CPU_ROW_PASS_ENTRIES // rows.shape[1]))
-               for part in block.split(_CPU_ROW_PASS_ENTRIES, dim=1))
+               for rows_slice in cache_row_slices(*rows.shape, t.device)
+               for part in rows[rows_slice].split(_CPU_ROW_PASS_ENTRIES, dim=1))
 
 
 def cache_row_slices(n_rows, n_cols, device):

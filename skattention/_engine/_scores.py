@@ -178,11 +178,11 @@ class PreparedKeys:
                 or source.is_inference()):  # inference tensors have no version counter
             return build()
         entry = self._remembered.get(name)
-        if (entry is not None and entry[0] is source and entry[1] == tensor_version(source)
+        if (entry is not None and entry[0] is source and entry[1] == source._version
                 and entry[2] == key):
             return entry[3]
         out = build()
-        self._remembered[name] = (source, tensor_version(source), key, out)
+        self._remembered[name] = (source, source._version, key, out)
         return out
 
     @property
@@ -406,12 +406,6 @@ class PreparedKeys:
         products = torch.einsum("bd,bkd->bk", q, gathered)
         # cosine: the unit rows' products less the offset 1
         return products - 1.0 if self.kind == "cosine" else products
-
-
-def tensor_version(t):
-    """torch's count of the in-place changes of tensor ``t`` (its version counter, a private
-    attribute), or None for an inference tensor, which keeps none."""
-    return None if t.is_inference() else t._version
 
 
 def _padded(x, n):

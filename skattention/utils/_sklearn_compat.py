@@ -11,7 +11,7 @@ scikit-learn's callback API (``sklearn.callback``, new in 1.9) is used where it 
 callbacks (see ``utils/_callbacks.py``).
 
 Private torch names: one, a tensor's version counter (``Tensor._version``, in every torch 2.x),
-read by the engine's ``_scores.tensor_version`` alone (the engine, torch only, must not import
+read by the engine's ``PreparedKeys.remembered`` alone (the engine, torch only, must not import
 this module since it imports scikit-learn); the engine tells dropout modules apart by their
 public classes.
 """
