@@ -5,7 +5,8 @@ decomposition:
 
 * ``"dense"``: ``torch.linalg.eigh`` of the whole matrix (on the device);
 * ``"arpack"``: scipy's Lanczos in shift-invert mode just above the top eigenvalue 1, with a
-  Cholesky factorisation made in the memory of a dense operator or a sparse LU of a k-NN one;
+  Cholesky factorisation made in the memory of a dense operator or a sparse LU of a k-NN one
+  (whose size is predicted first and held to the working memory, ``_sparse_lu_bounds``);
 * ``"lobpcg"``: LOBPCG with products by ``A`` only (no factorisation), for the smallest
   eigenvalues of the Laplacian ``L = I - A`` (``1 - mu``, computed without the cancellation of
   ``1 - mu`` when ``mu`` crowds near 1). On a k-NN operator it is preconditioned by a
@@ -33,16 +34,32 @@ from scipy.sparse.linalg import LinearOperator, eigsh, splu
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
-from .._engine import progress_bar, resolve_device
+from .._engine import available_memory, budget_bytes, plan_rows, progress_bar, resolve_device
 from ..utils._warnings import warn_user
 from ._lobpcg import lobpcg_smallest
 from ._multigrid import laplacian_multigrid
 
 # "auto": a full dense decomposition up to this many points.
 _DENSE_EIGEN_MAX = 200
-# "auto" on a k-NN operator: shift-invert with a sparse LU up to this many points (its fill
-# grows faster than the graph), LOBPCG beyond.
+# "auto" on a k-NN operator: shift-invert with a sparse LU up to this many points where the LU
+# fits in the working memory, LOBPCG beyond.
 _SPARSE_LU_MAX = 100_000
+# The sparse LU's fill grows faster than n, the faster the higher the data's intrinsic dimension,
+# and SuperLU cannot be stopped once it runs: past the memory there is it fails with a
+# MemoryError only under an address-space limit (and leaks what it holds), else the kernel ends
+# the process. Its size is therefore predicted before (``_sparse_lu_bounds``) from trial LUs of
+# balls of the graph (its first nodes in a Cuthill-McKee order, a breadth-first search from a
+# peripheral node) of m / 2 and m nodes, m = _TRIAL_NODES doubled up to a quarter of the graph:
+# their growth, taken as a power of the size, extrapolated to the whole graph (at least linear:
+# disjoint balls fill at least their own LUs). The prediction from m nodes was within a factor
+# 1 + _TRIAL_ERROR * (_TRIAL_NODES / m) ** 0.75 of the LU on uniform and Gaussian data of 2 to
+# 10 dimensions, manifolds and clusters, k = 8 to 30 (docs/manifold.md); the trials double m
+# until that factor decides, which costs a fraction of the LU itself; a ball is tried only while
+# the last one's LU, linearly extrapolated, fits the limit, so the trials stay within it too.
+_TRIAL_NODES = 1000
+_TRIAL_ERROR = 2.4
+# Bytes per entry of the LU: a float64 value and an int32 row index.
+_LU_ENTRY_BYTES = 12
 # Shift-invert target just above the top eigenvalue 1 of A: the leading eigenvalues, which
 # crowd near 1 when eps is small, become well separated (1 / (mu - sigma)).
 _SHIFT = 1.0 + 1e-6
@@ -63,25 +80,116 @@ _ABSOLUTE_TOL = 1e-13
 _MAX_ITER = 1000
 
 
-def resolve_eigen_solver(eigen_solver, n, k, sparse):
+def resolve_eigen_solver(eigen_solver, n, k, sparse, A=None):
     """The solver that finds ``k`` eigenpairs of an operator on ``n`` points (``sparse``:
     a k-NN operator): ``"dense"`` (asked for, ``"auto"`` up to ``_DENSE_EIGEN_MAX`` points, or
     too many eigenpairs for an iterative solver), else ``eigen_solver``, with ``"auto"``
     resolved to ``"arpack"`` for dense operators and k-NN operators up to ``_SPARSE_LU_MAX``
-    points, ``"lobpcg"`` beyond."""
+    points, ``"lobpcg"`` beyond.
+
+    Given the k-NN operator ``A`` itself, the size of its sparse LU is predicted
+    (:func:`_sparse_lu_bounds`): ``"auto"`` takes ``"lobpcg"`` unless the LU fits in the working
+    memory (and the memory available), and an explicit ``"arpack"`` raises ``MemoryError`` where
+    the LU would exceed the working memory (or may exceed the memory available).
+    """
     if eigen_solver == "dense" or k >= n - 1:
         return "dense"
     if eigen_solver in ("lobpcg", "amg") and n < _POINTS_PER_VECTOR * (k + _GUARD_VECTORS):
         return "dense"
+    factorised = A is not None and sp.issparse(A)
     if eigen_solver == "auto":
         if n <= _DENSE_EIGEN_MAX:
             return "dense"
-        return "lobpcg" if sparse and n > _SPARSE_LU_MAX else "arpack"
+        if sparse and (n > _SPARSE_LU_MAX or factorised and not _sparse_lu_fits(A)):
+            return resolve_eigen_solver("lobpcg", n, k, sparse)
+        return "arpack"
+    if eigen_solver == "arpack" and factorised:
+        _check_sparse_lu(A)
     return eigen_solver
 
 
+def _sparse_lu_fits(A):
+    """Whether the sparse LU of the k-NN operator ``A`` surely fits in the working memory and
+    in the memory available to the process."""
+    limit = budget_bytes()
+    available = available_memory()
+    if available is not None:
+        limit = min(limit, available)
+    return _sparse_lu_bounds(A, limit)[1] <= limit
+
+
+def _check_sparse_lu(A):
+    """``MemoryError`` where the sparse LU of the k-NN operator ``A`` surely exceeds the working
+    memory, or may exceed the memory available to the process (SuperLU past it is ended by the
+    kernel, not stopped with an error)."""
+    what = (f"eigen_solver='arpack' (the sparse LU of the {A.shape[0]:,}-point k-NN operator, "
+            "predicted from trial factorisations)")
+    hint = ("use eigen_solver='lobpcg' or 'auto' (products by the operator only, no "
+            "factorisation)")
+    budget = budget_bytes()
+    low, high = _sparse_lu_bounds(A, budget)
+    if low > budget:
+        plan_rows(None, row_bytes=0, budget=budget, fixed_bytes=low, per="", what=what,
+                  hint=hint)
+    available = available_memory()
+    if available is not None and high > available:
+        _, high = _sparse_lu_bounds(A, available)  # refined against that limit
+        if high > available:
+            raise MemoryError(
+                f"{what} may need up to {high / 2**20:.1f} MiB but only "
+                f"{available / 2**20:.1f} MiB of memory is available; {hint}."
+            )
+
+
+def _sparse_lu_bounds(A, limit):
+    """Bounds ``(low, high)`` on the bytes of the sparse LU of ``sigma I - A`` (``A`` a
+    symmetric sparse operator), refined until one decides against ``limit`` bytes or the trials
+    reach a quarter of the graph. On a disconnected graph, the trials run on its largest
+    component, whose prediction bounds the others'; small components' LUs are at most dense."""
+    n = A.shape[0]
+    n_components, labels = connected_components(A, directed=False)
+    sizes = np.bincount(labels)
+    low, high = 0.0, float(_LU_ENTRY_BYTES) * np.sum(sizes.astype(np.float64) ** 2)
+    graph = A
+    if n_components > 1:
+        largest = np.flatnonzero(labels == sizes.argmax())
+        graph = A.tocsr()[largest][:, largest]
+    size, m, order, half = graph.shape[0], _TRIAL_NODES, None, None
+    while low <= limit < high and 4 * m <= size:
+        if order is None:  # a breadth-first order from a peripheral node
+            order = reverse_cuthill_mckee(graph.tocsr(), symmetric_mode=True)[::-1]
+            half = _ball_lu_entries(graph, order[: m // 2])
+        entries = _ball_lu_entries(graph, order[:m])
+        growth = max(1.0, np.log2(entries / half))
+        predicted = _LU_ENTRY_BYTES * entries * (size / m) ** growth
+        error = 1.0 + _TRIAL_ERROR * (_TRIAL_NODES / m) ** 0.75
+        low = max(low, predicted / error, _LU_ENTRY_BYTES * entries * size / m)
+        high = min(high, predicted * error * n / size)
+        half, m = entries, 2 * m
+    return low, high
+
+
+def _ball_lu_entries(graph, nodes):
+    """The entries of the sparse LU of the principal subgraph of ``graph`` on ``nodes``."""
+    nodes = np.sort(nodes)
+    return _sparse_lu(graph.tocsr()[nodes][:, nodes]).nnz
+
+
+def _sparse_lu(A):
+    """SuperLU's factorisation of ``sigma I - A`` (of the sparse symmetric ``A``)."""
+    # sigma I - A is symmetric positive definite: a symmetric fill-reducing ordering and
+    # no pivoting (an LDL^T in effect) factorise it about 3x faster than scipy's default.
+    return splu(
+        (A - _SHIFT * sp.identity(A.shape[0], format="csr")).tocsc(),
+        permc_spec="MMD_AT_PLUS_A",
+        diag_pivot_thresh=0.0,
+        options=dict(SymmetricMode=True),
+    )
+
+
 def top_eigenpairs(A, k, eigen_solver, device, random_state, *, sqrt_degree=None,
-                   eigen_tol="auto", progress=False, on_solve=None, after_arpack=False):
+                   eigen_tol="auto", progress=False, on_solve=None, after_arpack=False,
+                   resolved=False):
     """The ``k`` largest eigenvalues of the symmetric ``A`` (descending) and their eigenvectors.
 
     ``A`` is consumed: the dense shift-invert path factorises ``sigma I - A`` in its memory.
@@ -92,9 +200,12 @@ def top_eigenpairs(A, k, eigen_solver, device, random_state, *, sqrt_degree=None
     ``progress``: verbosity. ``on_solve()``, when given, is called after each application of
     the iterated operator (ARPACK's shift-inverted solve, a LOBPCG iteration); its result is
     ignored: the solvers cannot be stopped and still return eigenpairs. ``after_arpack``: LOBPCG
-    is the fallback from ARPACK, which its warning then does not advise.
+    is the fallback from ARPACK, which its warning then does not advise. ``resolved``:
+    ``eigen_solver`` is :func:`resolve_eigen_solver`'s answer for ``A`` already (the size of a
+    sparse LU is not predicted again).
     """
-    solver = resolve_eigen_solver(eigen_solver, A.shape[0], k, sp.issparse(A))
+    solver = (eigen_solver if resolved else
+              resolve_eigen_solver(eigen_solver, A.shape[0], k, sp.issparse(A), A=A))
     with threadpool_limits(limits=1, user_api="blas"):
         if solver == "dense":
             w, v = _dense_eigh(A, k, device)
@@ -130,15 +241,7 @@ def _shift_invert(A, k, tol, random_state, progress, on_solve):
     n = A.shape[0]
     v0 = random_state.uniform(-1, 1, n)
     if sp.issparse(A):
-        # sigma I - A is symmetric positive definite: a symmetric fill-reducing ordering and
-        # no pivoting (an LDL^T in effect) factorise it about 3x faster than scipy's default.
-        factor = splu(
-            (A - _SHIFT * sp.identity(n, format="csr")).tocsc(),
-            permc_spec="MMD_AT_PLUS_A",
-            diag_pivot_thresh=0.0,
-            options=dict(SymmetricMode=True),
-        )
-        solve = factor.solve
+        solve = _sparse_lu(A).solve
     else:
         A *= -1.0
         A.flat[:: n + 1] += _SHIFT  # sigma I - A, positive definite, factorised in place

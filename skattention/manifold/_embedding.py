@@ -136,8 +136,10 @@ class AttentionDiffusionEmbedding(
         the iterations it needs stay about the same as ``n`` grows. ``"amg"``: LOBPCG
         preconditioned by pyamg's smoothed aggregation (``pip install pyamg``). ``"auto"``:
         dense up to 200 points; beyond, arpack on the dense operator and on k-NN operators up
-        to 100,000 points, lobpcg on larger ones. scipy's BLAS runs on one thread in every
-        solver.
+        to 100,000 points whose sparse LU, predicted from trial factorisations, fits in the
+        working memory, lobpcg on the others. An explicit ``"arpack"`` whose sparse LU would
+        exceed the working memory raises ``MemoryError`` (see docs/manifold.md). scipy's BLAS
+        runs on one thread in every solver.
     eigen_tol : float >= 0 or "auto", default="auto"
         Stopping tolerance of the eigen-solver: for ``"arpack"`` the relative accuracy of the
         eigenvalues (``"auto"``: machine precision), for ``"lobpcg"`` and ``"amg"`` the largest
@@ -348,7 +350,10 @@ class AttentionDiffusionEmbedding(
         solves, LOBPCG iterations: their number is not known in advance) are subtasks of the
         step, the dense eigh (one LAPACK call) has none."""
         k = self.n_components + 1
-        solver = resolve_eigen_solver(self.eigen_solver, op.A.shape[0], k, sp.issparse(op.A))
+        # the size of a k-NN operator's sparse LU predicted once (a MemoryError for an explicit
+        # "arpack" beyond the working memory, LOBPCG for "auto")
+        solver = resolve_eigen_solver(self.eigen_solver, op.A.shape[0], k, sp.issparse(op.A),
+                                      A=op.A)
         iteration = "Lanczos solve" if solver == "arpack" else "LOBPCG iteration"
 
         def solve(task, A, eigen_solver, after_arpack=False):
@@ -358,12 +363,12 @@ class AttentionDiffusionEmbedding(
                 on_solve=None if task is None else (
                     lambda: report_subtask(self, iteration, parent=task)
                 ),
-                after_arpack=after_arpack,
+                after_arpack=after_arpack, resolved=True,
             )
 
         def solve_or_fall_back(task):
             try:
-                return solve(task, op.A, self.eigen_solver)
+                return solve(task, op.A, solver)
             except ArpackNoConvergence:
                 # eigenvalues equal to 1 to rounding (epsilon small for the data's spacing):
                 # LOBPCG's block takes them, as SpectralEmbedding falls back to it
@@ -373,7 +378,8 @@ class AttentionDiffusionEmbedding(
                     op.A = None
                     op.A = diffusion_operator(Z, self.epsilon_, self.alpha, None, device,
                                               include_self=self.include_self).A
-                return solve(task, op.A, "lobpcg", after_arpack=True)
+                lobpcg = resolve_eigen_solver("lobpcg", op.A.shape[0], k, sp.issparse(op.A))
+                return solve(task, op.A, lobpcg, after_arpack=True)
 
         return self._step(bar, "eigenpairs", solve_or_fall_back,
                           max_subtasks=None if solver != "dense" else 0)
