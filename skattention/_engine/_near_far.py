@@ -280,12 +280,9 @@ def _span_logits(prepared, row, spans, scale):
     per span and the logits of them all at once."""
     if prepared.squared or not prepared.offsets_row:
         return torch.cat([_logits(prepared, row, k0, k1, scale)[:1] for k0, k1 in spans], 1)
-    # one row, unpadded: the few-queries path is rounded otherwise anyway, and a padded
-    # block multiplies eight rows to use one
-    row = row[:1]
-    augmented = prepared.augmented(row)[:1]
-    partial = torch.cat([prepared.block(row, k0, k1, augmented=augmented) for k0, k1 in spans],
-                        1)
+    augmented = prepared.augmented(row)
+    partial = torch.cat([prepared.block(row, k0, k1, augmented=augmented)[:1]
+                         for k0, k1 in spans], 1)
     return distance_logits(partial, prepared.query_offset(row[:1]), scale, None,
                            d_out=partial, z_out=partial)[1]
 

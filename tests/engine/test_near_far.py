@@ -69,6 +69,18 @@ def test_near_far_attention_is_the_grouped_softmax(n_near, temperature, kind):
                                rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kind", ["euclidean", "sqeuclidean", "dot"])
+def test_each_of_a_few_rows_is_scored_as_if_alone(dtype, kind):
+    queries, *_, grouped = _grouped(dtype=dtype, kind=kind)
+    if kind == "euclidean":  # the one-row products of the offsets' row
+        assert grouped.prepared()[0].offsets_row
+    alone = torch.cat([near_far_attention(queries[i:i + 1], grouped, 0.5) for i in range(6)])
+    for start, stop in ((0, 2), (0, 3), (0, 4), (2, 6), (1, 4)):
+        assert torch.equal(near_far_attention(queries[start:stop], grouped, 0.5),
+                           alone[start:stop])
+
+
 def test_groups_hold_every_key_once_with_their_prototype():
     queries, keys, values, log_prior, grouped = _grouped(prior=False)
     b = grouped.bounds
