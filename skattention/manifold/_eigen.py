@@ -6,7 +6,7 @@ decomposition:
 * ``"dense"``: ``torch.linalg.eigh`` of the whole matrix (on the device);
 * ``"arpack"``: scipy's Lanczos in shift-invert mode just above the top eigenvalue 1, with a
   Cholesky factorisation made in the memory of a dense operator or a sparse LU of a k-NN one
-  (whose size is predicted first and held to the working memory, ``_sparse_lu_bounds``);
+  (whose size is estimated first, ``_sparse_lu_estimate``);
 * ``"lobpcg"``: LOBPCG with products by ``A`` only (no factorisation), for the smallest
   eigenvalues of the Laplacian ``L = I - A`` (``1 - mu``, computed without the cancellation of
   ``1 - mu`` when ``mu`` crowds near 1). On a k-NN operator it is preconditioned by a
@@ -25,39 +25,41 @@ shared machine the thin products of Lanczos and LOBPCG lose more at each call's 
 than a second thread gains.
 """
 
+import math
+
 import numpy as np
 import scipy.sparse as sp
 import torch
 from scipy.linalg import cho_factor, cho_solve
-from scipy.sparse.csgraph import connected_components, reverse_cuthill_mckee
+from scipy.sparse.csgraph import (
+    breadth_first_order,
+    connected_components,
+    reverse_cuthill_mckee,
+)
 from scipy.sparse.linalg import LinearOperator, eigsh, splu
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
-from .._engine import available_memory, budget_bytes, plan_rows, progress_bar, resolve_device
+from .._engine import available_memory, budget_bytes, progress_bar, resolve_device
 from ..utils._warnings import warn_user
 from ._lobpcg import lobpcg_smallest
 from ._multigrid import laplacian_multigrid
 
 # "auto": a full dense decomposition up to this many points.
 _DENSE_EIGEN_MAX = 200
-# "auto" on a k-NN operator: shift-invert with a sparse LU up to this many points where the LU
-# fits in the working memory, LOBPCG beyond.
+# "auto" on a k-NN operator: shift-invert with a sparse LU up to this many points where the
+# LU's estimated size fits in the working memory, LOBPCG otherwise.
 _SPARSE_LU_MAX = 100_000
-# The sparse LU's fill grows faster than n, the faster the higher the data's intrinsic dimension,
-# and SuperLU cannot be stopped once it runs: past the memory there is it fails with a
-# MemoryError only under an address-space limit (and leaks what it holds), else the kernel ends
-# the process. Its size is therefore predicted before (``_sparse_lu_bounds``) from trial LUs of
-# balls of the graph (its first nodes in a Cuthill-McKee order, a breadth-first search from a
-# peripheral node) of m / 2 and m nodes, m = _TRIAL_NODES doubled up to a quarter of the graph:
-# their growth, taken as a power of the size, extrapolated to the whole graph (at least linear:
-# disjoint balls fill at least their own LUs). The prediction from m nodes was within a factor
-# 1 + _TRIAL_ERROR * (_TRIAL_NODES / m) ** 0.75 of the LU on uniform and Gaussian data of 2 to
-# 10 dimensions, manifolds and clusters, k = 8 to 30 (docs/manifold.md); the trials double m
-# until that factor decides, which costs a fraction of the LU itself; a ball is tried only while
-# the last one's LU, linearly extrapolated, fits the limit, so the trials stay within it too.
+# SuperLU cannot be stopped once it runs, and past the memory there is the kernel ends the
+# process (a MemoryError comes only under an address-space limit): the LU's size is estimated
+# before it is made, from trial LUs of balls of the graph (_sparse_lu_estimate), whose
+# power-law growth extrapolated was within 1 + _TRIAL_ERROR * (_TRIAL_NODES / m) ** 0.75 of
+# the LU on data of one intrinsic dimension (m: the ball's nodes; docs/manifold.md).
 _TRIAL_NODES = 1000
 _TRIAL_ERROR = 2.4
+# Balls grown from this many nodes spread over a component: a region of higher intrinsic
+# dimension fills more than a ball elsewhere predicts.
+_TRIAL_STARTS = 4
 # Bytes per entry of the LU: a float64 value and an int32 row index.
 _LU_ENTRY_BYTES = 12
 # Shift-invert target just above the top eigenvalue 1 of A: the leading eigenvalues, which
@@ -87,86 +89,108 @@ def resolve_eigen_solver(eigen_solver, n, k, sparse, A=None):
     resolved to ``"arpack"`` for dense operators and k-NN operators up to ``_SPARSE_LU_MAX``
     points, ``"lobpcg"`` beyond.
 
-    Given the k-NN operator ``A`` itself, the size of its sparse LU is predicted
-    (:func:`_sparse_lu_bounds`): ``"auto"`` takes ``"lobpcg"`` unless the LU fits in the working
-    memory (and the memory available), and an explicit ``"arpack"`` raises ``MemoryError`` where
-    the LU would exceed the working memory (or may exceed the memory available).
+    Given the k-NN operator ``A`` itself, the size of its sparse LU is estimated
+    (:func:`_sparse_lu_estimate`): ``"auto"`` takes ``"lobpcg"`` unless the estimate fits in the
+    working memory and the memory available, and an explicit ``"arpack"`` raises
+    ``MemoryError`` where it exceeds the memory available.
     """
     if eigen_solver == "dense" or k >= n - 1:
         return "dense"
     if eigen_solver in ("lobpcg", "amg") and n < _POINTS_PER_VECTOR * (k + _GUARD_VECTORS):
         return "dense"
-    factorised = A is not None and sp.issparse(A)
+    knn_operator = A is not None and sp.issparse(A)
     if eigen_solver == "auto":
         if n <= _DENSE_EIGEN_MAX:
             return "dense"
-        if sparse and (n > _SPARSE_LU_MAX or factorised and not _sparse_lu_fits(A)):
+        if sparse and (n > _SPARSE_LU_MAX or knn_operator and not _sparse_lu_fits(A)):
             return resolve_eigen_solver("lobpcg", n, k, sparse)
         return "arpack"
-    if eigen_solver == "arpack" and factorised:
+    if eigen_solver == "arpack" and knn_operator:
         _check_sparse_lu(A)
     return eigen_solver
 
 
 def _sparse_lu_fits(A):
-    """Whether the sparse LU of the k-NN operator ``A`` surely fits in the working memory and
-    in the memory available to the process."""
+    """Whether the estimated sparse LU of the k-NN operator ``A`` fits in the working memory
+    and in the memory available to the process."""
     limit = budget_bytes()
     available = available_memory()
     if available is not None:
         limit = min(limit, available)
-    return _sparse_lu_bounds(A, limit)[1] <= limit
+    return _sparse_lu_estimate(A, limit) <= limit
 
 
 def _check_sparse_lu(A):
-    """``MemoryError`` where the sparse LU of the k-NN operator ``A`` surely exceeds the working
-    memory, or may exceed the memory available to the process (SuperLU past it is ended by the
-    kernel, not stopped with an error)."""
-    what = (f"eigen_solver='arpack' (the sparse LU of the {A.shape[0]:,}-point k-NN operator, "
-            "predicted from trial factorisations)")
-    hint = ("use eigen_solver='lobpcg' or 'auto' (products by the operator only, no "
-            "factorisation)")
-    budget = budget_bytes()
-    low, high = _sparse_lu_bounds(A, budget)
-    if low > budget:
-        plan_rows(None, row_bytes=0, budget=budget, fixed_bytes=low, per="", what=what,
-                  hint=hint)
+    """``MemoryError`` where the estimated sparse LU of the k-NN operator ``A`` exceeds the
+    memory available to the process. Like the dense operator of an explicit
+    ``eigen_solver="dense"`` (``_operator.check_dense_memory``), the LU of an explicit
+    ``"arpack"`` is the algorithm's array, not scratch: the working memory does not bound it."""
     available = available_memory()
-    if available is not None and high > available:
-        _, high = _sparse_lu_bounds(A, available)  # refined against that limit
-        if high > available:
-            raise MemoryError(
-                f"{what} may need up to {high / 2**20:.1f} MiB but only "
-                f"{available / 2**20:.1f} MiB of memory is available; {hint}."
-            )
+    if available is None:
+        return
+    estimate = _sparse_lu_estimate(A, available)
+    if estimate > available:
+        raise MemoryError(
+            f"eigen_solver='arpack' factorises the {A.shape[0]:,}-point k-NN operator: its "
+            f"sparse LU, estimated from trial factorisations, may need up to "
+            f"{estimate / 2**20:.1f} MiB but only {available / 2**20:.1f} MiB of memory is "
+            "available; use eigen_solver='lobpcg' or 'auto' (products by the operator only, "
+            "no factorisation)."
+        )
 
 
-def _sparse_lu_bounds(A, limit):
-    """Bounds ``(low, high)`` on the bytes of the sparse LU of ``sigma I - A`` (``A`` a
-    symmetric sparse operator), refined until one decides against ``limit`` bytes or the trials
-    reach a quarter of the graph. On a disconnected graph, the trials run on its largest
-    component, whose prediction bounds the others'; small components' LUs are at most dense."""
-    n = A.shape[0]
+def _sparse_lu_estimate(A, limit):
+    """An estimate from above of the bytes of the sparse LU of ``sigma I - A`` (``A`` a
+    symmetric sparse operator), refined only until it decides against ``limit`` bytes (a
+    value above ``limit`` may stop short of the best estimate). Components of fewer than
+    ``4 * _TRIAL_NODES`` points are bounded by their dense LU; each larger one by the largest
+    extrapolation of balls grown from ``_TRIAL_STARTS`` nodes spread over it."""
     n_components, labels = connected_components(A, directed=False)
-    sizes = np.bincount(labels)
-    low, high = 0.0, float(_LU_ENTRY_BYTES) * np.sum(sizes.astype(np.float64) ** 2)
-    graph = A
-    if n_components > 1:
-        largest = np.flatnonzero(labels == sizes.argmax())
-        graph = A.tocsr()[largest][:, largest]
-    size, m, order, half = graph.shape[0], _TRIAL_NODES, None, None
-    while low <= limit < high and 4 * m <= size:
-        if order is None:  # a breadth-first order from a peripheral node
-            order = reverse_cuthill_mckee(graph.tocsr(), symmetric_mode=True)[::-1]
-            half = _ball_lu_entries(graph, order[: m // 2])
-        entries = _ball_lu_entries(graph, order[:m])
-        growth = max(1.0, np.log2(entries / half))
-        predicted = _LU_ENTRY_BYTES * entries * (size / m) ** growth
-        error = 1.0 + _TRIAL_ERROR * (_TRIAL_NODES / m) ** 0.75
-        low = max(low, predicted / error, _LU_ENTRY_BYTES * entries * size / m)
-        high = min(high, predicted * error * n / size)
-        half, m = entries, 2 * m
-    return low, high
+    sizes = np.bincount(labels).astype(np.float64)
+    small = sizes < 4 * _TRIAL_NODES
+    # a dense LU holds the diagonal in both factors
+    estimate = _LU_ENTRY_BYTES * float(np.sum(sizes[small] * (sizes[small] + 1)))
+    A = A.tocsr()
+    for component in np.flatnonzero(~small):
+        if estimate > limit:
+            break
+        nodes = np.flatnonzero(labels == component)
+        graph = A if n_components == 1 else A[nodes][:, nodes]
+        estimate += _component_lu_estimate(graph, limit - estimate)
+    return estimate
+
+
+def _component_lu_estimate(graph, limit):
+    """:func:`_sparse_lu_estimate` of a connected graph of at least ``4 * _TRIAL_NODES``
+    nodes: per start node (a pseudo-peripheral one, then nodes evenly spaced in a
+    breadth-first order from it), balls of its first ``m / 2`` and ``m`` nodes breadth first,
+    ``m`` doubling from ``_TRIAL_NODES`` up to a quarter of the graph, their growth taken as a
+    power of the size (at least linear) and extrapolated; each start refined until its
+    interval (the error factor both ways) decides against ``limit``."""
+    size = graph.shape[0]
+    far = breadth_first_order(graph, 0, directed=False, return_predecessors=False)[-1]
+    sweep = breadth_first_order(graph, far, directed=False, return_predecessors=False)
+    starts = sweep[(np.arange(_TRIAL_STARTS) * size) // _TRIAL_STARTS]
+    estimate = 0.0
+    for start in starts:
+        order = sweep if start == far else breadth_first_order(
+            graph, start, directed=False, return_predecessors=False)
+        m, half = _TRIAL_NODES, _ball_lu_entries(graph, order[: _TRIAL_NODES // 2])
+        low, high = 0.0, math.inf
+        while 4 * m <= size and low <= limit < high:
+            entries = _ball_lu_entries(graph, order[:m])
+            growth = max(1.0, math.log2(entries / half))
+            predicted = _LU_ENTRY_BYTES * entries * (size / m) ** growth
+            error = 1.0 + _TRIAL_ERROR * (_TRIAL_NODES / m) ** 0.75
+            low, high = predicted / error, predicted * error
+            # the next ball's LU, at this growth, stays within the limit too
+            if _LU_ENTRY_BYTES * entries * 2.0**growth > limit:
+                break
+            half, m = entries, 2 * m
+        estimate = max(estimate, high)
+        if estimate > limit:
+            break
+    return min(estimate, _LU_ENTRY_BYTES * size * (size + 1.0))
 
 
 def _ball_lu_entries(graph, nodes):

@@ -136,9 +136,9 @@ class AttentionDiffusionEmbedding(
         the iterations it needs stay about the same as ``n`` grows. ``"amg"``: LOBPCG
         preconditioned by pyamg's smoothed aggregation (``pip install pyamg``). ``"auto"``:
         dense up to 200 points; beyond, arpack on the dense operator and on k-NN operators up
-        to 100,000 points whose sparse LU, predicted from trial factorisations, fits in the
-        working memory, lobpcg on the others. An explicit ``"arpack"`` whose sparse LU would
-        exceed the working memory raises ``MemoryError`` (see docs/manifold.md). scipy's BLAS
+        to 100,000 points whose sparse LU, estimated from trial factorisations, fits in the
+        working memory, lobpcg on the others. An explicit ``"arpack"`` whose estimated sparse LU
+        exceeds the memory available raises ``MemoryError`` (see docs/manifold.md). scipy's BLAS
         runs on one thread in every solver.
     eigen_tol : float >= 0 or "auto", default="auto"
         Stopping tolerance of the eigen-solver: for ``"arpack"`` the relative accuracy of the
@@ -350,8 +350,8 @@ class AttentionDiffusionEmbedding(
         solves, LOBPCG iterations: their number is not known in advance) are subtasks of the
         step, the dense eigh (one LAPACK call) has none."""
         k = self.n_components + 1
-        # the size of a k-NN operator's sparse LU predicted once (a MemoryError for an explicit
-        # "arpack" beyond the working memory, LOBPCG for "auto")
+        # the size of a k-NN operator's sparse LU estimated once (LOBPCG for "auto" beyond the
+        # working memory, a MemoryError for an explicit "arpack" beyond the memory available)
         solver = resolve_eigen_solver(self.eigen_solver, op.A.shape[0], k, sp.issparse(op.A),
                                       A=op.A)
         iteration = "Lanczos solve" if solver == "arpack" else "LOBPCG iteration"

@@ -1,27 +1,18 @@
-"""The sparse LU of shift-invert Lanczos held to the working memory: its size predicted from
-trial factorisations, "auto" taking LOBPCG where it would not fit, an explicit "arpack"
-refused with a clear MemoryError."""
+"""The sparse LU of shift-invert Lanczos held to the memory: its size estimated from trial
+factorisations, "auto" taking LOBPCG where it would not fit the working memory, an explicit
+"arpack" refused with a clear MemoryError where it would not fit the memory available."""
 
 import numpy as np
 import pytest
-from sklearn.datasets import make_swiss_roll
+from scipy.sparse.csgraph import connected_components
 from sklearn.utils import check_random_state
 
 import skattention
 from skattention.manifold import AttentionDiffusionEmbedding, _eigen
-from skattention.manifold._operator import auto_epsilon, diffusion_operator, knn_graph
+
+from .operators import knn_operator, swiss_roll
 
 MIB = 2**20
-
-
-def knn_operator(X, k=15):
-    knn = knn_graph(X, k, "cpu")
-    epsilon, _ = auto_epsilon(X, knn[0], check_random_state(0), "cpu")
-    return diffusion_operator(X, epsilon, 1.0, knn, "cpu")
-
-
-def swiss_roll(n):
-    return make_swiss_roll(n, noise=0.05, random_state=0)[0]
 
 
 def cube(n, d):
@@ -37,16 +28,40 @@ def resolve(A, k=3, eigen_solver="auto"):
     return _eigen.resolve_eigen_solver(eigen_solver, A.shape[0], k, True, A=A)
 
 
-@pytest.mark.parametrize("data", ["roll", "cube", "two rolls"])
-def test_predicted_bounds_bracket_the_lu(data):
-    X = {"roll": lambda: swiss_roll(8000), "cube": lambda: cube(4000, 4),
-         "two rolls": lambda: np.r_[swiss_roll(4000), swiss_roll(4000) + 100.0]}[data]()
-    A = knn_operator(X).A
+def plane_beside_cube(seed):
+    """A 2-D plane of 6,000 points in 8-D with a 2,000-point 8-D cube at its corner (one
+    component), rows in a random order: data whose intrinsic dimension differs between
+    regions."""
+    rng = np.random.default_rng(seed)
+    plane = np.zeros((6000, 8))
+    plane[:, :2] = rng.uniform(size=(6000, 2)) * 8.0
+    X = np.r_[plane, rng.uniform(size=(2000, 8)) * 1.5]
+    return X[rng.permutation(len(X))]
+
+
+DATA = {
+    "roll": lambda: swiss_roll(8000),
+    "cube": lambda: cube(5000, 4),
+    "two rolls": lambda: np.r_[swiss_roll(4000), swiss_roll(4000) + 100.0],
+    # a far component of higher dimension than the largest one
+    "roll and far cube": lambda: np.r_[np.c_[swiss_roll(8000), np.zeros((8000, 5))],
+                                       cube(1500, 8) * 5 + 100.0],
+    **{f"plane beside cube {seed}": lambda seed=seed: plane_beside_cube(seed)
+       for seed in range(3)},
+}
+
+
+@pytest.mark.parametrize("data", DATA)
+def test_the_estimate_covers_the_lu(data):
+    A = knn_operator(DATA[data]()).A
+    if data.startswith("plane"):
+        assert connected_components(A, directed=False)[0] == 1
     actual = lu_bytes(A)
-    # at the LU's own size the trials run as far as they may (a quarter of the graph)
-    low, high = _eigen._sparse_lu_bounds(A, actual)
-    assert low <= actual <= high
-    assert high < 12 * actual  # a prediction, not the dense bound (12 n^2 bytes)
+    # refined as far as it goes against the LU's own size
+    estimate = _eigen._sparse_lu_estimate(A, actual)
+    assert estimate >= actual
+    if data in ("roll", "cube"):
+        assert estimate < 12 * actual  # a prediction, not the dense bound (12 n^2 bytes)
 
 
 def test_auto_keeps_arpack_on_a_manifold_and_takes_lobpcg_on_high_dimensional_data():
@@ -54,7 +69,8 @@ def test_auto_keeps_arpack_on_a_manifold_and_takes_lobpcg_on_high_dimensional_da
     with skattention.config_context(working_memory=32):
         assert resolve(roll) == "arpack"
         assert resolve(high_dim) == "lobpcg"
-        assert resolve(high_dim, eigen_solver="arpack") == "arpack"  # not surely beyond
+        # an explicit "arpack" is held to the memory available, not the working memory
+        assert resolve(high_dim, eigen_solver="arpack") == "arpack"
     # both decisions were right: the 2-D roll's LU is 4 MiB, the 6-D cube's 50 MiB
     assert lu_bytes(roll) <= 32 * MIB < lu_bytes(high_dim)
     with skattention.config_context(working_memory=256):
@@ -92,27 +108,35 @@ def test_swiss_roll_keeps_arpack_and_its_results(monkeypatch):
     np.testing.assert_array_equal(auto.embedding_, arpack.embedding_)
 
 
-def test_explicit_arpack_beyond_the_working_memory_is_refused_before_factorising(monkeypatch):
+def test_explicit_arpack_beyond_the_memory_available_is_refused_before_factorising(
+        monkeypatch):
     X = cube(4000, 6)  # its LU: 50 MiB
     factorised = []
     sparse_lu = _eigen._sparse_lu
     monkeypatch.setattr(_eigen, "_sparse_lu",
                         lambda A: factorised.append(A.shape[0]) or sparse_lu(A))
-    with skattention.config_context(working_memory=4):
-        with pytest.raises(MemoryError) as info:
-            AttentionDiffusionEmbedding(n_neighbors=15, eigen_solver="arpack",
-                                        random_state=0).fit(X)
-        message = str(info.value)
-        assert "eigen_solver='arpack'" in message and "sparse LU" in message
-        assert "4.0 MiB" in message and "working_memory" in message
-        assert "eigen_solver='lobpcg'" in message
-        need = float(message.split("needs at least ")[1].split(" MiB")[0])
-        assert 4 < need <= 50
-        assert max(factorised) <= 1000  # trial balls only, never the whole graph
-        factorised.clear()
-        auto = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)
+    monkeypatch.setattr(_eigen, "available_memory", lambda: 8 * MIB)
+    with pytest.raises(MemoryError) as info:
+        AttentionDiffusionEmbedding(n_neighbors=15, eigen_solver="arpack",
+                                    random_state=0).fit(X)
+    message = str(info.value)
+    assert "eigen_solver='arpack'" in message and "sparse LU" in message
+    assert "8.0 MiB of memory is available" in message
+    assert "eigen_solver='lobpcg'" in message
+    need = float(message.split("may need up to ")[1].split(" MiB")[0])
+    assert need > 8
+    assert max(factorised) <= 1000  # trial balls only, never the whole graph
+    factorised.clear()
+    auto = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)
     assert max(factorised) <= 1000  # "auto" took LOBPCG after the same trials
     assert np.all(np.isfinite(auto.embedding_))
+
+
+def test_explicit_arpack_is_not_held_to_the_working_memory():
+    A = knn_operator(cube(4000, 4)).A
+    with skattention.config_context(working_memory=1):
+        assert resolve(A) == "lobpcg"
+        assert resolve(A, eigen_solver="arpack") == "arpack"
 
 
 def test_lobpcg_taken_for_the_budget_finds_the_dense_solvers_eigenpairs(monkeypatch):
