@@ -194,9 +194,10 @@ def _component_lu_estimate(graph, limit):
 
 
 def _ball_lu_entries(graph, nodes):
-    """The entries of the sparse LU of the principal subgraph of ``graph`` on ``nodes``."""
+    """The entries of the sparse LU of the principal subgraph of the CSR ``graph`` on
+    ``nodes``."""
     nodes = np.sort(nodes)
-    return _sparse_lu(graph.tocsr()[nodes][:, nodes]).nnz
+    return _sparse_lu(graph[nodes][:, nodes]).nnz
 
 
 def _sparse_lu(A):

@@ -267,8 +267,8 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
     def _inference(self):
         """The network in float64 and its training set propagated through the blocks
         (``IPN.prepare_context``), made once per fitted network (again where its parameters
-        or the training set were changed): a call then costs its queries' attention over the
-        training set, not the training set's over itself. Kept with the estimator: about
+        were changed or the training set replaced): a call then costs its queries' attention
+        over the training set, not the training set's over itself. Kept with the estimator: about
         ``n_blocks * m * (2 * width + num_heads)`` float64 numbers for m training samples."""
         def build(network, device, dtype):
             net = copy.deepcopy(network).to(device, dtype).eval()
@@ -276,8 +276,9 @@ class AttentionNetworkClassifier(ProbabilisticClassifierMixin, ClassifierMixin,
                 return net, net.prepare_context(torch.from_numpy(self._fit_X).to(device))
 
         network = self.network_
-        # (the training set and the parameters' values, compared with those of the last
-        # preparation: a change through .data or load_state_dict counts as well)
+        # (the training set by identity, as a new fit replaces it; the parameters by value
+        # against those of the last preparation: a change through .data or load_state_dict
+        # counts as well)
         version = (self._fit_X, *network.parameters(), *network.buffers())
         return self._on_device("inference", network, torch.device("cpu"), torch.float64, build,
                                version)
