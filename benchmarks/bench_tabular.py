@@ -213,7 +213,8 @@ def make_model(name, task, seed, X_train, threads, recipe):
         from skattention import MetricAttentionClassifier, MetricAttentionRegressor
 
         cls = MetricAttentionClassifier if clf else MetricAttentionRegressor
-        return cls(random_state=seed, **(recipe if ":" in name else {}))
+        # a recipe's random_state (another seed of the same recipe) replaces the run's
+        return cls(**{"random_state": seed, **(recipe if ":" in name else {})})
     if name.startswith("attention"):
         from tabular_lab import TabularAttentionClassifier, TabularAttentionRegressor
 
