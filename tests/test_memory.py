@@ -4,7 +4,9 @@ Each path is run with a tiny budget (many small blocks or chunks) and must give 
 result; inputs that cannot fit even in chunks raise MemoryError naming working_memory.
 """
 
+import math
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -73,6 +75,20 @@ def test_impossible_budget_names_working_memory_and_n_neighbors(data):
         with pytest.raises(MemoryError, match=r"working_memory(.|\n)*n_neighbors"):
             est.predict(X[:5])
 
+
+
+def test_a_need_just_above_the_budget_is_told_apart_from_it():
+    # both rounded to "0.001 MiB", the message read as if the need fitted the budget
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 3))
+    est = MetricAttentionClassifier("euclidean", n_neighbors=5, temperature=np.inf).fit(
+        X, (X[:, 0] > 0).astype(int))
+    with skattention.config_context(working_memory=0.001):
+        with pytest.raises(MemoryError) as error:
+            est.predict(X)
+    need, budget = (int(n.replace(",", "")) for n in re.findall(r"\(([\d,]+) bytes\)",
+                                                                str(error.value)))
+    assert need > budget == math.floor(0.001 * 2**20)
 
 # ------------------------------------------------------------------------------ attention weights
 

@@ -16,6 +16,8 @@ A loop that cannot fit even one row raises the one :class:`MemoryError` text of
 :func:`memory_error`, naming ``working_memory`` and what else to change.
 """
 
+import math
+
 import torch
 
 from .._config import check_working_memory, get_config
@@ -74,9 +76,13 @@ def memory_error(what, need, budget, hint, per="per query"):
     to change besides raising ``working_memory`` (``None``: nothing).
     """
     per = f" {per}" if per else ""
+    need_text, budget_text = f"{_mib(need)} MiB", f"{_mib(budget)} MiB"
+    if need_text == budget_text:  # (rounded alike: the bytes tell them apart)
+        need_text += f" ({math.ceil(need):,} bytes)"
+        budget_text += f" ({math.floor(budget):,} bytes)"
     return MemoryError(
-        f"{what} needs at least {_mib(need)} MiB of scratch memory{per} but the budget is "
-        f"{_mib(budget)} MiB; raise working_memory (skattention.config_context("
+        f"{what} needs at least {need_text} of scratch memory{per} but the budget is "
+        f"{budget_text}; raise working_memory (skattention.config_context("
         f"working_memory=...)){f' or {hint}' if hint else ''}."
     )
 

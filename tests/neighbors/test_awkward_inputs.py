@@ -252,6 +252,23 @@ def test_the_scale_of_sample_weights_does_not_matter(scale):
     np.testing.assert_allclose(scaled, unit, atol=1e-5)
 
 
+@pytest.mark.parametrize("weight", [1e-300, 1e-308, 1e-320])
+def test_equal_tiny_sample_weights_count_every_key_in_a_knn_vote(weight):
+    # a weight is a key's multiplicity in the k nearest: k units of weights this small take
+    # every key (k / w overflowed to inf from about 1e-308 and the selection's count raised
+    # OverflowError)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((80, 3))
+    y = (X[:, 0] > 0).astype(int)
+    w = np.full(len(y), weight)
+    proba = MetricAttentionClassifier("euclidean", n_neighbors=3, temperature=np.inf).fit(
+        X, y, sample_weight=w).predict_proba(X[:5])
+    np.testing.assert_allclose(proba, np.tile(np.bincount(y) / len(y), (5, 1)))
+    pred = MetricAttentionRegressor("euclidean", n_neighbors=3, temperature=np.inf).fit(
+        X, X[:, 1], sample_weight=w).predict(X[:5])
+    np.testing.assert_allclose(pred, np.full(5, X[:, 1].mean()))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_distances_that_underflow_are_a_clear_error(dtype):
     # coordinates of 1e-200: the squared distances between distinct points are 0 in float64,
