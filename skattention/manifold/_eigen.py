@@ -15,6 +15,9 @@ decomposition:
   ``n`` grows, where without a preconditioner they grow with the condition of ``L``;
 * ``"amg"``: LOBPCG preconditioned by pyamg's smoothed aggregation (optional dependency).
 
+``"auto"``: dense up to a few hundred points; beyond, ``"arpack"`` on a dense operator and
+``"lobpcg"`` on a k-NN operator.
+
 The null vector of ``L`` is known, ``sqrt(D)`` (eigenvalue 1 of ``A``): LOBPCG searches its
 orthogonal complement and the known pair is prepended.
 
@@ -40,16 +43,18 @@ from scipy.sparse.linalg import LinearOperator, eigsh, splu
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
-from .._engine import available_memory, budget_bytes, progress_bar, resolve_device
+from .._engine import available_memory, progress_bar, resolve_device
 from ..utils._warnings import warn_user
 from ._lobpcg import lobpcg_smallest
 from ._multigrid import laplacian_multigrid
 
 # "auto": a full dense decomposition up to this many points.
 _DENSE_EIGEN_MAX = 200
-# "auto" on a k-NN operator: shift-invert with a sparse LU up to this many points where the
-# LU's estimated size fits in the working memory, LOBPCG otherwise.
-_SPARSE_LU_MAX = 100_000
+# "auto" on a k-NN operator takes LOBPCG: measured as fast or faster than shift-invert with a
+# sparse LU on every graph tried (1.0-3.8x on 2-10-D data, 6,000-100,000 points), with
+# megabytes where the LU took up to gigabytes, and where the graph falls apart into many
+# components (duplicated rows: eigenvalue 1 repeated) Lanczos in shift-invert mode ran for
+# minutes where LOBPCG took a fraction of a second (docs/manifold.md).
 # SuperLU cannot be stopped once it runs, and past the memory there is the kernel ends the
 # process (a MemoryError comes only under an address-space limit): the LU's size is estimated
 # before it is made, from trial LUs of balls of the graph (_sparse_lu_estimate), whose
@@ -86,38 +91,23 @@ def resolve_eigen_solver(eigen_solver, n, k, sparse, A=None):
     """The solver that finds ``k`` eigenpairs of an operator on ``n`` points (``sparse``:
     a k-NN operator): ``"dense"`` (asked for, ``"auto"`` up to ``_DENSE_EIGEN_MAX`` points, or
     too many eigenpairs for an iterative solver), else ``eigen_solver``, with ``"auto"``
-    resolved to ``"arpack"`` for dense operators and k-NN operators up to ``_SPARSE_LU_MAX``
-    points, ``"lobpcg"`` beyond.
+    resolved to ``"arpack"`` for dense operators and ``"lobpcg"`` for k-NN operators.
 
-    Given the k-NN operator ``A`` itself, the size of its sparse LU is estimated
-    (:func:`_sparse_lu_estimate`): ``"auto"`` takes ``"lobpcg"`` unless the estimate fits in the
-    working memory and the memory available, and an explicit ``"arpack"`` raises
-    ``MemoryError`` where it exceeds the memory available.
+    Given the k-NN operator ``A`` itself, an explicit ``"arpack"`` raises ``MemoryError``
+    where the estimated size of its sparse LU (:func:`_sparse_lu_estimate`) exceeds the memory
+    available.
     """
     if eigen_solver == "dense" or k >= n - 1:
         return "dense"
     if eigen_solver in ("lobpcg", "amg") and n < _POINTS_PER_VECTOR * (k + _GUARD_VECTORS):
         return "dense"
-    knn_operator = A is not None and sp.issparse(A)
     if eigen_solver == "auto":
         if n <= _DENSE_EIGEN_MAX:
             return "dense"
-        if sparse and (n > _SPARSE_LU_MAX or knn_operator and not _sparse_lu_fits(A)):
-            return resolve_eigen_solver("lobpcg", n, k, sparse)
-        return "arpack"
-    if eigen_solver == "arpack" and knn_operator:
+        return resolve_eigen_solver("lobpcg", n, k, sparse) if sparse else "arpack"
+    if eigen_solver == "arpack" and A is not None and sp.issparse(A):
         _check_sparse_lu(A)
     return eigen_solver
-
-
-def _sparse_lu_fits(A):
-    """Whether the estimated sparse LU of the k-NN operator ``A`` fits in the working memory
-    and in the memory available to the process."""
-    limit = budget_bytes()
-    available = available_memory()
-    if available is not None:
-        limit = min(limit, available)
-    return _sparse_lu_estimate(A, limit) <= limit
 
 
 def _check_sparse_lu(A):

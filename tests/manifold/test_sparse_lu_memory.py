@@ -1,11 +1,12 @@
 """The sparse LU of shift-invert Lanczos held to the memory: its size estimated from trial
-factorisations, "auto" taking LOBPCG where it would not fit the working memory, an explicit
-"arpack" refused with a clear MemoryError where it would not fit the memory available."""
+factorisations, an explicit "arpack" refused with a clear MemoryError where it would not fit
+the memory available; "auto" takes LOBPCG on k-NN operators (no LU)."""
+
+import warnings
 
 import numpy as np
 import pytest
 from scipy.sparse.csgraph import connected_components
-from sklearn.utils import check_random_state
 
 import skattention
 from skattention.manifold import AttentionDiffusionEmbedding, _eigen
@@ -64,22 +65,22 @@ def test_the_estimate_covers_the_lu(data):
         assert estimate < 12 * actual  # a prediction, not the dense bound (12 n^2 bytes)
 
 
-def test_auto_keeps_arpack_on_a_manifold_and_takes_lobpcg_on_high_dimensional_data():
-    roll, high_dim = knn_operator(swiss_roll(5000)).A, knn_operator(cube(4000, 6)).A
-    with skattention.config_context(working_memory=32):
-        assert resolve(roll) == "arpack"
-        assert resolve(high_dim) == "lobpcg"
-        # an explicit "arpack" is held to the memory available, not the working memory
-        assert resolve(high_dim, eigen_solver="arpack") == "arpack"
-    # both decisions were right: the 2-D roll's LU is 4 MiB, the 6-D cube's 50 MiB
-    assert lu_bytes(roll) <= 32 * MIB < lu_bytes(high_dim)
-    with skattention.config_context(working_memory=256):
-        assert resolve(high_dim) == "arpack"
+def test_auto_takes_lobpcg_on_knn_operators_without_factorising(monkeypatch):
+    factorised = []
+    sparse_lu = _eigen._sparse_lu
+    monkeypatch.setattr(_eigen, "_sparse_lu",
+                        lambda A: factorised.append(A.shape[0]) or sparse_lu(A))
+    for X in (swiss_roll(5000), cube(4000, 6)):
+        assert resolve(knn_operator(X).A) == "lobpcg"
+    assert factorised == []  # no trial LU either
+    # a dense operator keeps arpack, and a few points the dense solver
+    assert _eigen.resolve_eigen_solver("auto", 5000, 3, False) == "arpack"
+    assert _eigen.resolve_eigen_solver("auto", 150, 3, True) == "dense"
 
 
-def test_the_memory_available_bounds_auto_and_explicit_arpack(monkeypatch):
+def test_the_memory_available_bounds_explicit_arpack(monkeypatch):
     roll = knn_operator(swiss_roll(5000)).A  # its LU: 4 MiB
-    assert resolve(roll) == "arpack" == resolve(roll, eigen_solver="arpack")
+    assert resolve(roll, eigen_solver="arpack") == "arpack"
     monkeypatch.setattr(_eigen, "available_memory", lambda: 2 * MIB)
     assert resolve(roll) == "lobpcg"
     with pytest.raises(MemoryError, match=r"may need up to .* MiB but only 2\.0 MiB of memory "
@@ -87,25 +88,33 @@ def test_the_memory_available_bounds_auto_and_explicit_arpack(monkeypatch):
         resolve(roll, eigen_solver="arpack")
 
 
-def test_swiss_roll_keeps_arpack_and_its_results(monkeypatch):
-    X = swiss_roll(6000)
-    A = knn_operator(X).A
-    # the trial factorisations draw nothing from the random state: "auto" is the arpack path
-    mu, v = _eigen.top_eigenpairs(A.copy(), 3, "auto", "cpu", check_random_state(0))
-    tol = 0.0
-    expected = _eigen._shift_invert(A.copy(), 3, tol, check_random_state(0), False, None)
-    order = np.argsort(-expected[0], kind="stable")
-    np.testing.assert_array_equal(mu, expected[0][order])
-    np.testing.assert_array_equal(v, expected[1][:, order])
-    calls = []
-    shift_invert = _eigen._shift_invert
-    monkeypatch.setattr(_eigen, "_shift_invert",
-                        lambda *args: calls.append(1) or shift_invert(*args))
+@pytest.mark.parametrize("data", ["roll", "cube"])
+def test_auto_and_arpack_find_the_same_eigenpairs(data):
+    X = swiss_roll(6000) if data == "roll" else cube(6000, 3)
     auto = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)
-    assert calls == [1]
     arpack = AttentionDiffusionEmbedding(n_neighbors=15, eigen_solver="arpack",
                                          random_state=0).fit(X)
-    np.testing.assert_array_equal(auto.embedding_, arpack.embedding_)
+    np.testing.assert_allclose(auto.eigenvalues_, arpack.eigenvalues_, rtol=0, atol=1e-12)
+    for a, b in zip(auto.embedding_.T, arpack.embedding_.T, strict=True):
+        assert abs(np.corrcoef(a, b)[0, 1]) > 1 - 1e-8
+
+
+def test_auto_finds_the_repeated_eigenvalue_of_a_graph_of_many_components():
+    # small groups of near-duplicate rows far apart: eigenvalue 1 once per component, as
+    # arpack finds it
+    rng = np.random.default_rng(0)
+    centres = rng.uniform(size=(400, 4)) * 100.0
+    X = np.repeat(centres, 16, axis=0) + rng.uniform(size=(6400, 4)) * 1e-3
+    A = knn_operator(X).A
+    assert connected_components(A, directed=False)[0] > 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "not fully connected"
+        emb = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)
+        arpack = AttentionDiffusionEmbedding(n_neighbors=15, eigen_solver="arpack",
+                                             random_state=0).fit(X)
+    np.testing.assert_allclose(emb.eigenvalues_, 1.0, atol=1e-10)
+    np.testing.assert_allclose(arpack.eigenvalues_, 1.0, atol=1e-10)
+    assert np.all(np.isfinite(emb.embedding_))
 
 
 def test_explicit_arpack_beyond_the_memory_available_is_refused_before_factorising(
@@ -128,14 +137,13 @@ def test_explicit_arpack_beyond_the_memory_available_is_refused_before_factorisi
     assert max(factorised) <= 1000  # trial balls only, never the whole graph
     factorised.clear()
     auto = AttentionDiffusionEmbedding(n_neighbors=15, random_state=0).fit(X)
-    assert max(factorised) <= 1000  # "auto" took LOBPCG after the same trials
+    assert factorised == []  # "auto" took LOBPCG: no LU
     assert np.all(np.isfinite(auto.embedding_))
 
 
 def test_explicit_arpack_is_not_held_to_the_working_memory():
     A = knn_operator(cube(4000, 4)).A
     with skattention.config_context(working_memory=1):
-        assert resolve(A) == "lobpcg"
         assert resolve(A, eigen_solver="arpack") == "arpack"
 
 
