@@ -76,7 +76,6 @@ def test_impossible_budget_names_working_memory_and_n_neighbors(data):
             est.predict(X[:5])
 
 
-
 def test_a_need_just_above_the_budget_is_told_apart_from_it():
     # both rounded to "0.001 MiB", the message read as if the need fitted the budget
     rng = np.random.default_rng(0)

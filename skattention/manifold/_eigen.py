@@ -16,7 +16,8 @@ decomposition:
 * ``"amg"``: LOBPCG preconditioned by pyamg's smoothed aggregation (optional dependency).
 
 ``"auto"``: dense up to a few hundred points; beyond, ``"arpack"`` on a dense operator and
-``"lobpcg"`` on a k-NN operator.
+``"lobpcg"`` on a k-NN operator (for more than ten components, ``"arpack"`` where its sparse
+LU fits the working memory).
 
 The null vector of ``L`` is known, ``sqrt(D)`` (eigenvalue 1 of ``A``): LOBPCG searches its
 orthogonal complement and the known pair is prepended.
@@ -43,18 +44,22 @@ from scipy.sparse.linalg import LinearOperator, eigsh, splu
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
-from .._engine import available_memory, progress_bar, resolve_device
+from .._engine import available_memory, budget_bytes, progress_bar, resolve_device
 from ..utils._warnings import warn_user
 from ._lobpcg import lobpcg_smallest
 from ._multigrid import laplacian_multigrid
 
 # "auto": a full dense decomposition up to this many points.
 _DENSE_EIGEN_MAX = 200
-# "auto" on a k-NN operator takes LOBPCG: measured as fast or faster than shift-invert with a
-# sparse LU on every graph tried (1.0-3.8x on 2-10-D data, 6,000-100,000 points), with
-# megabytes where the LU took up to gigabytes, and where the graph falls apart into many
-# components (duplicated rows: eigenvalue 1 repeated) Lanczos in shift-invert mode ran for
-# minutes where LOBPCG took a fraction of a second (docs/manifold.md).
+# "auto" on a k-NN operator takes LOBPCG for up to this many eigenpairs: measured as fast or
+# faster than shift-invert with a sparse LU there (1.0-3.8x on 2-10-D data, 6,000-100,000
+# points, up to 10 components), in megabytes where the LU took up to gigabytes, and on a real
+# table (one isolated point beside one component) where Lanczos ran for minutes; with more
+# eigenpairs LOBPCG's block grows and Lanczos was 2-8x faster (docs/manifold.md).
+_LOBPCG_AUTO_PAIRS = 11
+# ... and for more eigenpairs, shift-invert with a sparse LU up to this many points where the
+# LU's estimated size fits in the working memory, LOBPCG otherwise.
+_SPARSE_LU_MAX = 100_000
 # SuperLU cannot be stopped once it runs, and past the memory there is the kernel ends the
 # process (a MemoryError comes only under an address-space limit): the LU's size is estimated
 # before it is made, from trial LUs of balls of the graph (_sparse_lu_estimate), whose
@@ -91,23 +96,40 @@ def resolve_eigen_solver(eigen_solver, n, k, sparse, A=None):
     """The solver that finds ``k`` eigenpairs of an operator on ``n`` points (``sparse``:
     a k-NN operator): ``"dense"`` (asked for, ``"auto"`` up to ``_DENSE_EIGEN_MAX`` points, or
     too many eigenpairs for an iterative solver), else ``eigen_solver``, with ``"auto"``
-    resolved to ``"arpack"`` for dense operators and ``"lobpcg"`` for k-NN operators.
+    resolved to ``"arpack"`` for dense operators, ``"lobpcg"`` for k-NN operators up to
+    ``_LOBPCG_AUTO_PAIRS`` eigenpairs; with more, ``"arpack"`` on k-NN operators up to
+    ``_SPARSE_LU_MAX`` points, ``"lobpcg"`` beyond.
 
-    Given the k-NN operator ``A`` itself, an explicit ``"arpack"`` raises ``MemoryError``
-    where the estimated size of its sparse LU (:func:`_sparse_lu_estimate`) exceeds the memory
-    available.
+    Given the k-NN operator ``A`` itself, the size of its sparse LU is estimated
+    (:func:`_sparse_lu_estimate`) where arpack would factorise it: ``"auto"`` takes
+    ``"lobpcg"`` unless the estimate fits in the working memory and the memory available, and
+    an explicit ``"arpack"`` raises ``MemoryError`` where it exceeds the memory available.
     """
     if eigen_solver == "dense" or k >= n - 1:
         return "dense"
     if eigen_solver in ("lobpcg", "amg") and n < _POINTS_PER_VECTOR * (k + _GUARD_VECTORS):
         return "dense"
+    knn_operator = A is not None and sp.issparse(A)
     if eigen_solver == "auto":
         if n <= _DENSE_EIGEN_MAX:
             return "dense"
-        return resolve_eigen_solver("lobpcg", n, k, sparse) if sparse else "arpack"
-    if eigen_solver == "arpack" and A is not None and sp.issparse(A):
+        if sparse and (k <= _LOBPCG_AUTO_PAIRS or n > _SPARSE_LU_MAX
+                       or knn_operator and not _sparse_lu_fits(A)):
+            return resolve_eigen_solver("lobpcg", n, k, sparse)
+        return "arpack"
+    if eigen_solver == "arpack" and knn_operator:
         _check_sparse_lu(A)
     return eigen_solver
+
+
+def _sparse_lu_fits(A):
+    """Whether the estimated sparse LU of the k-NN operator ``A`` fits in the working memory
+    and in the memory available to the process."""
+    limit = budget_bytes()
+    available = available_memory()
+    if available is not None:
+        limit = min(limit, available)
+    return _sparse_lu_estimate(A, limit) <= limit
 
 
 def _check_sparse_lu(A):
@@ -240,7 +262,9 @@ def _lobpcg_tolerance(eigen_tol):
     ``L``: relative to each (``"auto"``) or ``eigen_tol`` for all."""
     if eigen_tol == "auto":
         return lambda lam: np.maximum(_RELATIVE_TOL * np.abs(lam), _ABSOLUTE_TOL)
-    return lambda lam: np.full(len(lam), float(eigen_tol))
+    # below the rounding's residuals no iteration converges (eigen_tol=0: as close as they
+    # allow, as ARPACK's 0 is machine precision)
+    return lambda lam: np.full(len(lam), max(float(eigen_tol), _ABSOLUTE_TOL))
 
 
 def _dense_eigh(A, k, device):

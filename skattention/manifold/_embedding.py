@@ -136,22 +136,25 @@ class AttentionDiffusionEmbedding(
         the iterations it needs stay about the same as ``n`` grows. ``"amg"``: LOBPCG
         preconditioned by pyamg's smoothed aggregation (``pip install pyamg``). ``"auto"``:
         dense up to 200 points; beyond, arpack on the dense operator and lobpcg on k-NN
-        operators (as fast as arpack's sparse LU or faster on every graph measured, in far less
-        memory, and on graphs of many components, such as data with duplicated rows, where
-        Lanczos in shift-invert mode can run for minutes: docs/manifold.md). An explicit
-        ``"arpack"`` on a k-NN operator whose sparse LU, estimated from trial factorisations,
-        exceeds the memory available raises ``MemoryError``. scipy's BLAS runs on one thread
-        in every solver.
+        operators (as fast as arpack's sparse LU or faster on every graph measured with up to
+        10 components, in far less memory, and on a real table where Lanczos ran for minutes:
+        docs/manifold.md); with more than 10 components, arpack on k-NN operators up to
+        100,000 points whose sparse LU, estimated from trial factorisations, fits in the
+        working memory, lobpcg on the others. An explicit ``"arpack"`` on a k-NN operator
+        whose estimated sparse LU exceeds the memory available raises ``MemoryError``. scipy's
+        BLAS runs on one thread in every solver.
     eigen_tol : float >= 0 or "auto", default="auto"
         Stopping tolerance of the eigen-solver: for ``"arpack"`` the relative accuracy of the
         eigenvalues (``"auto"``: machine precision), for ``"lobpcg"`` and ``"amg"`` the largest
         residual norm ``||L v - lambda v||`` of the unit eigenvectors ``v`` of the Laplacian
         ``L = I - A`` of the symmetric conjugate ``A`` of ``S`` (``lambda = 1 - mu``), as
         scikit-learn passes it to scipy's ``lobpcg``. ``"auto"``: ``1e-5 lambda`` for each
-        eigenvector (at least ``1e-13``), which bounds its angle to the exact eigenvector by
+        eigenvector, which bounds its angle to the exact eigenvector by
         ``1e-5 lambda / gap`` (``gap``: the distance to the other eigenvalues), a ratio that
         does not change with ``n`` although the eigenvalues shrink as the graph grows denser.
-        A ``ConvergenceWarning`` when 1,000 iterations do not reach it. Ignored by ``"dense"``.
+        LOBPCG's tolerance is at least ``1e-13`` (products with ``L`` leave residual norms of
+        about ``1e-15``: ``0`` asks for that accuracy). A ``ConvergenceWarning`` when 1,000
+        iterations do not reach it. Ignored by ``"dense"``.
     device : {"auto", "cpu", "cuda", "cuda:N"}, default="auto"
         Where kernels, neighbours and attention run. The fitted model holds NumPy arrays only.
     random_state : int, RandomState instance or None, default=None
@@ -352,8 +355,9 @@ class AttentionDiffusionEmbedding(
         solves, LOBPCG iterations: their number is not known in advance) are subtasks of the
         step, the dense eigh (one LAPACK call) has none."""
         k = self.n_components + 1
-        # resolved once (an explicit "arpack" on a k-NN operator estimates its sparse LU: a
-        # MemoryError beyond the memory available)
+        # the size of a k-NN operator's sparse LU estimated once where arpack would factorise
+        # it (LOBPCG for "auto" beyond the working memory, a MemoryError for an explicit
+        # "arpack" beyond the memory available)
         solver = resolve_eigen_solver(self.eigen_solver, op.A.shape[0], k, sp.issparse(op.A),
                                       A=op.A)
         iteration = "Lanczos solve" if solver == "arpack" else "LOBPCG iteration"

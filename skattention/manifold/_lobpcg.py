@@ -103,6 +103,8 @@ def _orthonormalize(V):
     their Gram matrix, scaled to unit diagonal), near-dependent directions dropped; a second
     pass where the Gram matrix was ill-conditioned enough for the first to leave rounding
     errors in the orthogonality (they grow with its condition)."""
+    if V.shape[1] == 0:  # (no direction to keep)
+        return V
     for _ in range(2):
         scale = _column_norms(V)
         scale[scale == 0] = 1.0

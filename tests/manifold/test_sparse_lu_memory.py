@@ -78,11 +78,33 @@ def test_auto_takes_lobpcg_on_knn_operators_without_factorising(monkeypatch):
     assert _eigen.resolve_eigen_solver("auto", 150, 3, True) == "dense"
 
 
-def test_the_memory_available_bounds_explicit_arpack(monkeypatch):
+def test_auto_keeps_arpack_for_many_eigenpairs_where_the_lu_fits():
+    # LOBPCG's block grows with the eigenpairs wanted: beyond ten components Lanczos was faster
+    roll, high_dim = knn_operator(swiss_roll(5000)).A, knn_operator(cube(4000, 6)).A
+    many = _eigen._LOBPCG_AUTO_PAIRS + 1
+    with skattention.config_context(working_memory=32):
+        assert resolve(roll, k=many) == "arpack"
+        assert resolve(high_dim, k=many) == "lobpcg"  # its LU: 50 MiB
+        assert resolve(roll, k=_eigen._LOBPCG_AUTO_PAIRS) == "lobpcg"
+
+
+@pytest.mark.parametrize("eigen_solver", ["auto", "lobpcg"])
+def test_an_eigen_tolerance_of_zero_asks_lobpcg_for_the_rounding_s_accuracy(eigen_solver):
+    # a tolerance below the rounding's residuals: LOBPCG's step emptied and it raised
+    # IndexError (with "auto" since LOBPCG became its solver on k-NN operators)
+    X = swiss_roll(6000)
+    fit = AttentionDiffusionEmbedding(n_neighbors=15, eigen_solver=eigen_solver, eigen_tol=0.0,
+                                      random_state=0).fit(X)
+    arpack = AttentionDiffusionEmbedding(n_neighbors=15, eigen_solver="arpack", eigen_tol=0.0,
+                                         random_state=0).fit(X)
+    np.testing.assert_allclose(fit.eigenvalues_, arpack.eigenvalues_, rtol=0, atol=1e-13)
+
+
+def test_the_memory_available_bounds_auto_and_explicit_arpack(monkeypatch):
     roll = knn_operator(swiss_roll(5000)).A  # its LU: 4 MiB
     assert resolve(roll, eigen_solver="arpack") == "arpack"
     monkeypatch.setattr(_eigen, "available_memory", lambda: 2 * MIB)
-    assert resolve(roll) == "lobpcg"
+    assert resolve(roll, k=_eigen._LOBPCG_AUTO_PAIRS + 1) == "lobpcg"
     with pytest.raises(MemoryError, match=r"may need up to .* MiB but only 2\.0 MiB of memory "
                                           r"is available; use eigen_solver='lobpcg'"):
         resolve(roll, eigen_solver="arpack")
