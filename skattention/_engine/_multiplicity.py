@@ -74,11 +74,10 @@ def lightest_weights(log_prior, k):
     weight = torch.exp(log_prior.detach().double())
     low, high = weight.aminmax()
     if low == high:  # equal weights (no sample weights): a prefix, without sorting them all
-        if low <= 0:
-            return weight[:0]
-        # k / low overflows to inf for weights of about 1e-308 and less: every key then
-        need = k / float(low)
-        return weight[:weight.numel() if need >= weight.numel() else math.ceil(need) + 2]
+        # (k / low capped at the keys' count: it overflows to inf for weights of about 1e-308)
+        count = 0 if low <= 0 else min(weight.numel(),
+                                       math.ceil(min(k / float(low), weight.numel())) + 2)
+        return weight[:count]
     lightest = torch.sort(weight[weight > 0]).values
     reach = int(torch.searchsorted(torch.cumsum(lightest, 0), float(k)))
     return lightest[: reach + 1]
